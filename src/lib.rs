@@ -1,0 +1,20 @@
+//! pathprobe: continuous TCP/UDP path throughput probing.
+//!
+//! The crate is a library with a thin binary on top (`src/main.rs`). The parts:
+//!
+//! - [`protocol`]: the control protocol's framing and messages, and the UDP
+//!   datagram header. Pure encode/decode, no I/O.
+//! - [`probe`]: the prober side of a test, one file per probe kind, plus the
+//!   data path (stream threads, pacing, accounting).
+//! - [`responder`]: the server side of every probe (`pathprobe respond`).
+//! - [`host`]: readers for /proc and per-thread resource usage, so that every
+//!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`report`]: the nuttcp-style text line and the JSON document.
+//! - [`units`]: parsing of rates, sizes and durations as users write them.
+
+pub mod host;
+pub mod probe;
+pub mod protocol;
+pub mod report;
+pub mod responder;
+pub mod units;

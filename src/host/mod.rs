@@ -1,1 +1,17 @@
-//! placeholder
+//! Host measurements taken around each probe and at scrape time: CPU time
+//! (/proc/stat), hardware interrupts (/proc/interrupts), softirqs
+//! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
+//! IRQs that carry a peer's traffic, per-thread CPU usage, and kernel
+//! identity.
+//!
+//! Each /proc file has a `parse_*` function that takes the file's text and
+//! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
+//! wrapper that reads the real file. Parsers return [`HostError`] on any
+//! input they do not understand; they do not panic.
+
+mod error;
+mod interrupts;
+mod percpu;
+
+pub use error::HostError;
+pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};

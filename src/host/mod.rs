@@ -12,6 +12,8 @@
 mod error;
 mod interrupts;
 mod percpu;
+mod softirqs;
 
 pub use error::HostError;
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+pub use softirqs::{parse_softirqs, read_softirqs};

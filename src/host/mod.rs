@@ -13,7 +13,9 @@ mod error;
 mod interrupts;
 mod percpu;
 mod softirqs;
+mod stat;
 
 pub use error::HostError;
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 pub use softirqs::{parse_softirqs, read_softirqs};
+pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};

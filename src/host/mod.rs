@@ -12,12 +12,14 @@
 mod error;
 mod interrupts;
 mod percpu;
+mod snapshot;
 mod snmp;
 mod softirqs;
 mod stat;
 
 pub use error::HostError;
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+pub use snapshot::{HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
 pub use softirqs::{parse_softirqs, read_softirqs};
 pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};

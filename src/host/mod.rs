@@ -10,6 +10,7 @@
 //! input they do not understand; they do not panic.
 
 mod error;
+mod iface;
 mod interrupts;
 mod percpu;
 mod snapshot;
@@ -18,6 +19,7 @@ mod softirqs;
 mod stat;
 
 pub use error::HostError;
+pub use iface::{interface_for_peer, interface_irqs};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 pub use snapshot::{HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};

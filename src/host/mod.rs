@@ -17,6 +17,7 @@ mod snapshot;
 mod snmp;
 mod softirqs;
 mod stat;
+mod thread;
 
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs};
@@ -25,3 +26,4 @@ pub use snapshot::{HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
 pub use softirqs::{parse_softirqs, read_softirqs};
 pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};
+pub use thread::ThreadUsage;

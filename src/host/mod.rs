@@ -18,6 +18,7 @@ mod snmp;
 mod softirqs;
 mod stat;
 mod thread;
+mod uname;
 
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs};
@@ -27,3 +28,4 @@ pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
 pub use softirqs::{parse_softirqs, read_softirqs};
 pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};
 pub use thread::ThreadUsage;
+pub use uname::{hostname, kernel_release, kernel_version};

@@ -1,54 +1,31 @@
-//! Temporary stand-in for the /proc readers (being written on branch `host`).
-use std::time::Duration;
+//! Host measurements taken around each probe and at scrape time: CPU time
+//! (/proc/stat), hardware interrupts (/proc/interrupts), softirqs
+//! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
+//! IRQs that carry a peer's traffic, per-thread CPU usage, and kernel
+//! identity.
+//!
+//! Each /proc file has a `parse_*` function that takes the file's text and
+//! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
+//! wrapper that reads the real file. Parsers return [`HostError`] on any
+//! input they do not understand; they do not panic.
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct HostError(String);
+mod error;
+mod iface;
+mod interrupts;
+mod percpu;
+mod snapshot;
+mod snmp;
+mod softirqs;
+mod stat;
+mod thread;
+mod uname;
 
-#[derive(Debug, Clone)]
-pub struct HostSnapshot;
-impl HostSnapshot {
-    pub fn take(_irqs: &[String]) -> Result<HostSnapshot, HostError> {
-        Ok(HostSnapshot)
-    }
-    pub fn delta(&self, _later: &HostSnapshot) -> HostDelta {
-        HostDelta::default()
-    }
-}
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct HostDelta {
-    pub cpu_utilization: f64,
-    pub cpu_user: f64,
-    pub cpu_system: f64,
-    pub interrupts: u64,
-    pub interface_interrupts: u64,
-    pub softirq_net_rx: u64,
-    pub softirq_net_tx: u64,
-}
-pub fn interface_for_peer(_peer: std::net::IpAddr) -> Option<String> {
-    None
-}
-pub fn interface_irqs(_iface: &str) -> Vec<String> {
-    Vec::new()
-}
-pub fn kernel_release() -> String {
-    String::new()
-}
-pub fn hostname() -> String {
-    String::new()
-}
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ThreadUsage {
-    pub user: Duration,
-    pub system: Duration,
-    pub voluntary_switches: u64,
-    pub involuntary_switches: u64,
-}
-impl ThreadUsage {
-    pub fn current() -> ThreadUsage {
-        ThreadUsage::default()
-    }
-    pub fn since(&self, _earlier: &ThreadUsage) -> ThreadUsage {
-        *self
-    }
-}
+pub use error::HostError;
+pub use iface::{interface_for_peer, interface_irqs};
+pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+pub use snapshot::{HostDelta, HostSnapshot};
+pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
+pub use softirqs::{parse_softirqs, read_softirqs};
+pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};
+pub use thread::ThreadUsage;
+pub use uname::{hostname, kernel_release, kernel_version};

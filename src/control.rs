@@ -22,7 +22,10 @@ pub enum ControlError {
 }
 
 /// Reads one message, waiting at most `timeout` for all of it.
-pub async fn read_message<R: AsyncRead + Unpin>(r: &mut R, timeout: Duration) -> Result<Message, ControlError> {
+pub async fn read_message<R: AsyncRead + Unpin>(
+    r: &mut R,
+    timeout: Duration,
+) -> Result<Message, ControlError> {
     tokio::time::timeout(timeout, async {
         let mut header = [0u8; 4];
         if let Err(e) = r.read_exact(&mut header).await {
@@ -48,7 +51,11 @@ pub async fn read_message<R: AsyncRead + Unpin>(r: &mut R, timeout: Duration) ->
 }
 
 /// Writes one message, waiting at most `timeout`.
-pub async fn write_message<W: AsyncWrite + Unpin>(w: &mut W, msg: &Message, timeout: Duration) -> Result<(), ControlError> {
+pub async fn write_message<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg: &Message,
+    timeout: Duration,
+) -> Result<(), ControlError> {
     let frame = encode_frame(msg)?;
     tokio::time::timeout(timeout, async {
         w.write_all(&frame).await?;
@@ -66,7 +73,9 @@ mod tests {
     #[tokio::test]
     async fn messages_cross_a_pipe() {
         let (mut a, mut b) = tokio::io::duplex(1024);
-        write_message(&mut a, &Message::Start, Duration::from_secs(1)).await.unwrap();
+        write_message(&mut a, &Message::Start, Duration::from_secs(1))
+            .await
+            .unwrap();
         let got = read_message(&mut b, Duration::from_secs(1)).await.unwrap();
         assert_eq!(got, Message::Start);
     }
@@ -74,8 +83,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_peer_times_out() {
         let (_a, mut b) = tokio::io::duplex(1024);
-        let err = read_message(&mut b, Duration::from_secs(3)).await.unwrap_err();
-        assert!(matches!(err, ControlError::Timeout(d) if d == Duration::from_secs(3)), "{err}");
+        let err = read_message(&mut b, Duration::from_secs(3))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ControlError::Timeout(d) if d == Duration::from_secs(3)),
+            "{err}"
+        );
     }
 
     #[tokio::test]
@@ -83,6 +97,9 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(1024);
         a.write_all(&[0, 0, 0, 10, b'{']).await.unwrap();
         drop(a);
-        assert!(matches!(read_message(&mut b, Duration::from_secs(1)).await, Err(ControlError::Closed)));
+        assert!(matches!(
+            read_message(&mut b, Duration::from_secs(1)).await,
+            Err(ControlError::Closed)
+        ));
     }
 }

@@ -28,7 +28,12 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
     match r.kind {
         Kind::Tcp => {
             if let Some(t) = &d.tcp {
-                let _ = write!(line, " {} retrans {:.2} msRTT", t.retransmits, t.rtt_seconds * 1e3);
+                let _ = write!(
+                    line,
+                    " {} retrans {:.2} msRTT",
+                    t.retransmits,
+                    t.rtt_seconds * 1e3
+                );
             }
         }
         Kind::Udp => {
@@ -60,8 +65,17 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
         out.push('\n');
     }
     if verbose {
-        let _ = writeln!(out, "  target {} ({}), local {}, {} {} for {:.2} s after {:.2} s omitted",
-            r.target, r.remote_address, r.local_address, r.kind, r.direction, r.requested_seconds, r.omit_seconds);
+        let _ = writeln!(
+            out,
+            "  target {} ({}), local {}, {} {} for {:.2} s after {:.2} s omitted",
+            r.target,
+            r.remote_address,
+            r.local_address,
+            r.kind,
+            r.direction,
+            r.requested_seconds,
+            r.omit_seconds
+        );
         for s in &r.streams {
             let _ = write!(
                 out,
@@ -92,7 +106,11 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 let _ = write!(
                     out,
                     "; {}/{} lost, {} out of order, {} duplicated, jitter {:.3} ms",
-                    u.packets_lost, u.packets_sent, u.packets_out_of_order, u.packets_duplicated, u.jitter_seconds * 1e3
+                    u.packets_lost,
+                    u.packets_sent,
+                    u.packets_out_of_order,
+                    u.packets_duplicated,
+                    u.jitter_seconds * 1e3
                 );
             }
             out.push('\n');
@@ -121,7 +139,8 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
 
 /// The `-J` document for a result.
 pub fn json(r: &ProbeResult) -> String {
-    serde_json::to_string_pretty(r).unwrap_or_else(|e| error_json_raw("internal", &e.to_string(), ""))
+    serde_json::to_string_pretty(r)
+        .unwrap_or_else(|e| error_json_raw("internal", &e.to_string(), ""))
 }
 
 /// The `-J` document for a failure.
@@ -149,7 +168,9 @@ mod tests {
     use super::*;
     use crate::probe::result::{ProbeContext, ProbeResult};
     use crate::probe::spec::Direction;
-    use crate::probe::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
+    use crate::probe::stats::{
+        Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
+    };
 
     fn ctx(kind: Kind, direction: Direction) -> ProbeContext {
         ProbeContext {
@@ -180,11 +201,24 @@ mod tests {
     #[test]
     fn tcp_line_looks_like_nuttcp() {
         let mut tx = stream(Role::Sender, 6_656_000_000, 9.9);
-        tx.tcp = Some(TcpStats { retransmits: 0, rtt_seconds: 0.00019, ..Default::default() });
-        let local = SideStats { streams: vec![tx], ..Default::default() };
-        let remote = SideStats { streams: vec![stream(Role::Receiver, 6_656_000_000, 6.6)], ..Default::default() };
+        tx.tcp = Some(TcpStats {
+            retransmits: 0,
+            rtt_seconds: 0.00019,
+            ..Default::default()
+        });
+        let local = SideStats {
+            streams: vec![tx],
+            ..Default::default()
+        };
+        let remote = SideStats {
+            streams: vec![stream(Role::Receiver, 6_656_000_000, 6.6)],
+            ..Default::default()
+        };
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
-        assert_eq!(text(&r, false), "6347.6562 MB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n");
+        assert_eq!(
+            text(&r, false),
+            "6347.6562 MB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+        );
     }
 
     #[test]
@@ -192,22 +226,43 @@ mod tests {
         let mut tx = stream(Role::Sender, 1448 * 1000, 0.1);
         tx.udp_sent = Some(UdpSendStats { packets: 1000 });
         let mut rx = stream(Role::Receiver, 1448 * 990, 0.1);
-        rx.udp_received = Some(UdpReceiveStats { packets: 990, lost: 10, jitter_seconds: 0.00002, ..Default::default() });
+        rx.udp_received = Some(UdpReceiveStats {
+            packets: 990,
+            lost: 10,
+            jitter_seconds: 0.00002,
+            ..Default::default()
+        });
         let r = ProbeResult::combine(
             ctx(Kind::Udp, Direction::Send),
-            &SideStats { streams: vec![tx], ..Default::default() },
-            &SideStats { streams: vec![rx], ..Default::default() },
+            &SideStats {
+                streams: vec![tx],
+                ..Default::default()
+            },
+            &SideStats {
+                streams: vec![rx],
+                ..Default::default()
+            },
         );
         let line = text(&r, false);
-        assert!(line.ends_with(" 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter\n"), "{line}");
+        assert!(
+            line.ends_with(" 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter\n"),
+            "{line}"
+        );
         let u = r.udp.as_ref().unwrap();
-        assert_eq!((u.packets_sent, u.packets_received, u.packets_lost), (1000, 990, 10));
+        assert_eq!(
+            (u.packets_sent, u.packets_received, u.packets_lost),
+            (1000, 990, 10)
+        );
         assert!((u.loss_ratio - 0.01).abs() < 1e-12);
     }
 
     #[test]
     fn empty_results_stay_finite_in_json() {
-        let r = ProbeResult::combine(ctx(Kind::Udp, Direction::Bidir), &SideStats::default(), &SideStats::default());
+        let r = ProbeResult::combine(
+            ctx(Kind::Udp, Direction::Bidir),
+            &SideStats::default(),
+            &SideStats::default(),
+        );
         let doc = json(&r);
         assert!(!doc.contains("NaN") && !doc.contains("inf"), "{doc}");
         let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
@@ -218,10 +273,15 @@ mod tests {
 
     #[test]
     fn errors_are_one_json_document() {
-        let e = ProbeError::Refused { addr: "127.0.0.1:1".into() };
+        let e = ProbeError::Refused {
+            addr: "127.0.0.1:1".into(),
+        };
         let v: serde_json::Value = serde_json::from_str(&error_json(&e)).unwrap();
         assert_eq!(v["error"]["reason"], "refused");
-        assert!(v["error"]["message"].as_str().unwrap().contains("127.0.0.1:1"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:1"));
         assert!(error_text(&e).starts_with("pathprobe: connection to 127.0.0.1:1 refused"));
     }
 }

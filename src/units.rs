@@ -36,7 +36,8 @@ pub fn parse_rate(input: &str) -> Result<u64, ParseError> {
     let err = || ParseError {
         what: "rate",
         input: input.to_string(),
-        expected: "a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)",
+        expected:
+            "a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)",
     };
     let (value, rest) = split_number(input).ok_or_else(err)?;
     let lower = rest.to_ascii_lowercase();
@@ -111,7 +112,12 @@ pub fn format_duration(d: Duration) -> String {
 
 /// Formats a rate in bits per second with a decimal suffix (`500M`).
 pub fn format_rate(bits_per_second: u64) -> String {
-    for (div, suffix) in [(1_000_000_000_000, "T"), (1_000_000_000, "G"), (1_000_000, "M"), (1000, "K")] {
+    for (div, suffix) in [
+        (1_000_000_000_000, "T"),
+        (1_000_000_000, "G"),
+        (1_000_000, "M"),
+        (1000, "K"),
+    ] {
         if bits_per_second >= div && bits_per_second % div == 0 {
             return format!("{}{suffix}", bits_per_second / div);
         }

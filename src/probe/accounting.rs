@@ -53,7 +53,11 @@ impl UdpAccount {
         if seq >= self.next_expected || self.next_expected == 0 {
             // Clear the bits of sequences skipped over, so the window reflects
             // only what is still recent.
-            let from = if self.unique == 0 && self.duplicates == 0 { seq } else { self.next_expected };
+            let from = if self.unique == 0 && self.duplicates == 0 {
+                seq
+            } else {
+                self.next_expected
+            };
             if seq.saturating_sub(from) >= WINDOW {
                 self.seen.iter_mut().for_each(|w| *w = 0);
             } else {
@@ -127,7 +131,10 @@ mod tests {
     fn in_order_stream_is_clean() {
         let a = run(&(0..1000).collect::<Vec<_>>());
         let s = a.finish(Some(1000));
-        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (1000, 0, 0, 0));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (1000, 0, 0, 0)
+        );
         assert_eq!(s.jitter_seconds, 0.0);
     }
 
@@ -144,14 +151,20 @@ mod tests {
     fn late_arrivals_fill_gaps_and_count_as_reordered() {
         let a = run(&[0, 1, 3, 2, 4]);
         let s = a.finish(Some(5));
-        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (5, 0, 1, 0));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (5, 0, 1, 0)
+        );
     }
 
     #[test]
     fn duplicates_are_not_received_twice() {
         let a = run(&[0, 1, 1, 2, 0, 3]);
         let s = a.finish(Some(4));
-        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (4, 0, 0, 2));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (4, 0, 0, 2)
+        );
     }
 
     #[test]

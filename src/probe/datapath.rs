@@ -178,28 +178,33 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
 }
 
 /// Starts one thread for `job`; its figures arrive on the returned channel.
-pub fn spawn_stream(job: StreamJob, ctx: StreamContext) -> std::io::Result<oneshot::Receiver<StreamStats>> {
+pub fn spawn_stream(
+    job: StreamJob,
+    ctx: StreamContext,
+) -> std::io::Result<oneshot::Receiver<StreamStats>> {
     let (tx, rx) = oneshot::channel();
-    std::thread::Builder::new().name(format!("pp-stream-{}", job.id)).spawn(move || {
-        if let Some(cpu) = ctx.plan.affinity {
-            if let Err(e) = pin_current_thread(cpu) {
-                tracing::warn!(cpu, error = %e, "could not pin stream thread");
+    std::thread::Builder::new()
+        .name(format!("pp-stream-{}", job.id))
+        .spawn(move || {
+            if let Some(cpu) = ctx.plan.affinity {
+                if let Err(e) = pin_current_thread(cpu) {
+                    tracing::warn!(cpu, error = %e, "could not pin stream thread");
+                }
             }
-        }
-        let mut stats = StreamStats {
-            id: job.id,
-            direction: Some(job.direction),
-            role: Some(job.role),
-            ..StreamStats::default()
-        };
-        match (job.socket, job.role) {
-            (DataSocket::Tcp(s), Role::Sender) => super::tcp::send(s, &ctx, &mut stats),
-            (DataSocket::Tcp(s), Role::Receiver) => super::tcp::receive(s, &ctx, &mut stats),
-            (DataSocket::Udp(s), Role::Sender) => super::udp::send(s, &ctx, &mut stats),
-            (DataSocket::Udp(s), Role::Receiver) => super::udp::receive(s, &ctx, &mut stats),
-        }
-        let _ = tx.send(stats);
-    })?;
+            let mut stats = StreamStats {
+                id: job.id,
+                direction: Some(job.direction),
+                role: Some(job.role),
+                ..StreamStats::default()
+            };
+            match (job.socket, job.role) {
+                (DataSocket::Tcp(s), Role::Sender) => super::tcp::send(s, &ctx, &mut stats),
+                (DataSocket::Tcp(s), Role::Receiver) => super::tcp::receive(s, &ctx, &mut stats),
+                (DataSocket::Udp(s), Role::Sender) => super::udp::send(s, &ctx, &mut stats),
+                (DataSocket::Udp(s), Role::Receiver) => super::udp::receive(s, &ctx, &mut stats),
+            }
+            let _ = tx.send(stats);
+        })?;
     Ok(rx)
 }
 
@@ -218,7 +223,11 @@ impl SideRun {
     pub fn spawn(jobs: Vec<StreamJob>, plan: Plan, irqs: Vec<String>) -> std::io::Result<SideRun> {
         let gate = StartGate::default();
         let stop = StopFlag::default();
-        let ctx = StreamContext { plan: plan.clone(), gate: gate.clone(), stop: stop.clone() };
+        let ctx = StreamContext {
+            plan: plan.clone(),
+            gate: gate.clone(),
+            stop: stop.clone(),
+        };
         let mut streams = Vec::with_capacity(jobs.len());
         for job in jobs {
             match spawn_stream(job, ctx.clone()) {
@@ -229,7 +238,13 @@ impl SideRun {
                 }
             }
         }
-        Ok(SideRun { streams, gate, stop, plan, irqs })
+        Ok(SideRun {
+            streams,
+            gate,
+            stop,
+            plan,
+            irqs,
+        })
     }
 
     /// Starts the streams and waits until they finish, or until `grace`
@@ -248,7 +263,10 @@ impl SideRun {
                 Err(_) => {
                     // Threads poll the flag every POLL_INTERVAL, so this wait is short.
                     self.stop.stop();
-                    tokio::time::timeout(POLL_INTERVAL * 20, rx).await.ok().and_then(Result::ok)
+                    tokio::time::timeout(POLL_INTERVAL * 20, rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
                 }
             };
             results.extend(got);

@@ -13,7 +13,11 @@ use crate::responder::{bind, Responder, ResponderConfig};
 /// Runs `spec` over loopback. The in-process responder has no limits beyond
 /// the spec itself and is gone when this returns.
 pub async fn probe_loopback(spec: &ProbeSpec, ipv6: bool) -> Result<ProbeResult, ProbeError> {
-    let ip = if ipv6 { IpAddr::V6(Ipv6Addr::LOCALHOST) } else { IpAddr::V4(Ipv4Addr::LOCALHOST) };
+    let ip = if ipv6 {
+        IpAddr::V6(Ipv6Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    };
     let (tcp, udp) = bind(SocketAddr::new(ip, 0))
         .await
         .map_err(|e| ProbeError::Io(format!("cannot start the loopback responder on {ip}: {e}")))?;
@@ -24,7 +28,9 @@ pub async fn probe_loopback(spec: &ProbeSpec, ipv6: bool) -> Result<ProbeResult,
         ..ResponderConfig::default()
     };
     let responder = Responder::new(tcp, udp, config).map_err(|e| ProbeError::Io(e.to_string()))?;
-    let addr = responder.local_addr().map_err(|e| ProbeError::Io(e.to_string()))?;
+    let addr = responder
+        .local_addr()
+        .map_err(|e| ProbeError::Io(e.to_string()))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(responder.serve(async {
         let _ = stop_rx.await;

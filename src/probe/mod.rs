@@ -41,13 +41,22 @@ pub enum ProbeError {
     #[error("{addr} is unreachable: {message}")]
     Unreachable { addr: String, message: String },
     #[error("timed out after {after:?} while {stage}")]
-    Timeout { stage: &'static str, after: Duration },
+    Timeout {
+        stage: &'static str,
+        after: Duration,
+    },
     #[error("responder is busy: {message} (retry after {retry_after:?})")]
-    Busy { retry_after: Duration, message: String },
+    Busy {
+        retry_after: Duration,
+        message: String,
+    },
     #[error("version mismatch: {0}")]
     VersionMismatch(String),
     #[error("responder refused the test ({}): {message}", reason.as_str())]
-    Rejected { reason: RejectReason, message: String },
+    Rejected {
+        reason: RejectReason,
+        message: String,
+    },
     #[error("protocol error: {0}")]
     Protocol(String),
     #[error("the peer ended the test: {0}")]
@@ -96,7 +105,10 @@ impl From<crate::control::ControlError> for ProbeError {
     fn from(e: crate::control::ControlError) -> Self {
         use crate::control::ControlError as C;
         match e {
-            C::Timeout(after) => ProbeError::Timeout { stage: "waiting for the responder", after },
+            C::Timeout(after) => ProbeError::Timeout {
+                stage: "waiting for the responder",
+                after,
+            },
             C::Closed => ProbeError::Aborted("the responder closed the control connection".into()),
             C::Io(e) => ProbeError::Io(format!("control connection: {e}")),
             C::Frame(e) => ProbeError::Protocol(e.to_string()),

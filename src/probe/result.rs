@@ -181,12 +181,30 @@ fn finite(x: f64) -> f64 {
 
 fn cpu_of(streams: &[&StreamStats]) -> f64 {
     let window = streams.iter().map(|s| s.seconds).fold(0.0, f64::max);
-    ratio(streams.iter().map(|s| s.cpu_user_seconds + s.cpu_system_seconds).sum(), window)
+    ratio(
+        streams
+            .iter()
+            .map(|s| s.cpu_user_seconds + s.cpu_system_seconds)
+            .sum(),
+        window,
+    )
 }
 
-fn udp_summary(senders: &[&StreamStats], receivers: &[&StreamStats], sent_bps: f64, recv_bps: f64) -> UdpSummary {
-    let received: Vec<_> = receivers.iter().filter_map(|s| s.udp_received.as_ref()).collect();
-    let sent_packets: u64 = senders.iter().filter_map(|s| s.udp_sent.as_ref()).map(|u| u.packets).sum();
+fn udp_summary(
+    senders: &[&StreamStats],
+    receivers: &[&StreamStats],
+    sent_bps: f64,
+    recv_bps: f64,
+) -> UdpSummary {
+    let received: Vec<_> = receivers
+        .iter()
+        .filter_map(|s| s.udp_received.as_ref())
+        .collect();
+    let sent_packets: u64 = senders
+        .iter()
+        .filter_map(|s| s.udp_sent.as_ref())
+        .map(|u| u.packets)
+        .sum();
     let received_packets: u64 = received.iter().map(|u| u.packets).sum();
     // The sender's own count is the truth about what was offered; the
     // receiver's sequence gaps are a fallback when it is missing.
@@ -195,7 +213,11 @@ fn udp_summary(senders: &[&StreamStats], receivers: &[&StreamStats], sent_bps: f
     } else {
         received.iter().map(|u| u.lost).sum()
     };
-    let offered = if sent_packets > 0 { sent_packets } else { received_packets + lost };
+    let offered = if sent_packets > 0 {
+        sent_packets
+    } else {
+        received_packets + lost
+    };
     UdpSummary {
         packets_sent: sent_packets,
         packets_received: received_packets,
@@ -215,12 +237,24 @@ fn tcp_summary(senders: &[&StreamStats], receivers: &[&StreamStats]) -> TcpSumma
         retransmits: infos.iter().map(|t| t.retransmits).sum(),
         rtt_seconds: mean(infos.iter().map(|t| t.rtt_seconds)),
         rttvar_seconds: mean(infos.iter().map(|t| t.rttvar_seconds)),
-        min_rtt_seconds: infos.iter().map(|t| t.min_rtt_seconds).reduce(f64::min).unwrap_or(0.0),
+        min_rtt_seconds: infos
+            .iter()
+            .map(|t| t.min_rtt_seconds)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
         mss_bytes: infos.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
         cwnd_bytes: infos.iter().map(|t| t.cwnd_bytes).sum(),
         congestion: senders.iter().find_map(|s| s.congestion.clone()),
-        send_buffer_bytes: senders.iter().map(|s| s.send_buffer_bytes).max().unwrap_or(0),
-        receive_buffer_bytes: receivers.iter().map(|s| s.receive_buffer_bytes).max().unwrap_or(0),
+        send_buffer_bytes: senders
+            .iter()
+            .map(|s| s.send_buffer_bytes)
+            .max()
+            .unwrap_or(0),
+        receive_buffer_bytes: receivers
+            .iter()
+            .map(|s| s.receive_buffer_bytes)
+            .max()
+            .unwrap_or(0),
     }
 }
 
@@ -249,13 +283,21 @@ impl ProbeResult {
                 FlowDirection::Receive => (remote, local),
             };
             let pick = |side: &'_ SideStats, role: Role| -> Vec<StreamStats> {
-                side.streams.iter().filter(|s| s.direction == Some(dir) && s.role == Some(role)).cloned().collect()
+                side.streams
+                    .iter()
+                    .filter(|s| s.direction == Some(dir) && s.role == Some(role))
+                    .cloned()
+                    .collect()
             };
             let senders = pick(tx_side, Role::Sender);
             let receivers = pick(rx_side, Role::Receiver);
             let senders_ref: Vec<&StreamStats> = senders.iter().collect();
             let receivers_ref: Vec<&StreamStats> = receivers.iter().collect();
-            let mut ids: Vec<u32> = senders.iter().chain(receivers.iter()).map(|s| s.id).collect();
+            let mut ids: Vec<u32> = senders
+                .iter()
+                .chain(receivers.iter())
+                .map(|s| s.id)
+                .collect();
             ids.sort_unstable();
             ids.dedup();
             for id in ids {
@@ -265,7 +307,8 @@ impl ProbeResult {
                 let seconds = rx.map_or(0.0, |s| s.seconds);
                 let sender_bytes = tx.map_or(0, |s| s.bytes);
                 let sender_seconds = tx.map_or(0.0, |s| s.seconds);
-                let (tx_v, rx_v): (Vec<_>, Vec<_>) = (tx.into_iter().collect(), rx.into_iter().collect());
+                let (tx_v, rx_v): (Vec<_>, Vec<_>) =
+                    (tx.into_iter().collect(), rx.into_iter().collect());
                 streams.push(StreamSummary {
                     id,
                     direction: dir,
@@ -274,13 +317,21 @@ impl ProbeResult {
                     throughput_bits_per_second: bits_per_second(bytes, seconds),
                     sender_bytes,
                     sender_seconds,
-                    sender_throughput_bits_per_second: bits_per_second(sender_bytes, sender_seconds),
+                    sender_throughput_bits_per_second: bits_per_second(
+                        sender_bytes,
+                        sender_seconds,
+                    ),
                     send_buffer_bytes: tx.map_or(0, |s| s.send_buffer_bytes),
                     receive_buffer_bytes: rx.map_or(0, |s| s.receive_buffer_bytes),
                     congestion: tx.and_then(|s| s.congestion.clone()),
                     tcp: tx.and_then(|s| s.tcp.clone()),
                     udp: (ctx.kind == Kind::Udp).then(|| {
-                        udp_summary(&tx_v, &rx_v, bits_per_second(sender_bytes, sender_seconds), bits_per_second(bytes, seconds))
+                        udp_summary(
+                            &tx_v,
+                            &rx_v,
+                            bits_per_second(sender_bytes, sender_seconds),
+                            bits_per_second(bytes, seconds),
+                        )
                     }),
                 });
             }
@@ -300,7 +351,9 @@ impl ProbeResult {
                 sender_cpu_utilization: cpu_of(&senders_ref),
                 receiver_cpu_utilization: cpu_of(&receivers_ref),
                 tcp: (ctx.kind == Kind::Tcp).then(|| tcp_summary(&senders_ref, &receivers_ref)),
-                udp: (ctx.kind == Kind::Udp).then(|| udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput)),
+                udp: (ctx.kind == Kind::Udp).then(|| {
+                    udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput)
+                }),
             });
         }
         let tcp = (ctx.kind == Kind::Tcp).then(|| merge_tcp(&directions));
@@ -314,11 +367,20 @@ impl ProbeResult {
             timestamp_seconds: ctx.timestamp_seconds,
             requested_seconds: ctx.requested_seconds,
             omit_seconds: ctx.omit_seconds,
-            duration_seconds: directions.iter().map(|d| d.duration_seconds).fold(0.0, f64::max),
+            duration_seconds: directions
+                .iter()
+                .map(|d| d.duration_seconds)
+                .fold(0.0, f64::max),
             bytes: directions.iter().map(|d| d.bytes).sum(),
-            throughput_bits_per_second: directions.iter().map(|d| d.throughput_bits_per_second).sum(),
+            throughput_bits_per_second: directions
+                .iter()
+                .map(|d| d.throughput_bits_per_second)
+                .sum(),
             sender_bytes: directions.iter().map(|d| d.sender_bytes).sum(),
-            sender_throughput_bits_per_second: directions.iter().map(|d| d.sender_throughput_bits_per_second).sum(),
+            sender_throughput_bits_per_second: directions
+                .iter()
+                .map(|d| d.sender_throughput_bits_per_second)
+                .sum(),
             streams,
             directions,
             tcp,
@@ -340,12 +402,20 @@ fn merge_tcp(dirs: &[DirectionSummary]) -> TcpSummary {
         retransmits: all.iter().map(|t| t.retransmits).sum(),
         rtt_seconds: mean(all.iter().map(|t| t.rtt_seconds)),
         rttvar_seconds: mean(all.iter().map(|t| t.rttvar_seconds)),
-        min_rtt_seconds: all.iter().map(|t| t.min_rtt_seconds).reduce(f64::min).unwrap_or(0.0),
+        min_rtt_seconds: all
+            .iter()
+            .map(|t| t.min_rtt_seconds)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
         mss_bytes: all.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
         cwnd_bytes: all.iter().map(|t| t.cwnd_bytes).sum(),
         congestion: all.iter().find_map(|t| t.congestion.clone()),
         send_buffer_bytes: all.iter().map(|t| t.send_buffer_bytes).max().unwrap_or(0),
-        receive_buffer_bytes: all.iter().map(|t| t.receive_buffer_bytes).max().unwrap_or(0),
+        receive_buffer_bytes: all
+            .iter()
+            .map(|t| t.receive_buffer_bytes)
+            .max()
+            .unwrap_or(0),
     }
 }
 

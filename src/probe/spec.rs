@@ -185,21 +185,29 @@ impl ProbeSpec {
             return fail("duration and omit must each be at most an hour".into());
         }
         if self.streams == 0 || self.streams > 128 {
-            return fail(format!("streams must be between 1 and 128, got {}", self.streams));
+            return fail(format!(
+                "streams must be between 1 and 128, got {}",
+                self.streams
+            ));
         }
         let len = self.effective_length();
         match self.kind {
-            Kind::Udp if !(crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&len) => fail(format!(
-                "UDP datagram length must be between {} and 65000 bytes, got {len}",
-                crate::protocol::udp::HELLO_LEN
-            )),
-            Kind::Tcp if !(1..=16 << 20).contains(&len) => {
-                fail(format!("TCP buffer length must be between 1 byte and 16 MiB, got {len}"))
+            Kind::Udp if !(crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&len) => {
+                fail(format!(
+                    "UDP datagram length must be between {} and 65000 bytes, got {len}",
+                    crate::protocol::udp::HELLO_LEN
+                ))
             }
+            Kind::Tcp if !(1..=16 << 20).contains(&len) => fail(format!(
+                "TCP buffer length must be between 1 byte and 16 MiB, got {len}"
+            )),
             _ => Ok(()),
         }?;
         if let Some(c) = &self.congestion {
-            if c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            if c.is_empty()
+                || c.len() > 15
+                || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
                 return fail(format!("congestion control {c:?} is not a valid algorithm name (e.g. cubic, bbr, reno)"));
             }
         }
@@ -231,7 +239,10 @@ mod tests {
     #[test]
     fn layout_puts_senders_first_for_bidir() {
         use FlowDirection::*;
-        assert_eq!(stream_layout(Direction::Bidir, 2), vec![Send, Send, Receive, Receive]);
+        assert_eq!(
+            stream_layout(Direction::Bidir, 2),
+            vec![Send, Send, Receive, Receive]
+        );
         assert_eq!(stream_layout(Direction::Receive, 1), vec![Receive]);
         assert_eq!(stream_layout(Direction::Send, 3).len(), 3);
     }
@@ -241,7 +252,10 @@ mod tests {
         let tcp = ProbeSpec::default();
         assert_eq!(tcp.effective_length(), 128 * 1024);
         assert_eq!(tcp.effective_bitrate(), 0);
-        let udp = ProbeSpec { kind: Kind::Udp, ..ProbeSpec::default() };
+        let udp = ProbeSpec {
+            kind: Kind::Udp,
+            ..ProbeSpec::default()
+        };
         assert_eq!(udp.effective_length(), 1448);
         assert_eq!(udp.effective_bitrate(), 1_000_000);
         assert_eq!(udp.to_request().bitrate, 1_000_000);
@@ -249,13 +263,30 @@ mod tests {
 
     #[test]
     fn validation_explains() {
-        let bad = ProbeSpec { streams: 0, ..ProbeSpec::default() };
+        let bad = ProbeSpec {
+            streams: 0,
+            ..ProbeSpec::default()
+        };
         assert!(bad.validate().unwrap_err().0.contains("between 1 and 128"));
-        let bad = ProbeSpec { kind: Kind::Udp, length: Some(10), ..ProbeSpec::default() };
-        assert!(bad.validate().unwrap_err().0.contains("UDP datagram length"));
-        let bad = ProbeSpec { congestion: Some("cub ic".into()), ..ProbeSpec::default() };
+        let bad = ProbeSpec {
+            kind: Kind::Udp,
+            length: Some(10),
+            ..ProbeSpec::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("UDP datagram length"));
+        let bad = ProbeSpec {
+            congestion: Some("cub ic".into()),
+            ..ProbeSpec::default()
+        };
         assert!(bad.validate().is_err());
-        let bad = ProbeSpec { duration: Duration::ZERO, ..ProbeSpec::default() };
+        let bad = ProbeSpec {
+            duration: Duration::ZERO,
+            ..ProbeSpec::default()
+        };
         assert!(bad.validate().is_err());
         assert!(ProbeSpec::default().validate().is_ok());
     }

@@ -76,7 +76,10 @@ pub fn prepare_blocking(stream: &TcpStream) -> std::io::Result<()> {
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted)
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 fn record_buffers(stream: &TcpStream, stats: &mut StreamStats) {

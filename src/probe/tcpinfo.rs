@@ -101,7 +101,14 @@ mod tests {
         let info = TcpInfo::parse(&buf).unwrap();
         assert_eq!(
             info,
-            TcpInfo { snd_mss: 1448, rtt_us: 190, rttvar_us: 20, snd_cwnd: 10, total_retrans: 3, min_rtt_us: Some(150) }
+            TcpInfo {
+                snd_mss: 1448,
+                rtt_us: 190,
+                rttvar_us: 20,
+                snd_cwnd: 10,
+                total_retrans: 3,
+                min_rtt_us: Some(150)
+            }
         );
         // An old kernel's shorter struct has no min_rtt.
         assert_eq!(TcpInfo::parse(&buf[..104]).unwrap().min_rtt_us, None);

@@ -24,23 +24,39 @@ const BATCH: usize = 64;
 const GSO_MAX_BYTES: usize = 65_000;
 /// FIN datagrams sent at the end, so that one survives a lossy path.
 const FIN_COPIES: u32 = 8;
+/// Shortest sleep between paced batches. Waking for every datagram at high
+/// rates costs more CPU than the sending itself; batches this far apart are
+/// still far smoother than a timer-driven sender's millisecond bursts.
+const MIN_SLEEP: Duration = Duration::from_micros(100);
 /// Socket buffer size asked for on UDP data sockets. Large buffers keep a
 /// short stall of the receiving thread from turning into loss.
 pub const UDP_BUFFER: usize = 8 << 20;
 
 fn realtime_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// Sizes the socket buffers; as root, beyond net.core.[rw]mem_max.
 pub fn configure_socket(sock: &UdpSocket, window: Option<u32>) {
     let want = window.map(|w| w as usize).unwrap_or(UDP_BUFFER) as libc::c_int;
     let fd = sock.as_raw_fd();
-    for (force, plain) in [(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)] {
+    for (force, plain) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+    ] {
         // SAFETY: an int option on an open socket.
         unsafe {
             let set = |opt| {
-                libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&want as *const libc::c_int).cast(), 4)
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&want as *const libc::c_int).cast(),
+                    4,
+                )
             };
             if set(force) != 0 {
                 set(plain);
@@ -95,7 +111,11 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let plan = &ctx.plan;
     let len = plan.length as usize;
     let gso = enable_gso(&sock, plan.length);
-    let batch = if gso { BATCH.min(GSO_MAX_BYTES / len).max(1) } else { BATCH };
+    let batch = if gso {
+        BATCH.min(GSO_MAX_BYTES / len).max(1)
+    } else {
+        BATCH
+    };
     let mut buf = vec![0u8; len * batch];
     set_timer_slack();
     let Some(start) = ctx.gate.wait() else { return };
@@ -117,15 +137,22 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         let n = pacer.due(now - start, batch as u64) as usize;
         if n == 0 {
             let next = start + pacer.next_due();
-            let wait = next.saturating_duration_since(Instant::now()).min(POLL_INTERVAL);
+            let wait = next
+                .saturating_duration_since(Instant::now())
+                .clamp(MIN_SLEEP, POLL_INTERVAL);
             std::thread::sleep(wait);
             continue;
         }
         let flags = if meter.is_open() { 0 } else { FLAG_OMIT };
         let send_ns = realtime_ns();
         for i in 0..n {
-            UdpHeader { flags, test_id: plan.test_id, seq: seq + i as u64, send_ns }
-                .write(&mut buf[i * len..]);
+            UdpHeader {
+                flags,
+                test_id: plan.test_id,
+                seq: seq + i as u64,
+                send_ns,
+            }
+            .write(&mut buf[i * len..]);
         }
         let sent = if gso {
             meter.syscalls += 1;
@@ -169,7 +196,13 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     meter.finish(stats);
     record_buffers(&sock, stats);
     let mut fin = [0u8; HEADER_LEN];
-    UdpHeader { flags: FLAG_FIN, test_id: plan.test_id, seq: measured, send_ns: realtime_ns() }.write(&mut fin);
+    UdpHeader {
+        flags: FLAG_FIN,
+        test_id: plan.test_id,
+        seq: measured,
+        send_ns: realtime_ns(),
+    }
+    .write(&mut fin);
     if gso {
         // A FIN is shorter than the segment size; GSO would still take it,
         // but keep it a plain datagram.
@@ -186,8 +219,13 @@ fn disable_gso(sock: &UdpSocket) {
 }
 
 fn transient(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted | ErrorKind::ConnectionRefused)
-        || e.raw_os_error() == Some(libc::ENOBUFS)
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock
+            | ErrorKind::TimedOut
+            | ErrorKind::Interrupted
+            | ErrorKind::ConnectionRefused
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
 /// Buffers for one recvmmsg call: the datagrams and their control messages.
@@ -213,7 +251,10 @@ impl RecvBatch {
         });
         for i in 0..BATCH {
             let base = b.data[i * len..].as_mut_ptr();
-            b.iov.push(libc::iovec { iov_base: base.cast(), iov_len: len });
+            b.iov.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: len,
+            });
         }
         b
     }
@@ -231,7 +272,13 @@ impl RecvBatch {
         // SAFETY: every header points into buffers owned by self, which
         // outlive the call.
         let n = unsafe {
-            libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), BATCH as _, libc::MSG_WAITFORONE, std::ptr::null_mut())
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                BATCH as _,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
         };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
@@ -267,7 +314,13 @@ fn enable_timestamps(sock: &UdpSocket) {
     let on: libc::c_int = 1;
     // SAFETY: an int option on an open socket.
     unsafe {
-        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, (&on as *const libc::c_int).cast(), 4);
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
     }
 }
 
@@ -309,7 +362,9 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         let fallback_ns = realtime_ns();
         for i in 0..n {
             let dgram = batch.datagram(i);
-            let Ok(h) = UdpHeader::parse(dgram) else { continue };
+            let Ok(h) = UdpHeader::parse(dgram) else {
+                continue;
+            };
             if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
                 continue;
             }
@@ -321,7 +376,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                 continue;
             }
             let before = account.unique();
-            account.record(h.seq, h.send_ns, batch.timestamp_ns(i).unwrap_or(fallback_ns));
+            account.record(
+                h.seq,
+                h.send_ns,
+                batch.timestamp_ns(i).unwrap_or(fallback_ns),
+            );
             if account.unique() > before {
                 bytes += dgram.len() as u64;
                 last_arrival = now;

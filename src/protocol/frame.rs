@@ -75,7 +75,10 @@ mod tests {
     #[test]
     fn round_trip() {
         let frame = encode_frame(&hello()).unwrap();
-        assert_eq!(u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
+        assert_eq!(
+            u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize,
+            frame.len() - 4
+        );
         let (msg, used) = decode_frame(&frame).unwrap().unwrap();
         assert_eq!(used, frame.len());
         assert_eq!(msg, hello());
@@ -96,7 +99,10 @@ mod tests {
     fn truncated_frames_need_more_bytes() {
         let frame = encode_frame(&hello()).unwrap();
         for cut in 0..frame.len() {
-            assert!(decode_frame(&frame[..cut]).unwrap().is_none(), "cut at {cut}");
+            assert!(
+                decode_frame(&frame[..cut]).unwrap().is_none(),
+                "cut at {cut}"
+            );
         }
     }
 
@@ -109,7 +115,10 @@ mod tests {
         }
         // An iperf3 client opens with a 37-byte ASCII cookie: as a length it is huge.
         let cookie = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
-        assert!(matches!(decode_frame(cookie), Err(FrameError::Oversized { .. })));
+        assert!(matches!(
+            decode_frame(cookie),
+            Err(FrameError::Oversized { .. })
+        ));
     }
 
     #[test]
@@ -120,13 +129,24 @@ mod tests {
         assert!(matches!(decode_frame(&buf), Err(FrameError::Malformed(_))));
         let mut unknown = 19u32.to_be_bytes().to_vec();
         unknown.extend(b"{\"type\":\"launch\"}  ");
-        assert!(matches!(decode_frame(&unknown), Err(FrameError::Malformed(_))));
-        assert!(matches!(decode_frame(&[0, 0, 0, 0]), Err(FrameError::Empty)));
+        assert!(matches!(
+            decode_frame(&unknown),
+            Err(FrameError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_frame(&[0, 0, 0, 0]),
+            Err(FrameError::Empty)
+        ));
     }
 
     #[test]
     fn encode_refuses_oversized_messages() {
-        let msg = Message::Error { message: "x".repeat(MAX_FRAME_LEN) };
-        assert!(matches!(encode_frame(&msg), Err(FrameError::Oversized { .. })));
+        let msg = Message::Error {
+            message: "x".repeat(MAX_FRAME_LEN),
+        };
+        assert!(matches!(
+            encode_frame(&msg),
+            Err(FrameError::Oversized { .. })
+        ));
     }
 }

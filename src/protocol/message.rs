@@ -185,7 +185,10 @@ pub fn check_hello(hello: &Hello) -> Result<(), (RejectReason, String)> {
     if hello.protocol != PROTOCOL_NAME {
         return Err((
             RejectReason::BadRequest,
-            format!("expected protocol {PROTOCOL_NAME:?}, got {:?}", hello.protocol),
+            format!(
+                "expected protocol {PROTOCOL_NAME:?}, got {:?}",
+                hello.protocol
+            ),
         ));
     }
     if hello.version != PROTOCOL_VERSION {
@@ -240,13 +243,27 @@ mod tests {
         let msgs = vec![
             Message::Hello(Hello::new()),
             Message::Request(request()),
-            Message::Accepted { token: new_token(), request: request() },
-            Message::Busy { retry_after_ms: 5000, message: "busy".into() },
-            Message::Rejected { reason: RejectReason::Limit, message: "too long".into() },
-            Message::DataHello { token: "ab".into(), stream: 3 },
+            Message::Accepted {
+                token: new_token(),
+                request: request(),
+            },
+            Message::Busy {
+                retry_after_ms: 5000,
+                message: "busy".into(),
+            },
+            Message::Rejected {
+                reason: RejectReason::Limit,
+                message: "too long".into(),
+            },
+            Message::DataHello {
+                token: "ab".into(),
+                stream: 3,
+            },
             Message::Ready,
             Message::Start,
-            Message::Error { message: "bye".into() },
+            Message::Error {
+                message: "bye".into(),
+            },
         ];
         for m in msgs {
             let json = serde_json::to_string(&m).unwrap();
@@ -257,14 +274,22 @@ mod tests {
 
     #[test]
     fn wire_form_is_stable() {
-        let json = serde_json::to_string(&Message::DataHello { token: "00ff".into(), stream: 1 }).unwrap();
+        let json = serde_json::to_string(&Message::DataHello {
+            token: "00ff".into(),
+            stream: 1,
+        })
+        .unwrap();
         assert_eq!(json, r#"{"type":"data_hello","token":"00ff","stream":1}"#);
         assert_eq!(total(Direction::Bidir), 4);
         assert_eq!(total(Direction::Send), 2);
     }
 
     fn total(direction: Direction) -> u32 {
-        TestRequest { direction, ..request() }.total_streams()
+        TestRequest {
+            direction,
+            ..request()
+        }
+        .total_streams()
     }
 
     #[test]

@@ -81,8 +81,13 @@ impl UdpHeader {
 /// Builds a hello datagram for `stream` of the test with `token`.
 pub fn hello_datagram(token: &str, stream: u32) -> Vec<u8> {
     let mut buf = vec![0u8; HELLO_LEN];
-    UdpHeader { flags: FLAG_HELLO, test_id: super::message::token_id(token), seq: 0, send_ns: 0 }
-        .write(&mut buf);
+    UdpHeader {
+        flags: FLAG_HELLO,
+        test_id: super::message::token_id(token),
+        seq: 0,
+        send_ns: 0,
+    }
+    .write(&mut buf);
     let raw = token_bytes(token);
     buf[HEADER_LEN..HEADER_LEN + 16].copy_from_slice(&raw);
     buf[HEADER_LEN + 16..].copy_from_slice(&stream.to_be_bytes());
@@ -95,7 +100,10 @@ pub fn parse_hello(buf: &[u8]) -> Option<(String, u32)> {
     if header.flags & FLAG_HELLO == 0 || buf.len() < HELLO_LEN {
         return None;
     }
-    let token: String = buf[HEADER_LEN..HEADER_LEN + 16].iter().map(|b| format!("{b:02x}")).collect();
+    let token: String = buf[HEADER_LEN..HEADER_LEN + 16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let stream = u32::from_be_bytes(buf[HEADER_LEN + 16..HELLO_LEN].try_into().ok()?);
     Some((token, stream))
 }
@@ -103,7 +111,10 @@ pub fn parse_hello(buf: &[u8]) -> Option<(String, u32)> {
 fn token_bytes(token: &str) -> [u8; 16] {
     let mut raw = [0u8; 16];
     for (i, byte) in raw.iter_mut().enumerate() {
-        *byte = token.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).unwrap_or(0);
+        *byte = token
+            .get(2 * i..2 * i + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .unwrap_or(0);
     }
     raw
 }
@@ -114,11 +125,19 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_layout() {
-        let h = UdpHeader { flags: FLAG_OMIT, test_id: 0x0102_0304, seq: 0x1122_3344_5566_7788, send_ns: 42 };
+        let h = UdpHeader {
+            flags: FLAG_OMIT,
+            test_id: 0x0102_0304,
+            seq: 0x1122_3344_5566_7788,
+            send_ns: 42,
+        };
         let mut buf = [0u8; 64];
         h.write(&mut buf);
         assert_eq!(&buf[..8], &[b'p', b'p', 1, FLAG_OMIT, 1, 2, 3, 4]);
-        assert_eq!(&buf[8..16], &[0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+        assert_eq!(
+            &buf[8..16],
+            &[0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+        );
         assert_eq!(UdpHeader::parse(&buf).unwrap(), h);
         assert_eq!(UdpHeader::parse(&buf[..HEADER_LEN]).unwrap(), h);
     }
@@ -126,7 +145,13 @@ mod tests {
     #[test]
     fn bad_datagrams_are_errors() {
         let mut buf = [0u8; 32];
-        UdpHeader { flags: 0, test_id: 1, seq: 1, send_ns: 1 }.write(&mut buf);
+        UdpHeader {
+            flags: 0,
+            test_id: 1,
+            seq: 1,
+            send_ns: 1,
+        }
+        .write(&mut buf);
         assert_eq!(UdpHeader::parse(&buf[..23]), Err(UdpHeaderError::Short(23)));
         assert_eq!(UdpHeader::parse(&[]), Err(UdpHeaderError::Short(0)));
         let mut bad = buf;

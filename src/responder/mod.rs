@@ -106,12 +106,17 @@ impl Shared {
         }
         running.push(expected_end);
         self.counters.active_tests.fetch_add(1, Ordering::Relaxed);
-        Ok(SlotGuard { shared: self, end: expected_end })
+        Ok(SlotGuard {
+            shared: self,
+            end: expected_end,
+        })
     }
 
     fn register(&self, token: &str, peer: IpAddr, stream: u32, socket: DataSocket) -> bool {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(test) = pending.get_mut(token) else { return false };
+        let Some(test) = pending.get_mut(token) else {
+            return false;
+        };
         if test.peer_ip != peer || stream >= test.total_streams || !test.registered.insert(stream) {
             return false;
         }
@@ -120,9 +125,9 @@ impl Shared {
 
     fn knows(&self, token: &str, peer: IpAddr, stream: u32) -> bool {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending
-            .get(token)
-            .is_some_and(|t| t.peer_ip == peer && stream < t.total_streams && !t.registered.contains(&stream))
+        pending.get(token).is_some_and(|t| {
+            t.peer_ip == peer && stream < t.total_streams && !t.registered.contains(&stream)
+        })
     }
 }
 
@@ -133,11 +138,18 @@ struct SlotGuard<'a> {
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        let mut running = self.shared.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(i) = running.iter().position(|t| *t == self.end) {
             running.remove(i);
         }
-        self.shared.counters.active_tests.fetch_sub(1, Ordering::Relaxed);
+        self.shared
+            .counters
+            .active_tests
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -153,11 +165,18 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, UdpSocket)>
             Err(e) => return Err(e),
         }
     }
-    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "no port free for both TCP and UDP"))
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no port free for both TCP and UDP",
+    ))
 }
 
 fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
     if addr.is_ipv6() {
         // Listen on [::] for IPv4 probers too, as iperf3 does.
         let _ = sock.set_only_v6(false);
@@ -177,7 +196,11 @@ pub struct Responder {
 }
 
 impl Responder {
-    pub fn new(tcp: TcpListener, udp: UdpSocket, config: ResponderConfig) -> std::io::Result<Responder> {
+    pub fn new(
+        tcp: TcpListener,
+        udp: UdpSocket,
+        config: ResponderConfig,
+    ) -> std::io::Result<Responder> {
         Ok(Responder {
             shared: Arc::new(Shared {
                 config,

@@ -29,11 +29,24 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     if let Err((reason, message)) = check_hello(&hello) {
         ResponderCounters::inc(&counters.rejected_version);
         tracing::info!(%peer, %message, "prober rejected");
-        let _ = write_message(&mut control, &Message::Rejected { reason, message }, timeout).await;
+        let _ = write_message(
+            &mut control,
+            &Message::Rejected { reason, message },
+            timeout,
+        )
+        .await;
         return;
     }
-    let welcome = Welcome { version: crate::protocol::PROTOCOL_VERSION, software: software(), limits: shared.config.limits(), auth: None };
-    if write_message(&mut control, &Message::Welcome(welcome), timeout).await.is_err() {
+    let welcome = Welcome {
+        version: crate::protocol::PROTOCOL_VERSION,
+        software: software(),
+        limits: shared.config.limits(),
+        auth: None,
+    };
+    if write_message(&mut control, &Message::Welcome(welcome), timeout)
+        .await
+        .is_err()
+    {
         return;
     }
     let request = match read_message(&mut control, timeout).await {
@@ -51,7 +64,15 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     if let Err(message) = check_limits(&request, &shared.config) {
         ResponderCounters::inc(&counters.rejected_limit);
         tracing::info!(%peer, %message, "test refused");
-        let _ = write_message(&mut control, &Message::Rejected { reason: RejectReason::Limit, message }, timeout).await;
+        let _ = write_message(
+            &mut control,
+            &Message::Rejected {
+                reason: RejectReason::Limit,
+                message,
+            },
+            timeout,
+        )
+        .await;
         return;
     }
     let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
@@ -62,7 +83,10 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             tracing::info!(%peer, "busy: a test is already running");
             let msg = Message::Busy {
                 retry_after_ms: retry_after.as_millis() as u64,
-                message: format!("responder is running another test; retry in {:.0} s", retry_after.as_secs_f64().ceil()),
+                message: format!(
+                    "responder is running another test; retry in {:.0} s",
+                    retry_after.as_secs_f64().ceil()
+                ),
             };
             let _ = write_message(&mut control, &msg, timeout).await;
             return;
@@ -76,7 +100,14 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
         Err(e) => {
             ResponderCounters::inc(&counters.tests_failed);
             tracing::info!(%peer, error = %e, "test failed");
-            let _ = write_message(&mut control, &Message::Error { message: e.to_string() }, Duration::from_secs(1)).await;
+            let _ = write_message(
+                &mut control,
+                &Message::Error {
+                    message: e.to_string(),
+                },
+                Duration::from_secs(1),
+            )
+            .await;
             false
         }
     };
@@ -95,17 +126,31 @@ fn count_control_error(shared: &Shared, e: &ControlError) {
 pub fn check_limits(r: &TestRequest, c: &super::ResponderConfig) -> Result<(), String> {
     let asked = Duration::from_millis(r.duration_ms.saturating_add(r.omit_ms));
     if asked > c.max_duration {
-        return Err(format!("duration {:.1} s (with omit) exceeds this responder's maximum of {:.0} s", asked.as_secs_f64(), c.max_duration.as_secs_f64()));
+        return Err(format!(
+            "duration {:.1} s (with omit) exceeds this responder's maximum of {:.0} s",
+            asked.as_secs_f64(),
+            c.max_duration.as_secs_f64()
+        ));
     }
     if r.duration_ms == 0 {
         return Err("duration must be greater than zero".into());
     }
     if r.streams == 0 || r.streams > c.max_streams {
-        return Err(format!("{} streams requested; this responder allows 1 to {}", r.streams, c.max_streams));
+        return Err(format!(
+            "{} streams requested; this responder allows 1 to {}",
+            r.streams, c.max_streams
+        ));
     }
     if c.max_bitrate > 0 && (r.bitrate == 0 || r.bitrate > c.max_bitrate) {
-        let asked = if r.bitrate == 0 { "an unlimited rate".to_string() } else { format!("{} bit/s", r.bitrate) };
-        return Err(format!("{asked} requested; this responder allows at most {} bit/s", c.max_bitrate));
+        let asked = if r.bitrate == 0 {
+            "an unlimited rate".to_string()
+        } else {
+            format!("{} bit/s", r.bitrate)
+        };
+        return Err(format!(
+            "{asked} requested; this responder allows at most {} bit/s",
+            c.max_bitrate
+        ));
     }
     let len_ok = match r.kind {
         Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&r.length),
@@ -126,32 +171,62 @@ enum TestError {
     #[error("{0}")]
     Control(#[from] ControlError),
     #[error("only {got} of {want} data streams arrived within {timeout:?}")]
-    MissingStreams { got: usize, want: usize, timeout: Duration },
+    MissingStreams {
+        got: usize,
+        want: usize,
+        timeout: Duration,
+    },
     #[error("expected {expected}, got {got}")]
     Unexpected { expected: &'static str, got: String },
     #[error("data stream set-up failed: {0}")]
     Io(#[from] std::io::Error),
 }
 
-async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestRequest, shared: &Shared) -> Result<(), TestError> {
+async fn run_test(
+    control: &mut TcpStream,
+    peer: SocketAddr,
+    request: &TestRequest,
+    shared: &Shared,
+) -> Result<(), TestError> {
     let timeout = shared.config.idle_timeout;
     let token = new_token();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let total = request.total_streams();
-    shared.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        token.clone(),
-        PendingTest { peer_ip: peer.ip(), total_streams: total, registered: Default::default(), tx },
-    );
+    shared
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            token.clone(),
+            PendingTest {
+                peer_ip: peer.ip(),
+                total_streams: total,
+                registered: Default::default(),
+                tx,
+            },
+        );
     // Unregister the token whatever happens below.
     struct Unregister<'a>(&'a Shared, String);
     impl Drop for Unregister<'_> {
         fn drop(&mut self) {
-            self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+            self.0
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.1);
         }
     }
     let _unregister = Unregister(shared, token.clone());
 
-    write_message(control, &Message::Accepted { token: token.clone(), request: request.clone() }, timeout).await?;
+    write_message(
+        control,
+        &Message::Accepted {
+            token: token.clone(),
+            request: request.clone(),
+        },
+        timeout,
+    )
+    .await?;
 
     let mut sockets = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -160,13 +235,24 @@ async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestReque
             Ok(Some((id, sock))) => {
                 sockets.insert(id, sock);
             }
-            _ => return Err(TestError::MissingStreams { got: sockets.len(), want: total as usize, timeout }),
+            _ => {
+                return Err(TestError::MissingStreams {
+                    got: sockets.len(),
+                    want: total as usize,
+                    timeout,
+                })
+            }
         }
     }
     write_message(control, &Message::Ready, timeout).await?;
     match read_message(control, timeout).await? {
         Message::Start => {}
-        other => return Err(TestError::Unexpected { expected: "start", got: format!("{other:?}") }),
+        other => {
+            return Err(TestError::Unexpected {
+                expected: "start",
+                got: format!("{other:?}"),
+            })
+        }
     }
 
     let layout = stream_layout(request.direction, request.streams);
@@ -182,7 +268,11 @@ async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestReque
     for (id, socket) in sockets {
         let direction = layout[id as usize];
         // The prober's send direction is the responder's receive.
-        let role = if direction == FlowDirection::Send { Role::Receiver } else { Role::Sender };
+        let role = if direction == FlowDirection::Send {
+            Role::Receiver
+        } else {
+            Role::Sender
+        };
         match &socket {
             DataSocket::Tcp(s) => apply_options(&socket2::SockRef::from(s), &tcp_opts, ipv6)?,
             DataSocket::Udp(s) => {
@@ -192,7 +282,12 @@ async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestReque
                 }
             }
         }
-        jobs.push(StreamJob { id, direction, role, socket });
+        jobs.push(StreamJob {
+            id,
+            direction,
+            role,
+            socket,
+        });
     }
     let plan = Plan {
         omit: Duration::from_millis(request.omit_ms),
@@ -203,7 +298,10 @@ async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestReque
         test_id: token_id(&token),
     };
     let interface = crate::host::interface_for_peer(peer.ip());
-    let irqs = interface.as_deref().map(crate::host::interface_irqs).unwrap_or_default();
+    let irqs = interface
+        .as_deref()
+        .map(crate::host::interface_irqs)
+        .unwrap_or_default();
     let side = SideRun::spawn(jobs, plan, irqs)?;
     let stop = side.stop.clone();
     let run = side.run(DRAIN_GRACE);
@@ -221,7 +319,12 @@ async fn run_test(control: &mut TcpStream, peer: SocketAddr, request: &TestReque
     };
     let bytes: u64 = streams.iter().map(|s| s.bytes).sum();
     shared.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-    let stats = SideStats { streams, host, kernel_release: crate::host::kernel_release(), interface };
+    let stats = SideStats {
+        streams,
+        host,
+        kernel_release: crate::host::kernel_release(),
+        interface,
+    };
     write_message(control, &Message::Results(Box::new(stats)), timeout).await?;
     // Let the prober read the results and close first.
     let _ = read_message(control, Duration::from_secs(2)).await;

@@ -18,7 +18,11 @@ use crate::probe::datapath::DataSocket;
 use crate::protocol::udp::parse_hello;
 
 fn socket_for(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
-    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, None)?;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        None,
+    )?;
     if addr.is_ipv6() {
         let _ = sock.set_only_v6(false);
     }

@@ -76,7 +76,7 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
         return;
     }
     let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
-    let _slot = match shared.try_claim(Instant::now() + planned + DRAIN_GRACE) {
+    let slot = match shared.try_claim(Instant::now() + planned + DRAIN_GRACE) {
         Ok(slot) => slot,
         Err(retry_after) => {
             ResponderCounters::inc(&counters.rejected_busy);
@@ -111,7 +111,13 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             false
         }
     };
+    // Free the slot before waiting for the prober to hang up, so that its
+    // next probe, perhaps already on the way, is not told "busy".
+    drop(slot);
     tracing::debug!(%peer, ok, "test finished");
+    if ok {
+        let _ = read_message(&mut control, Duration::from_secs(2)).await;
+    }
 }
 
 fn count_control_error(shared: &Shared, e: &ControlError) {
@@ -326,7 +332,5 @@ async fn run_test(
         interface,
     };
     write_message(control, &Message::Results(Box::new(stats)), timeout).await?;
-    // Let the prober read the results and close first.
-    let _ = read_message(control, Duration::from_secs(2)).await;
     Ok(())
 }

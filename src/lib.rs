@@ -11,6 +11,7 @@
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
+//! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod control;
@@ -19,4 +20,5 @@ pub mod probe;
 pub mod protocol;
 pub mod report;
 pub mod responder;
+pub mod scheduler;
 pub mod units;

@@ -245,7 +245,10 @@ async fn run_respond(args: RespondArgs) -> anyhow::Result<()> {
     };
     let responder = Responder::new(tcp, udp, config).context("starting the responder")?;
     // Like iperf3's "Server listening on 5201"; with --port 0 it tells the port.
-    println!("pathprobe responder listening on {} (TCP and UDP)", responder.local_addr()?);
+    println!(
+        "pathprobe responder listening on {} (TCP and UDP)",
+        responder.local_addr()?
+    );
     responder.serve(shutdown_signal()).await;
     Ok(())
 }

@@ -30,10 +30,13 @@ async fn run(kind: Kind, direction: Direction, streams: u32) -> ProbeResult {
         bitrate: (kind == Kind::Udp).then_some(200_000_000),
         ..ProbeSpec::default()
     };
-    tokio::time::timeout(Duration::from_secs(20), probe::probe(&Target::from_addr(addr), &spec))
-        .await
-        .expect("probe finished in time")
-        .expect("probe succeeded")
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        probe::probe(&Target::from_addr(addr), &spec),
+    )
+    .await
+    .expect("probe finished in time")
+    .expect("probe succeeded")
 }
 
 fn check_common(r: &ProbeResult, kind: Kind, direction: Direction, streams: u32) {
@@ -50,8 +53,14 @@ fn check_common(r: &ProbeResult, kind: Kind, direction: Direction, streams: u32)
             d.duration_seconds
         );
         assert!(d.throughput_bits_per_second > 0.0);
-        assert!(d.sender_bytes >= d.bytes, "receiver got more than was sent: {d:?}");
-        assert!(d.sender_cpu_utilization > 0.0 && d.receiver_cpu_utilization > 0.0, "{d:?}");
+        assert!(
+            d.sender_bytes >= d.bytes,
+            "receiver got more than was sent: {d:?}"
+        );
+        assert!(
+            d.sender_cpu_utilization > 0.0 && d.receiver_cpu_utilization > 0.0,
+            "{d:?}"
+        );
     }
     for s in &r.streams {
         assert!(s.bytes > 0, "stream {s:?}");
@@ -66,7 +75,16 @@ fn check_common(r: &ProbeResult, kind: Kind, direction: Direction, streams: u32)
     assert!(r.local.interrupts > 0 && r.remote.interrupts > 0);
     let json = pathprobe::report::json(r);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    for key in ["kind", "direction", "duration_seconds", "bytes", "throughput_bits_per_second", "streams", "local", "remote"] {
+    for key in [
+        "kind",
+        "direction",
+        "duration_seconds",
+        "bytes",
+        "throughput_bits_per_second",
+        "streams",
+        "local",
+        "remote",
+    ] {
         assert!(v.get(key).is_some(), "JSON lacks {key}");
     }
     for side in ["local", "remote"] {
@@ -95,14 +113,27 @@ fn check_udp(r: &ProbeResult) {
     // 200 Mbit/s of 1448-byte datagrams for 1 s per direction.
     let per_direction = 200e6 / (1448.0 * 8.0);
     let expected = per_direction * r.directions.len() as f64;
-    assert!((u.packets_sent as f64 - expected).abs() / expected < 0.02, "sent {} expected {expected}", u.packets_sent);
+    assert!(
+        (u.packets_sent as f64 - expected).abs() / expected < 0.02,
+        "sent {} expected {expected}",
+        u.packets_sent
+    );
     // Loopback at 200 Mbit/s, paced: nothing should be lost.
     assert!(u.loss_ratio < 0.001, "{u:?}");
     for d in &r.directions {
-        assert!((d.sender_throughput_bits_per_second - 200e6).abs() / 200e6 < 0.02, "{d:?}");
+        assert!(
+            (d.sender_throughput_bits_per_second - 200e6).abs() / 200e6 < 0.02,
+            "{d:?}"
+        );
     }
     let v: serde_json::Value = serde_json::from_str(&pathprobe::report::json(r)).unwrap();
-    for key in ["packets_sent", "packets_received", "packets_lost", "loss_ratio", "jitter_seconds"] {
+    for key in [
+        "packets_sent",
+        "packets_received",
+        "packets_lost",
+        "loss_ratio",
+        "jitter_seconds",
+    ] {
         assert!(v["udp"].get(key).is_some(), "JSON udp lacks {key}");
     }
 }
@@ -163,14 +194,25 @@ async fn omit_excludes_the_warm_up() {
     let u = r.udp.unwrap();
     // Only the measured second counts: 100 Mbit/s of 1448-byte datagrams.
     let expected = 100e6 / (1448.0 * 8.0);
-    assert!((u.packets_sent as f64 - expected).abs() / expected < 0.02, "{}", u.packets_sent);
-    assert!((r.duration_seconds - 1.0).abs() < 0.05, "{}", r.duration_seconds);
+    assert!(
+        (u.packets_sent as f64 - expected).abs() / expected < 0.02,
+        "{}",
+        u.packets_sent
+    );
+    assert!(
+        (r.duration_seconds - 1.0).abs() < 0.05,
+        "{}",
+        r.duration_seconds
+    );
     assert_eq!(r.omit_seconds, 0.5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_probe_runs_its_own_responder() {
-    let spec = ProbeSpec { duration: Duration::from_millis(500), ..ProbeSpec::default() };
+    let spec = ProbeSpec {
+        duration: Duration::from_millis(500),
+        ..ProbeSpec::default()
+    };
     let r = probe::loopback::probe_loopback(&spec, false).await.unwrap();
     assert!(r.throughput_bits_per_second > 0.0);
     assert!(r.remote_address.starts_with("127.0.0.1:"));

@@ -81,6 +81,21 @@ impl ResponderCounters {
     }
 }
 
+/// Changes a running responder's limits (on config reload); tests already
+/// admitted keep the limits they were admitted under.
+#[derive(Clone)]
+pub struct ResponderHandle(Arc<Shared>);
+
+impl ResponderHandle {
+    pub fn set_config(&self, config: ResponderConfig) {
+        *self.0.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    pub fn counters(&self) -> Arc<ResponderCounters> {
+        self.0.counters.clone()
+    }
+}
+
 /// A test waiting for its data connections and flows.
 struct PendingTest {
     peer_ip: IpAddr,
@@ -90,17 +105,25 @@ struct PendingTest {
 }
 
 pub(crate) struct Shared {
-    config: ResponderConfig,
+    config: std::sync::RwLock<ResponderConfig>,
     pub(crate) counters: Arc<ResponderCounters>,
     pending: Mutex<HashMap<String, PendingTest>>,
     running: Mutex<Vec<Instant>>,
 }
 
 impl Shared {
+    /// The limits in force now; a reload may change them between tests.
+    pub(crate) fn config(&self) -> ResponderConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Claims a test slot; on refusal returns how long until one frees up.
     fn try_claim(&self, expected_end: Instant) -> Result<SlotGuard<'_>, Duration> {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.len() >= self.config.max_concurrent_tests {
+        if running.len() >= self.config().max_concurrent_tests {
             let soonest = running.iter().min().copied().unwrap_or_else(Instant::now);
             return Err(soonest.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
         }
@@ -203,7 +226,7 @@ impl Responder {
     ) -> std::io::Result<Responder> {
         Ok(Responder {
             shared: Arc::new(Shared {
-                config,
+                config: std::sync::RwLock::new(config),
                 counters: Arc::default(),
                 pending: Mutex::default(),
                 running: Mutex::default(),
@@ -219,6 +242,11 @@ impl Responder {
 
     pub fn counters(&self) -> Arc<ResponderCounters> {
         self.shared.counters.clone()
+    }
+
+    /// A handle that changes the limits of the running responder.
+    pub fn handle(&self) -> ResponderHandle {
+        ResponderHandle(self.shared.clone())
     }
 
     /// Serves until `shutdown` completes. Tests in progress are stopped
@@ -253,7 +281,7 @@ impl Responder {
 
 async fn handle_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let peer = normalize(peer);
-    let first = read_message(&mut stream, shared.config.idle_timeout).await;
+    let first = read_message(&mut stream, shared.config().idle_timeout).await;
     match first {
         Ok(Message::Hello(hello)) => session::run(stream, peer, hello, &shared).await,
         Ok(Message::DataHello { token, stream: id }) => {

@@ -24,7 +24,8 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(3);
 
 pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, shared: &Shared) {
     let _ = control.set_nodelay(true);
-    let timeout = shared.config.idle_timeout;
+    let config = shared.config();
+    let timeout = config.idle_timeout;
     let counters = &shared.counters;
     if let Err((reason, message)) = check_hello(&hello) {
         ResponderCounters::inc(&counters.rejected_version);
@@ -40,7 +41,7 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     let welcome = Welcome {
         version: crate::protocol::PROTOCOL_VERSION,
         software: software(),
-        limits: shared.config.limits(),
+        limits: config.limits(),
         auth: None,
     };
     if write_message(&mut control, &Message::Welcome(welcome), timeout)
@@ -61,7 +62,7 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             return;
         }
     };
-    if let Err(message) = check_limits(&request, &shared.config) {
+    if let Err(message) = check_limits(&request, &config) {
         ResponderCounters::inc(&counters.rejected_limit);
         tracing::info!(%peer, %message, "test refused");
         let _ = write_message(
@@ -194,7 +195,7 @@ async fn run_test(
     request: &TestRequest,
     shared: &Shared,
 ) -> Result<(), TestError> {
-    let timeout = shared.config.idle_timeout;
+    let timeout = shared.config().idle_timeout;
     let token = new_token();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let total = request.total_streams();

@@ -9,12 +9,14 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
+pub mod config;
 pub mod control;
 pub mod host;
 pub mod http;

@@ -11,6 +11,7 @@
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
 //! - [`control`]: reading and writing control messages with timeouts.
+//! - [`discovery`]: keeps file_sd and DNS discovered peers current.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
@@ -18,6 +19,7 @@
 
 pub mod config;
 pub mod control;
+pub mod discovery;
 pub mod host;
 pub mod http;
 pub mod probe;

@@ -9,12 +9,14 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod control;
 pub mod host;
+pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod report;

@@ -10,6 +10,7 @@
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
+//! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`discovery`]: keeps file_sd and DNS discovered peers current.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
@@ -22,6 +23,7 @@ pub mod control;
 pub mod discovery;
 pub mod host;
 pub mod http;
+pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod report;

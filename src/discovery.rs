@@ -34,6 +34,7 @@ pub struct DiscoveredTarget {
 pub struct Discovery {
     pub targets: watch::Receiver<Vec<DiscoveredTarget>>,
     tasks: JoinSet<()>,
+    sources: (Vec<FileSdConfig>, Vec<DnsSdConfig>, PathBuf),
 }
 
 impl Discovery {
@@ -77,7 +78,22 @@ impl Discovery {
                 });
             }
         });
-        Discovery { targets, tasks }
+        Discovery {
+            targets,
+            tasks,
+            sources: (file_sd.to_vec(), dns.to_vec(), base_dir.to_path_buf()),
+        }
+    }
+
+    /// Whether these tasks already watch exactly these sources, so that a
+    /// reload that left discovery alone keeps them (and their last results).
+    pub fn same_sources(
+        &self,
+        file_sd: &[FileSdConfig],
+        dns: &[DnsSdConfig],
+        base_dir: &Path,
+    ) -> bool {
+        self.sources.0 == file_sd && self.sources.1 == dns && self.sources.2 == base_dir
     }
 
     pub async fn stop(mut self) {

@@ -212,6 +212,7 @@ pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Fu
                 conns.spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
                     let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
                         .header_read_timeout(Duration::from_secs(10))
                         .serve_connection(TokioIo::new(stream), service);
                     if let Err(e) = conn.await {

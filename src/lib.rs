@@ -16,6 +16,7 @@
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
+//! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod config;
@@ -29,4 +30,5 @@ pub mod protocol;
 pub mod report;
 pub mod responder;
 pub mod scheduler;
+pub mod service;
 pub mod units;

@@ -1,6 +1,7 @@
 //! The `pathprobe` binary: parses flags and calls the library.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,6 +31,29 @@ enum Command {
     Respond(RespondArgs),
     /// Run one probe against a responder and print the result.
     Probe(ProbeArgs),
+    /// The service: responder, scheduled probes, Prometheus metrics.
+    Serve(ServeArgs),
+    /// Validate a configuration file; exits non-zero with the error.
+    CheckConfig {
+        /// The configuration file (YAML).
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Configuration file; without it, the embedded default (config/pathprobe.yml).
+    #[arg(long = "config.file", value_name = "FILE")]
+    config_file: Option<PathBuf>,
+    /// Address for /metrics, /probe and the other HTTP endpoints.
+    #[arg(long = "web.listen-address", value_name = "ADDR", default_value = pathprobe::service::DEFAULT_WEB_LISTEN)]
+    web_listen_address: SocketAddr,
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long = "log.level", value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+    /// Log format.
+    #[arg(long = "log.format", value_name = "FORMAT", default_value = "logfmt", value_parser = ["logfmt", "json"])]
+    log_format: String,
 }
 
 #[derive(Args)]
@@ -195,6 +219,89 @@ fn init_logging(default: &str) {
         .init();
 }
 
+/// Logging for the service, as Prometheus' exporters do it: logfmt or JSON
+/// on stderr, at `--log.level`.
+fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| {
+        format!("invalid --log.level {level:?}: expected error, warn, info, debug or trace")
+    })?;
+    let registry = tracing_subscriber::registry().with(filter);
+    if format == "json" {
+        registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .init();
+    } else {
+        registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .event_format(tracing_logfmt::EventsFormatter::default())
+                    .fmt_fields(tracing_logfmt::FieldsFormatter::default())
+                    .with_writer(std::io::stderr),
+            )
+            .init();
+    }
+    Ok(())
+}
+
+async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    use pathprobe::service::{self, ConfigSource, Listeners};
+    let source = match args.config_file {
+        Some(p) => ConfigSource::File(p),
+        None => ConfigSource::Embedded,
+    };
+    let http = bind_http(args.web_listen_address)
+        .with_context(|| format!("cannot listen on {} for HTTP", args.web_listen_address))?;
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            if reload_tx.send(()).await.is_err() {
+                break;
+            }
+        }
+    });
+    service::run(
+        source,
+        Listeners {
+            http,
+            responder: None,
+        },
+        reload_rx,
+        shutdown_signal(),
+    )
+    .await
+}
+
+fn bind_http(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    if addr.is_ipv6() {
+        let _ = sock.set_only_v6(false);
+    }
+    sock.set_reuse_address(true)?;
+    sock.set_nonblocking(true)?;
+    match sock.bind(&addr.into()) {
+        // No IPv6 on this host: the default [::] falls back to 0.0.0.0.
+        Err(_) if addr.ip() == IpAddr::from([0u16; 8]) => {
+            return bind_http(SocketAddr::new(IpAddr::from([0u8; 4]), addr.port()))
+        }
+        other => other?,
+    }
+    sock.listen(1024)?;
+    tokio::net::TcpListener::from_std(sock.into())
+}
+
 async fn run_probe(args: ProbeArgs) -> ExitCode {
     let outcome = async {
         let spec = args.spec()?;
@@ -281,6 +388,30 @@ fn main() -> ExitCode {
         Command::Probe(args) => {
             init_logging("warn");
             runtime.block_on(run_probe(args))
+        }
+        Command::CheckConfig { file } => match pathprobe::config::check_config_file(&file) {
+            Ok(summary) => {
+                println!("{}: OK ({summary})", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Serve(args) => {
+            if let Err(e) = init_service_logging(&args.log_level, &args.log_format) {
+                eprintln!("pathprobe: {e:#}");
+                return ExitCode::from(2);
+            }
+            match runtime.block_on(run_serve(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "pathprobe serve failed");
+                    eprintln!("pathprobe: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Respond(args) => {
             init_logging("info");

@@ -195,6 +195,12 @@ where
         }
     }
 
+    /// The slots probes take; others that must not overlap probes (a
+    /// `/probe` request) take them too.
+    pub fn slots(&self) -> Arc<Semaphore> {
+        self.slots.clone()
+    }
+
     pub fn keys(&self) -> Vec<JobKey> {
         let mut k: Vec<_> = self.tasks.keys().cloned().collect();
         k.sort();

@@ -252,7 +252,7 @@ impl Responder {
     /// Serves until `shutdown` completes. Tests in progress are stopped
     /// (their threads see the stop flag) when their tasks are dropped.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        tracing::info!(addr = ?self.tcp.local_addr().ok(), "responder listening");
+        tracing::debug!(addr = ?self.tcp.local_addr().ok(), "responder listening");
         let mut tasks = tokio::task::JoinSet::new();
         let udp_task = tokio::spawn(udp::serve_hellos(self.udp.clone(), self.shared.clone()));
         tokio::pin!(shutdown);
@@ -275,7 +275,7 @@ impl Responder {
         }
         udp_task.abort();
         tasks.shutdown().await;
-        tracing::info!("responder stopped");
+        tracing::debug!("responder stopped");
     }
 }
 

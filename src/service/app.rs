@@ -1,0 +1,186 @@
+//! The service behind the HTTP endpoints: renders metrics from the store,
+//! runs `/probe` requests, forwards reloads, and draws the landing page.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::http::{App, ProbeRequestError, ProbeResponse};
+use crate::metrics::{ProbeFailure, ProbeOutcome};
+use crate::probe::Target;
+use crate::protocol::DEFAULT_PORT;
+use crate::scheduler::BoxFuture;
+
+use super::runner::run_contained;
+use super::Shared;
+
+pub struct ServiceApp(pub Arc<Shared>);
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+impl App for ServiceApp {
+    fn metrics(&self) -> String {
+        let s = &self.0;
+        let host = s
+            .host_metrics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let counters = s.responder.as_ref().map(|r| r.counters());
+        match crate::metrics::render(&s.store, &host, counters.as_deref(), &s.state) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::error!(error = %e, "rendering metrics failed");
+                format!("# rendering metrics failed: {e}\n")
+            }
+        }
+    }
+
+    fn probe(
+        &self,
+        target: String,
+        module: String,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>> {
+        let shared = self.0.clone();
+        Box::pin(async move {
+            let config = shared.config();
+            let Some(m) = config.module(&module).cloned() else {
+                let known: Vec<&str> = config.modules.keys().map(String::as_str).collect();
+                return Err(ProbeRequestError::BadRequest(format!(
+                    "unknown module {module:?}; this configuration has: {}",
+                    known.join(", ")
+                )));
+            };
+            let endpoint = if m.is_loopback() {
+                None
+            } else {
+                Some(
+                    Target::parse(&target, DEFAULT_PORT)
+                        .map_err(|e| ProbeRequestError::BadRequest(e.to_string()))?,
+                )
+            };
+            let budget = timeout
+                .unwrap_or(m.effective_timeout())
+                .min(m.effective_timeout() * 2);
+            let deadline = Instant::now() + budget;
+            let mut debug = format!(
+                "Probing {target} with module {module} ({}), within {budget:?}\n",
+                m.kind.as_str()
+            );
+            let slots = shared
+                .slots
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let mut outcomes = Vec::new();
+            for (direction, spec) in m.specs() {
+                let started = SystemTime::now();
+                let clock = Instant::now();
+                let _ = writeln!(debug, "- {direction} probe: {spec:?}");
+                let result = match tokio::time::timeout_at(deadline.into(), async {
+                    // Wait for any scheduled probe to finish: concurrent probes
+                    // share the NIC and spoil each other's figures.
+                    let _permit = slots.acquire().await;
+                    run_contained(endpoint.clone(), spec, m.ipv6).await
+                })
+                .await
+                {
+                    Ok(Ok(r)) => {
+                        debug.push_str(&crate::report::text(&r, true));
+                        Ok(r)
+                    }
+                    Ok(Err((f, _))) => {
+                        let _ = writeln!(debug, "  failed ({}): {}", f.reason, f.message);
+                        Err(f)
+                    }
+                    Err(_) => {
+                        let _ = writeln!(debug, "  timed out after {budget:?}");
+                        Err(ProbeFailure {
+                            reason: "timeout",
+                            message: format!("no result within {budget:?}"),
+                        })
+                    }
+                };
+                outcomes.push(ProbeOutcome {
+                    kind: m.kind.as_str().to_string(),
+                    direction,
+                    labels: Default::default(),
+                    started,
+                    duration: clock.elapsed(),
+                    result,
+                });
+            }
+            let metrics = crate::metrics::render_single(&outcomes)
+                .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
+            Ok(ProbeResponse { metrics, debug })
+        })
+    }
+
+    fn reload(&self) -> BoxFuture<Result<(), String>> {
+        let shared = self.0.clone();
+        Box::pin(async move { shared.reload().await })
+    }
+
+    fn ready(&self) -> bool {
+        self.0.ready.load(Ordering::Relaxed)
+    }
+
+    fn landing_page(&self) -> String {
+        let mut rows = String::new();
+        let now = SystemTime::now();
+        for (key, o) in self.0.store.latest() {
+            let age = now.duration_since(o.ended()).unwrap_or_default().as_secs();
+            let (status, figure) = match &o.result {
+                Ok(r) => {
+                    let mut f = format!("{:.1} Mbit/s", r.throughput_bits_per_second / 1e6);
+                    if let Some(t) = &r.tcp {
+                        let _ = write!(
+                            f,
+                            ", {} retrans, {:.2} ms RTT",
+                            t.retransmits,
+                            t.rtt_seconds * 1e3
+                        );
+                    }
+                    if let Some(u) = &r.udp {
+                        let _ = write!(
+                            f,
+                            ", {:.3} % loss, {:.3} ms jitter",
+                            u.loss_ratio * 100.0,
+                            u.jitter_seconds * 1e3
+                        );
+                    }
+                    ("ok".to_string(), f)
+                }
+                Err(f) => (format!("failed: {}", f.reason), escape(&f.message)),
+            };
+            let _ = writeln!(
+                rows,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{age} s ago</td></tr>",
+                escape(&key.target),
+                escape(&key.module),
+                o.direction,
+                escape(&status),
+                figure
+            );
+        }
+        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        format!(
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>pathprobe</title></head><body>\n\
+             <h1>pathprobe {}</h1>\n\
+             <ul><li><a href=\"/metrics\">/metrics</a>: latest results, host and self metrics</li>\n\
+             <li>/probe?target=HOST[:PORT]&amp;module=NAME[&amp;debug=true]: run one probe now</li>\n\
+             <li><a href=\"/-/healthy\">/-/healthy</a>, <a href=\"/-/ready\">/-/ready</a>, POST /-/reload</li></ul>\n\
+             <h2>Latest result per target</h2>\n\
+             <table border=\"1\"><tr><th>target</th><th>module</th><th>direction</th><th>status</th><th>result</th><th>age</th></tr>\n{rows}</table>\n\
+             <p><small>rendered at {since}</small></p></body></html>\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+}

@@ -1,0 +1,172 @@
+//! Builds the scheduler's jobs from the configuration's static targets and
+//! the peers discovery found, one job per (target, module).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::config::{Config, Module};
+use crate::discovery::DiscoveredTarget;
+use crate::probe::Target;
+use crate::scheduler::{Job, JobKey};
+
+/// What a job runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeJob {
+    /// `None` for loopback modules.
+    pub endpoint: Option<Target>,
+    pub module: Module,
+    pub labels: BTreeMap<String, String>,
+}
+
+fn timeout_of(module: &Module) -> Duration {
+    // A `both` module runs two probes one after the other.
+    module.effective_timeout() * module.specs().len().max(1) as u32
+}
+
+/// The jobs for `config` plus `discovered`, leaving out this host's own
+/// addresses in mesh mode (`is_local` decides what is local).
+pub fn build(
+    config: &Config,
+    discovered: &[DiscoveredTarget],
+    is_local: impl Fn(&Target) -> bool,
+) -> Vec<Job<ProbeJob>> {
+    let mut jobs = Vec::new();
+    let mut push = |name: &str,
+                    endpoint: Option<Target>,
+                    modules: &[String],
+                    interval: Duration,
+                    labels: &BTreeMap<String, String>| {
+        if config.discovery.mesh && endpoint.as_ref().is_some_and(&is_local) {
+            return;
+        }
+        for m in modules {
+            let Some(module) = config.module(m) else {
+                continue;
+            };
+            jobs.push(Job {
+                key: JobKey {
+                    target: name.to_string(),
+                    module: m.clone(),
+                },
+                interval,
+                timeout: timeout_of(module),
+                payload: ProbeJob {
+                    endpoint: endpoint.clone(),
+                    module: module.clone(),
+                    labels: labels.clone(),
+                },
+            });
+        }
+    };
+    for t in &config.targets {
+        let endpoint = match t.endpoint() {
+            Some(Ok(e)) => Some(e),
+            Some(Err(_)) => continue,
+            None => None,
+        };
+        push(
+            t.name(),
+            endpoint,
+            &t.modules,
+            config.interval_of(t),
+            &t.labels,
+        );
+    }
+    for d in discovered {
+        let interval = d.interval.unwrap_or(config.scheduler.default_interval);
+        push(
+            &d.name,
+            Some(d.endpoint.clone()),
+            &d.modules,
+            interval,
+            &d.labels,
+        );
+    }
+    // A peer listed twice (statically and by discovery) is probed once.
+    jobs.sort_by(|a, b| a.key.cmp(&b.key));
+    jobs.dedup_by(|a, b| a.key == b.key);
+    jobs
+}
+
+/// Whether a target names this host, for mesh mode: a literal address of
+/// one of its interfaces.
+pub fn is_local_target(t: &Target) -> bool {
+    t.host.parse().is_ok_and(crate::config::is_local_address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(yaml: &str) -> Config {
+        Config::from_yaml(yaml, "t.yml").unwrap()
+    }
+
+    #[test]
+    fn one_job_per_target_and_module() {
+        let c = cfg("modules:\n  tcp: {kind: tcp}\n  udp: {kind: udp, direction: both}\n  lo: {kind: loopback_tcp}\ntargets:\n  - {name: a, address: 10.0.0.1, modules: [tcp, udp], interval: 30s, labels: {site: x}}\n  - {modules: [lo]}\n");
+        let jobs = build(&c, &[], |_| false);
+        let keys: Vec<String> = jobs.iter().map(|j| j.key.to_string()).collect();
+        assert_eq!(keys, vec!["a/tcp", "a/udp", "loopback/lo"]);
+        assert_eq!(jobs[0].interval, Duration::from_secs(30));
+        assert_eq!(jobs[2].interval, Duration::from_secs(60));
+        assert_eq!(
+            jobs[0].payload.endpoint,
+            Some(Target {
+                host: "10.0.0.1".into(),
+                port: 5301
+            })
+        );
+        assert_eq!(
+            jobs[0].payload.labels.get("site").map(String::as_str),
+            Some("x")
+        );
+        assert!(jobs[2].payload.endpoint.is_none());
+        // `both` runs two probes, so its deadline covers two.
+        assert_eq!(jobs[1].timeout, jobs[0].timeout * 2);
+    }
+
+    #[test]
+    fn mesh_mode_leaves_out_this_host() {
+        let yaml = "modules: {tcp: {kind: tcp}}\ndiscovery: {mesh: MESH}\n";
+        let peers = vec![
+            DiscoveredTarget {
+                name: "10.0.0.1:5301".into(),
+                endpoint: Target {
+                    host: "10.0.0.1".into(),
+                    port: 5301,
+                },
+                modules: vec!["tcp".into()],
+                interval: None,
+                labels: BTreeMap::new(),
+            },
+            DiscoveredTarget {
+                name: "10.0.0.2:5301".into(),
+                endpoint: Target {
+                    host: "10.0.0.2".into(),
+                    port: 5301,
+                },
+                modules: vec!["tcp".into()],
+                interval: None,
+                labels: BTreeMap::new(),
+            },
+        ];
+        let me = |t: &Target| t.host == "10.0.0.2";
+        assert_eq!(
+            build(&cfg(&yaml.replace("MESH", "true")), &peers, me).len(),
+            1
+        );
+        assert_eq!(
+            build(&cfg(&yaml.replace("MESH", "false")), &peers, me).len(),
+            2
+        );
+        assert!(is_local_target(&Target {
+            host: "127.0.0.1".into(),
+            port: 1
+        }));
+        assert!(!is_local_target(&Target {
+            host: "192.0.2.77".into(),
+            port: 1
+        }));
+    }
+}

@@ -1,0 +1,327 @@
+//! `pathprobe serve`: the responder, the scheduler with discovery, and the
+//! HTTP endpoints, wired together with reload and shutdown.
+//!
+//! The controller task owns the scheduler and discovery. Reload requests
+//! (SIGHUP or `POST /-/reload`) and discovery updates reach it over
+//! channels; a bad configuration on reload keeps the old one running.
+
+mod app;
+pub mod jobs;
+pub mod runner;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{Config, ConfigError};
+use crate::discovery::Discovery;
+use crate::metrics::{HostMetrics, ResultStore, ServiceState};
+use crate::responder::{Responder, ResponderHandle};
+use crate::scheduler::{Scheduler, SchedulerConfig};
+
+use self::jobs::{is_local_target, ProbeJob};
+use self::runner::ProbeRunner;
+
+/// The default `--web.listen-address`: 9813 is unclaimed on Prometheus'
+/// default port allocation list.
+pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// The embedded default (no `--config.file`).
+    Embedded,
+    File(PathBuf),
+}
+
+impl ConfigSource {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        match self {
+            ConfigSource::Embedded => Ok(Config::default_embedded()),
+            ConfigSource::File(p) => Config::load(p),
+        }
+    }
+}
+
+/// Sockets the service serves on, bound by the caller (port 0 in tests).
+pub struct Listeners {
+    pub http: TcpListener,
+    /// The responder's TCP listener and UDP socket; `None` to bind them from
+    /// the configuration (or not at all when the responder is disabled).
+    pub responder: Option<(TcpListener, UdpSocket)>,
+}
+
+type ReloadReply = oneshot::Sender<Result<(), String>>;
+
+/// State shared by the controller and the HTTP endpoints.
+pub struct Shared {
+    pub config: RwLock<Arc<Config>>,
+    pub store: Arc<ResultStore>,
+    pub state: Arc<ServiceState>,
+    /// The IRQ filter of the host metrics, from the configuration.
+    pub host_metrics: RwLock<Arc<HostMetrics>>,
+    pub ready: AtomicBool,
+    pub responder: Option<ResponderHandle>,
+    reload_tx: mpsc::Sender<ReloadReply>,
+    /// Shared with the scheduler, so that `/probe` runs do not overlap
+    /// scheduled ones either.
+    slots: RwLock<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Shared {
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks the controller to reload and waits for the verdict.
+    pub async fn reload(&self) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.reload_tx
+            .send(tx)
+            .await
+            .map_err(|_| "the service is shutting down".to_string())?;
+        rx.await
+            .map_err(|_| "the service is shutting down".to_string())?
+    }
+}
+
+fn scheduler_config(c: &Config) -> SchedulerConfig {
+    SchedulerConfig {
+        max_concurrent: c.scheduler.max_concurrent_probes,
+        jitter: c.scheduler.jitter,
+        busy_backoff: c.scheduler.busy_backoff,
+        busy_backoff_max: c.scheduler.busy_backoff_max,
+        busy_retries: c.scheduler.busy_retries,
+        phase_seed: crate::host::hostname(),
+    }
+}
+
+/// Runs the service until `shutdown` completes. `reloads` yields on SIGHUP.
+pub async fn run(
+    source: ConfigSource,
+    listeners: Listeners,
+    mut reloads: mpsc::Receiver<()>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let config = Arc::new(source.load()?);
+    let store = Arc::new(ResultStore::new());
+    let state = Arc::new(ServiceState::new(SystemTime::now()));
+    let host_metrics = Arc::new(HostMetrics::new(config.host_metrics.irq_pattern.as_str())?);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    // The responder.
+    let mut responder_task = None;
+    let mut responder_handle = None;
+    if config.responder.enabled {
+        let (tcp, udp) = match listeners.responder {
+            Some(s) => s,
+            None => crate::responder::bind(config.responder.listen)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot listen on {} for the responder (TCP and UDP)",
+                        config.responder.listen
+                    )
+                })?,
+        };
+        let r = Responder::new(tcp, udp, config.responder.to_responder_config())?;
+        tracing::info!(addr = %r.local_addr()?, "responder listening");
+        responder_handle = Some(r.handle());
+        responder_task = Some(tokio::spawn(r.serve(stopped(stop_rx.clone()))));
+    }
+
+    let (reload_tx, mut reload_rx) = mpsc::channel::<ReloadReply>(4);
+    let sched_cfg = scheduler_config(&config);
+    let runner = Arc::new(ProbeRunner {
+        store: store.clone(),
+        state: state.clone(),
+    });
+    let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
+        Scheduler::new(runner.clone(), sched_cfg.clone());
+    let shared = Arc::new(Shared {
+        config: RwLock::new(config.clone()),
+        store: store.clone(),
+        state: state.clone(),
+        host_metrics: RwLock::new(host_metrics),
+        ready: AtomicBool::new(false),
+        responder: responder_handle,
+        reload_tx,
+        slots: RwLock::new(scheduler.slots()),
+    });
+
+    let http_addr = listeners.http.local_addr()?;
+    tracing::info!(addr = %http_addr, "serving metrics on http://{http_addr}/metrics");
+    let http_task = tokio::spawn(crate::http::serve(
+        listeners.http,
+        Arc::new(app::ServiceApp(shared.clone())),
+        stopped(stop_rx.clone()),
+    ));
+
+    let mut current = config;
+    let mut sched_cfg = sched_cfg;
+    let mut discovery = Discovery::start(
+        &current.discovery.file_sd,
+        &current.discovery.dns,
+        &current.base_dir,
+    );
+    let apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
+                 cfg: &Config,
+                 discovery: &mut Discovery| {
+        let discovered = discovery.targets.borrow_and_update().clone();
+        let jobs = jobs::build(cfg, &discovered, is_local_target);
+        let keys: std::collections::HashSet<(&str, &str)> = jobs
+            .iter()
+            .map(|j| (j.key.target.as_str(), j.key.module.as_str()))
+            .collect();
+        // Removed targets stop, and their series go with them.
+        store.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        tracing::info!(
+            jobs = jobs.len(),
+            discovered = discovered.len(),
+            "probe schedule updated"
+        );
+        scheduler.update(jobs);
+    };
+    apply(&mut scheduler, &current, &mut discovery);
+    shared.ready.store(true, Ordering::Relaxed);
+
+    enum Event {
+        Shutdown,
+        Reload(Option<ReloadReply>),
+        Discovered,
+    }
+    tokio::pin!(shutdown);
+    loop {
+        // The select only picks the event; acting on it needs the borrows
+        // its branches hold.
+        let event = tokio::select! {
+            _ = &mut shutdown => Event::Shutdown,
+            Some(()) = reloads.recv() => Event::Reload(None),
+            Some(reply) = reload_rx.recv() => Event::Reload(Some(reply)),
+            Ok(()) = discovery.targets.changed() => Event::Discovered,
+        };
+        match event {
+            Event::Shutdown => break,
+            Event::Reload(reply) => {
+                let result = reload(&source, &shared, &mut current);
+                restart_if_needed(
+                    &mut scheduler,
+                    &mut sched_cfg,
+                    &runner,
+                    &shared,
+                    &current,
+                    &mut discovery,
+                )
+                .await;
+                apply(&mut scheduler, &current, &mut discovery);
+                if let Some(reply) = reply {
+                    let _ = reply.send(result.map(|_| ()));
+                }
+            }
+            Event::Discovered => apply(&mut scheduler, &current, &mut discovery),
+        }
+    }
+
+    tracing::info!("shutting down: stopping probes and listeners");
+    shared.ready.store(false, Ordering::Relaxed);
+    scheduler.shutdown().await;
+    discovery.stop().await;
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
+    if let Some(t) = responder_task {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Loads the configuration again; on success swaps it in and applies the
+/// responder's new limits, on failure keeps the old one.
+fn reload(
+    source: &ConfigSource,
+    shared: &Shared,
+    current: &mut Arc<Config>,
+) -> Result<bool, String> {
+    let loaded = source.load().map_err(|e| e.to_string()).and_then(|new| {
+        let host =
+            HostMetrics::new(new.host_metrics.irq_pattern.as_str()).map_err(|e| e.to_string())?;
+        Ok((new, host))
+    });
+    match loaded {
+        Ok((new, host_metrics)) => {
+            if new.responder.listen != current.responder.listen
+                || new.responder.enabled != current.responder.enabled
+            {
+                tracing::warn!(
+                    "the responder's listen address or enabled flag changed; that takes a restart"
+                );
+            }
+            if let Some(r) = &shared.responder {
+                r.set_config(new.responder.to_responder_config());
+            }
+            *shared
+                .host_metrics
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = Arc::new(host_metrics);
+            let changed = new != **current;
+            let new = Arc::new(new);
+            *shared.config.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
+            *current = new;
+            shared.state.reload_succeeded(SystemTime::now());
+            tracing::info!(changed, "configuration reloaded");
+            Ok(changed)
+        }
+        Err(e) => {
+            shared.state.reload_failed();
+            tracing::error!(error = %e, "reload failed; keeping the previous configuration");
+            Err(e)
+        }
+    }
+}
+
+/// A changed scheduler section needs a new scheduler; changed discovery
+/// sources need new discovery tasks.
+async fn restart_if_needed(
+    scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
+    sched_cfg: &mut SchedulerConfig,
+    runner: &Arc<ProbeRunner>,
+    shared: &Shared,
+    current: &Config,
+    discovery: &mut Discovery,
+) {
+    let wanted = scheduler_config(current);
+    if wanted != *sched_cfg {
+        scheduler.shutdown().await;
+        *scheduler = Scheduler::new(runner.clone(), wanted.clone());
+        *shared.slots.write().unwrap_or_else(|p| p.into_inner()) = scheduler.slots();
+        *sched_cfg = wanted;
+    }
+    if !discovery.same_sources(
+        &current.discovery.file_sd,
+        &current.discovery.dns,
+        &current.base_dir,
+    ) {
+        let old = std::mem::replace(
+            discovery,
+            Discovery::start(
+                &current.discovery.file_sd,
+                &current.discovery.dns,
+                &current.base_dir,
+            ),
+        );
+        old.stop().await;
+    }
+}

@@ -1,0 +1,155 @@
+//! Runs a job's probes and records their outcomes in the result store.
+//!
+//! Each probe runs in its own task, so that a panic in it is caught,
+//! counted and logged instead of taking the scheduler down; dropping the
+//! attempt (deadline, removal, shutdown) aborts that task, which closes its
+//! connections and so tells the responder.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::metrics::{ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
+use crate::probe::{self, ProbeError, ProbeResult, ProbeSpec};
+use crate::scheduler::{Attempt, BoxFuture, Job, Runner, Skip};
+
+use super::jobs::ProbeJob;
+use crate::metrics::ServiceState;
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one probe of `spec` in a task of its own. A busy responder's retry
+/// hint comes back beside the failure.
+pub async fn run_contained(
+    endpoint: Option<probe::Target>,
+    spec: ProbeSpec,
+    ipv6: bool,
+) -> Result<ProbeResult, (ProbeFailure, Option<Duration>)> {
+    let task = AbortOnDrop(tokio::spawn(async move {
+        match endpoint {
+            Some(target) => probe::probe(&target, &spec).await,
+            None => probe::loopback::probe_loopback(&spec, ipv6).await,
+        }
+    }));
+    match (&mut { task }.0).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => {
+            let hint = match &e {
+                ProbeError::Busy { retry_after, .. } => Some(*retry_after),
+                _ => None,
+            };
+            Err((ProbeFailure::from(&e), hint))
+        }
+        Err(join) if join.is_panic() => Err((
+            ProbeFailure {
+                reason: "panic",
+                message: format!("the probe task panicked: {join}"),
+            },
+            None,
+        )),
+        Err(join) => Err((
+            ProbeFailure {
+                reason: "aborted",
+                message: join.to_string(),
+            },
+            None,
+        )),
+    }
+}
+
+/// Runs every probe of `job` (two for a `both` module) and returns the
+/// outcomes, stopping early when the responder is busy.
+pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
+    let mut outcomes = Vec::new();
+    for (direction, spec) in job.module.specs() {
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        let (result, busy) = match run_contained(job.endpoint.clone(), spec, job.module.ipv6).await
+        {
+            Ok(r) => (Ok(r), None),
+            Err((f, hint)) => (Err(f), hint),
+        };
+        outcomes.push(ProbeOutcome {
+            kind: job.module.kind.as_str().to_string(),
+            direction,
+            labels: job.labels.clone(),
+            started,
+            duration: clock.elapsed(),
+            result,
+        });
+        if busy.is_some() {
+            return (outcomes, busy);
+        }
+    }
+    (outcomes, None)
+}
+
+/// The scheduler's runner for `pathprobe serve`.
+pub struct ProbeRunner {
+    pub store: Arc<ResultStore>,
+    pub state: Arc<ServiceState>,
+}
+
+impl Runner<ProbeJob> for ProbeRunner {
+    fn attempt(&self, job: &Job<ProbeJob>) -> BoxFuture<Attempt> {
+        let store = self.store.clone();
+        let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
+        let payload = job.payload.clone();
+        Box::pin(async move {
+            let (outcomes, busy) = run_job(&payload).await;
+            for o in outcomes {
+                match &o.result {
+                    Ok(r) => {
+                        tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, bits_per_second = r.throughput_bits_per_second, "probe succeeded")
+                    }
+                    Err(f) => {
+                        tracing::info!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
+                    }
+                }
+                store.record(key.clone(), o);
+            }
+            match busy {
+                Some(hint) => Attempt::Busy(hint),
+                None => Attempt::Done,
+            }
+        })
+    }
+
+    fn skipped(&self, job: &Job<ProbeJob>, why: Skip) {
+        let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
+        tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped");
+        self.store.record_skipped(&key, why.as_str());
+        // A run cut at its deadline recorded nothing: it is a failed probe,
+        // and its old figures must not stay looking current. (A busy run
+        // already recorded its busy failure.)
+        if why == Skip::Timeout {
+            let reason = "timeout";
+            for (direction, _) in job.payload.module.specs() {
+                self.store.record(
+                    key.clone(),
+                    ProbeOutcome {
+                        kind: job.payload.module.kind.as_str().to_string(),
+                        direction,
+                        labels: job.payload.labels.clone(),
+                        started: SystemTime::now(),
+                        duration: Duration::ZERO,
+                        result: Err(ProbeFailure {
+                            reason,
+                            message: format!("run {}", why.as_str()),
+                        }),
+                    },
+                );
+            }
+        }
+    }
+
+    fn lag(&self, _job: &Job<ProbeJob>, lag: Duration) {
+        self.state.observe_scheduler_lag(lag);
+    }
+}

@@ -109,6 +109,16 @@ cmd_up() {
     for pair in "$a:${name}ar" "$r:${name}ra" "$r:${name}rb" "$b:${name}br"; do
         ip -n "${pair%%:*}" link set "${pair#*:}" up
     done
+    # Receive packet steering by flow hash on every veth. A veth delivers
+    # to the backlog of whichever CPU transmitted, so a flow whose sender
+    # moves between CPUs is reordered; unshaped TCP then saw ~1300-1900
+    # spurious fast retransmits per 5 s (TCPOFOQueue, no drop anywhere).
+    # With RPS over all CPUs a flow always lands on one CPU, in order, and
+    # unshaped TCP has zero retransmits, as on a well-behaved path.
+    cpus=$(awk '/^Cpus_allowed:/ { print $2 }' /proc/self/status)
+    for pair in "$a:${name}ar" "$r:${name}ra" "$r:${name}rb" "$b:${name}br"; do
+        nsx "${pair%%:*}" sh -c "echo $cpus > /sys/class/net/${pair#*:}/queues/rx-0/rps_cpus"
+    done
     ip -n "$a" route add default via "$(addr_of "$name" ra)"
     ip -n "$b" route add default via "$(addr_of "$name" rb)"
     nsx "$r" sysctl -qw net.ipv4.ip_forward=1

@@ -9,12 +9,18 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`control`]: reading and writing control messages with timeouts.
+//! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
+//! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
+pub mod control;
 pub mod host;
+pub mod http;
 pub mod probe;
 pub mod protocol;
 pub mod report;
 pub mod responder;
+pub mod scheduler;
 pub mod units;

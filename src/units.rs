@@ -1,1 +1,176 @@
-//! placeholder
+//! Parsing and formatting of the quantities users type: bit rates (`500M`,
+//! `1g`), byte sizes (`128K`, `4M`) and durations (`30s`, `5m`, `1.5`).
+//!
+//! Rates use decimal multiples (k = 1000), as iperf3's `-b` and every network
+//! engineer do; sizes use binary multiples (K = 1024), as iperf3's `-l`/`-w`.
+
+use std::time::Duration;
+
+/// A quantity that could not be parsed, with what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {input:?}: expected {expected}")]
+pub struct ParseError {
+    what: &'static str,
+    input: String,
+    expected: &'static str,
+}
+
+fn split_number(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, rest) = s.split_at(end);
+    let value: f64 = num.parse().ok()?;
+    value.is_finite().then_some((value, rest.trim()))
+}
+
+fn scaled(value: f64, multiplier: f64) -> Option<u64> {
+    let v = value * multiplier;
+    (v.is_finite() && v >= 0.0 && v <= u64::MAX as f64).then(|| v.round() as u64)
+}
+
+/// Parses a bit rate in bits per second: `1000000`, `500k`, `500M`, `1.5g`,
+/// `10G`. An optional trailing `bit`, `bps` or `b/s` is accepted.
+pub fn parse_rate(input: &str) -> Result<u64, ParseError> {
+    let err = || ParseError {
+        what: "rate",
+        input: input.to_string(),
+        expected:
+            "a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)",
+    };
+    let (value, rest) = split_number(input).ok_or_else(err)?;
+    let lower = rest.to_ascii_lowercase();
+    let unit = lower
+        .trim_end_matches("bit/s")
+        .trim_end_matches("bps")
+        .trim_end_matches("b/s")
+        .trim_end_matches("bit");
+    let multiplier = match unit {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => return Err(err()),
+    };
+    scaled(value, multiplier).ok_or_else(err)
+}
+
+/// Parses a size in bytes: `1400`, `128K`, `4M`, `1G` (binary multiples). An
+/// optional trailing `B` or `iB` is accepted.
+pub fn parse_size(input: &str) -> Result<u64, ParseError> {
+    let err = || ParseError {
+        what: "size",
+        input: input.to_string(),
+        expected: "a number of bytes with an optional K, M or G suffix (e.g. 128K, 4M)",
+    };
+    let (value, rest) = split_number(input).ok_or_else(err)?;
+    let lower = rest.to_ascii_lowercase();
+    let unit = lower.trim_end_matches("ib").trim_end_matches('b');
+    let multiplier = match unit {
+        "" => 1.0,
+        "k" => 1024.0,
+        "m" => 1024.0 * 1024.0,
+        "g" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(err()),
+    };
+    scaled(value, multiplier).ok_or_else(err)
+}
+
+/// Parses a duration: `10` or `2.5` (seconds), `250ms`, `30s`, `5m`, `1h`.
+pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
+    let err = || ParseError {
+        what: "duration",
+        input: input.to_string(),
+        expected: "a number with an optional ms, s, m or h suffix (e.g. 250ms, 30s, 5m)",
+    };
+    let (value, rest) = split_number(input).ok_or_else(err)?;
+    let seconds = match rest {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(err()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| err())
+}
+
+/// Formats a duration the way [`parse_duration`] reads it back.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Formats a rate in bits per second with a decimal suffix (`500M`).
+pub fn format_rate(bits_per_second: u64) -> String {
+    for (div, suffix) in [
+        (1_000_000_000_000, "T"),
+        (1_000_000_000, "G"),
+        (1_000_000, "M"),
+        (1000, "K"),
+    ] {
+        if bits_per_second >= div && bits_per_second % div == 0 {
+            return format!("{}{suffix}", bits_per_second / div);
+        }
+    }
+    bits_per_second.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_use_decimal_multiples() {
+        assert_eq!(parse_rate("1g").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("500M").unwrap(), 500_000_000);
+        assert_eq!(parse_rate("1.5G").unwrap(), 1_500_000_000);
+        assert_eq!(parse_rate("64k").unwrap(), 64_000);
+        assert_eq!(parse_rate("100mbit").unwrap(), 100_000_000);
+        assert_eq!(parse_rate("2500").unwrap(), 2500);
+        assert_eq!(parse_rate("0").unwrap(), 0);
+    }
+
+    #[test]
+    fn bad_rates_say_what_was_expected() {
+        let e = parse_rate("fast").unwrap_err().to_string();
+        assert!(e.contains("invalid rate \"fast\""), "{e}");
+        assert!(e.contains("k, m, g or t suffix"), "{e}");
+        assert!(parse_rate("10x").is_err());
+        assert!(parse_rate("").is_err());
+        assert!(parse_rate("-5m").is_err());
+        assert!(parse_rate("1e400").is_err());
+    }
+
+    #[test]
+    fn sizes_use_binary_multiples() {
+        assert_eq!(parse_size("128K").unwrap(), 131_072);
+        assert_eq!(parse_size("4M").unwrap(), 4 * 1024 * 1024);
+        assert_eq!(parse_size("1400").unwrap(), 1400);
+        assert_eq!(parse_size("2MiB").unwrap(), 2 * 1024 * 1024);
+        assert!(parse_size("4Q").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(format_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_rate(500_000_000), "500M");
+        assert_eq!(format_rate(1_500_000), "1500K");
+    }
+}

@@ -1,1 +1,31 @@
-//! placeholder
+//! Host measurements taken around each probe and at scrape time: CPU time
+//! (/proc/stat), hardware interrupts (/proc/interrupts), softirqs
+//! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
+//! IRQs that carry a peer's traffic, per-thread CPU usage, and kernel
+//! identity.
+//!
+//! Each /proc file has a `parse_*` function that takes the file's text and
+//! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
+//! wrapper that reads the real file. Parsers return [`HostError`] on any
+//! input they do not understand; they do not panic.
+
+mod error;
+mod iface;
+mod interrupts;
+mod percpu;
+mod snapshot;
+mod snmp;
+mod softirqs;
+mod stat;
+mod thread;
+mod uname;
+
+pub use error::HostError;
+pub use iface::{interface_for_peer, interface_irqs};
+pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+pub use snapshot::{HostDelta, HostSnapshot};
+pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
+pub use softirqs::{parse_softirqs, read_softirqs};
+pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};
+pub use thread::ThreadUsage;
+pub use uname::{hostname, kernel_release, kernel_version};

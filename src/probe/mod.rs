@@ -1,1 +1,117 @@
-//! placeholder
+//! The prober side of a test and the data path both sides share.
+//!
+//! - [`spec`]: what to measure ([`ProbeSpec`]).
+//! - [`client`]: the prober's control conversation with a responder.
+//! - [`tcp`] and [`udp`]: one file per probe kind, their data loops.
+//! - [`loopback`]: probes over 127.0.0.1 against an in-process responder.
+//! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
+//!   UDP pacing, UDP loss/jitter accounting, TCP_INFO.
+//! - [`stats`] and [`result`]: what each side measured, and the combined result.
+
+pub mod accounting;
+pub mod client;
+pub mod datapath;
+pub mod loopback;
+pub mod pacing;
+pub mod result;
+pub mod spec;
+pub mod stats;
+pub mod tcp;
+pub mod tcpinfo;
+pub mod udp;
+
+use std::time::Duration;
+
+pub use client::{probe, Target};
+pub use result::ProbeResult;
+pub use spec::{Direction, FlowDirection, Kind, ProbeSpec};
+
+use crate::protocol::RejectReason;
+
+/// Why a probe produced no result. [`ProbeError::reason`] gives a short,
+/// fixed label for metrics; the message says what happened and what to try.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("bad argument: {0}")]
+    BadArgument(String),
+    #[error("cannot resolve {target}: {message}")]
+    Resolve { target: String, message: String },
+    #[error("connection to {addr} refused: is `pathprobe respond` running there, on that port?")]
+    Refused { addr: String },
+    #[error("{addr} is unreachable: {message}")]
+    Unreachable { addr: String, message: String },
+    #[error("timed out after {after:?} while {stage}")]
+    Timeout {
+        stage: &'static str,
+        after: Duration,
+    },
+    #[error("responder is busy: {message} (retry after {retry_after:?})")]
+    Busy {
+        retry_after: Duration,
+        message: String,
+    },
+    #[error("version mismatch: {0}")]
+    VersionMismatch(String),
+    #[error("responder refused the test ({}): {message}", reason.as_str())]
+    Rejected {
+        reason: RejectReason,
+        message: String,
+    },
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("the peer ended the test: {0}")]
+    Aborted(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl ProbeError {
+    /// A fixed label for metrics and JSON.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProbeError::BadArgument(_) => "bad_argument",
+            ProbeError::Resolve { .. } => "resolve",
+            ProbeError::Refused { .. } => "refused",
+            ProbeError::Unreachable { .. } => "unreachable",
+            ProbeError::Timeout { .. } => "timeout",
+            ProbeError::Busy { .. } => "busy",
+            ProbeError::VersionMismatch(_) => "version_mismatch",
+            ProbeError::Rejected { .. } => "rejected",
+            ProbeError::Protocol(_) => "protocol_error",
+            ProbeError::Aborted(_) => "aborted",
+            ProbeError::Io(_) => "io_error",
+        }
+    }
+
+    /// What the user could try next.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            ProbeError::BadArgument(_) => "see `pathprobe probe --help`",
+            ProbeError::Resolve { .. } => "check the host name, or give an IP address",
+            ProbeError::Refused { .. } => "start `pathprobe respond` on the target, or give the right port with -p",
+            ProbeError::Unreachable { .. } => "check the route and firewall to the target",
+            ProbeError::Timeout { .. } => "check that a firewall lets the responder's TCP and UDP port through",
+            ProbeError::Busy { .. } => "try again later; the responder runs one test at a time",
+            ProbeError::VersionMismatch(_) => "run the same pathprobe release on both ends",
+            ProbeError::Rejected { .. } => "ask for less (shorter -t, fewer -P streams, lower -b), within the responder's limits",
+            ProbeError::Protocol(_) => "make sure the target port is a pathprobe responder",
+            ProbeError::Aborted(_) => "look at the responder's log",
+            ProbeError::Io(_) => "check local resources and permissions",
+        }
+    }
+}
+
+impl From<crate::control::ControlError> for ProbeError {
+    fn from(e: crate::control::ControlError) -> Self {
+        use crate::control::ControlError as C;
+        match e {
+            C::Timeout(after) => ProbeError::Timeout {
+                stage: "waiting for the responder",
+                after,
+            },
+            C::Closed => ProbeError::Aborted("the responder closed the control connection".into()),
+            C::Io(e) => ProbeError::Io(format!("control connection: {e}")),
+            C::Frame(e) => ProbeError::Protocol(e.to_string()),
+        }
+    }
+}

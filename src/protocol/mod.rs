@@ -1,1 +1,23 @@
-//! placeholder
+//! pathprobe's own wire protocol, as pure encode/decode with no I/O.
+//!
+//! - [`frame`]: length-prefixed frames on TCP connections, with a hard
+//!   maximum size so that a peer cannot make us allocate without bound.
+//! - [`message`]: the control conversation (version handshake, test request,
+//!   data-connection hello, start, results) carried inside frames.
+//! - [`udp`]: the fixed header of every UDP datagram.
+//!
+//! The protocol is kept apart from the measurement (streams, pacing,
+//! accounting in [`crate::probe`]) so that another wire protocol, such as
+//! iperf3's, can drive the same data path.
+
+pub mod frame;
+pub mod message;
+pub mod udp;
+
+pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};
+pub use message::{Message, RejectReason, TestRequest, PROTOCOL_NAME, PROTOCOL_VERSION};
+
+/// The responder's default port, for TCP (control and data) and UDP alike.
+///
+/// 5201 is iperf3's and 5001 iperf2's, so pathprobe stays clear of both.
+pub const DEFAULT_PORT: u16 = 5301;

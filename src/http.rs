@@ -1,0 +1,254 @@
+//! The HTTP side of `pathprobe serve`, in the manner of Prometheus'
+//! exporters:
+//!
+//! - `/metrics`: the latest results; reading never triggers a probe, so any
+//!   number of Prometheus servers may scrape.
+//! - `/probe?target=ADDR&module=NAME[&debug=true]`: the multi-target
+//!   pattern; runs one probe now and returns only its metrics. A failed probe
+//!   is `pathprobe_probe_success 0`, not an HTTP error.
+//! - `/-/healthy`, `/-/ready`, `/-/reload` (POST), and `/`, a landing page.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::scheduler::BoxFuture;
+
+/// Prometheus' text exposition format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What a `/probe` request produced.
+pub struct ProbeResponse {
+    /// Exposition-format metrics of this one probe.
+    pub metrics: String,
+    /// The probe's log and result, for `debug=true`.
+    pub debug: String,
+}
+
+/// Why a `/probe` request could not run at all (as opposed to a probe that
+/// ran and failed, which is a metric value).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeRequestError {
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// What the HTTP layer asks of the service.
+pub trait App: Send + Sync + 'static {
+    fn metrics(&self) -> String;
+    /// Runs one probe of `module` against `target` within `timeout`.
+    fn probe(
+        &self,
+        target: String,
+        module: String,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>>;
+    fn reload(&self) -> BoxFuture<Result<(), String>>;
+    fn ready(&self) -> bool;
+    /// The landing page's HTML.
+    fn landing_page(&self) -> String;
+}
+
+fn response(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    response(status, "text/plain; charset=utf-8", body)
+}
+
+/// Decodes one `application/x-www-form-urlencoded` component.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query parameters of a request, decoded.
+pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Prometheus sends its scrape timeout; a probe must answer within it.
+fn scrape_timeout(req: &Request<Incoming>) -> Option<Duration> {
+    let secs: f64 = req
+        .headers()
+        .get("X-Prometheus-Scrape-Timeout-Seconds")?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    // Leave a little room for the response itself, as blackbox_exporter does.
+    Duration::try_from_secs_f64((secs - 0.5).max(secs * 0.5)).ok()
+}
+
+async fn handle<A: App>(
+    app: Arc<A>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    let resp = match (req.method(), path.as_str()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            response(StatusCode::OK, METRICS_CONTENT_TYPE, app.metrics())
+        }
+        (&Method::GET, "/probe") => {
+            let params = query_params(req.uri().query());
+            let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            let debug = get("debug").is_some_and(|v| v == "true" || v == "1");
+            match (get("target"), get("module")) {
+                (Some(target), Some(module)) if !target.is_empty() => {
+                    match app.probe(target, module, scrape_timeout(&req)).await {
+                        Ok(r) if debug => text(
+                            StatusCode::OK,
+                            format!(
+                                "{}\n\nMetrics that would have been returned:\n{}",
+                                r.debug, r.metrics
+                            ),
+                        ),
+                        Ok(r) => response(StatusCode::OK, METRICS_CONTENT_TYPE, r.metrics),
+                        Err(ProbeRequestError::BadRequest(m)) => {
+                            text(StatusCode::BAD_REQUEST, m + "\n")
+                        }
+                    }
+                }
+                _ => text(
+                    StatusCode::BAD_REQUEST,
+                    "expected /probe?target=HOST[:PORT]&module=NAME\n",
+                ),
+            }
+        }
+        (&Method::GET | &Method::HEAD, "/-/healthy") => text(StatusCode::OK, "Healthy.\n"),
+        (&Method::GET | &Method::HEAD, "/-/ready") => {
+            if app.ready() {
+                text(StatusCode::OK, "Ready.\n")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "Not ready.\n")
+            }
+        }
+        (&Method::POST | &Method::PUT, "/-/reload") => match app.reload().await {
+            Ok(()) => text(StatusCode::OK, "Reloaded.\n"),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("failed to reload config: {e}\n"),
+            ),
+        },
+        (_, "/-/reload") => text(StatusCode::METHOD_NOT_ALLOWED, "use POST /-/reload\n"),
+        (&Method::GET, "/") => response(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            app.landing_page(),
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; see / for the endpoints\n",
+        ),
+    };
+    Ok(resp)
+}
+
+/// Serves HTTP on `listener` until `shutdown` completes; connections in
+/// progress are then given a moment to finish.
+pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Future<Output = ()>) {
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "HTTP accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let app = app.clone();
+                conns.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .header_read_timeout(Duration::from_secs(10))
+                        .serve_connection(TokioIo::new(stream), service);
+                    if let Err(e) = conn.await {
+                        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    conns.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        let p = query_params(Some("target=10.0.0.1%3A5301&module=tcp+fast&debug"));
+        assert_eq!(
+            p,
+            vec![
+                ("target".into(), "10.0.0.1:5301".into()),
+                ("module".into(), "tcp fast".into()),
+                ("debug".into(), String::new())
+            ]
+        );
+        assert_eq!(
+            query_params(Some("a=%zz&b=%4")),
+            vec![("a".into(), "%zz".into()), ("b".into(), "%4".into())]
+        );
+        assert!(query_params(None).is_empty());
+    }
+}

@@ -1,0 +1,42 @@
+//! Loopback probes: the host measures its own network stack, against a
+//! responder started inside the process on 127.0.0.1 (or ::1). With no wire
+//! involved, a change in the figures is a change in the kernel or the host.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::client::{probe, Target};
+use super::result::ProbeResult;
+use super::spec::ProbeSpec;
+use super::ProbeError;
+use crate::responder::{bind, Responder, ResponderConfig};
+
+/// Runs `spec` over loopback. The in-process responder has no limits beyond
+/// the spec itself and is gone when this returns.
+pub async fn probe_loopback(spec: &ProbeSpec, ipv6: bool) -> Result<ProbeResult, ProbeError> {
+    let ip = if ipv6 {
+        IpAddr::V6(Ipv6Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    };
+    let (tcp, udp) = bind(SocketAddr::new(ip, 0))
+        .await
+        .map_err(|e| ProbeError::Io(format!("cannot start the loopback responder on {ip}: {e}")))?;
+    let config = ResponderConfig {
+        max_duration: spec.omit + spec.duration + std::time::Duration::from_secs(1),
+        max_streams: spec.streams,
+        max_bitrate: 0,
+        ..ResponderConfig::default()
+    };
+    let responder = Responder::new(tcp, udp, config).map_err(|e| ProbeError::Io(e.to_string()))?;
+    let addr = responder
+        .local_addr()
+        .map_err(|e| ProbeError::Io(e.to_string()))?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(responder.serve(async {
+        let _ = stop_rx.await;
+    }));
+    let result = probe(&Target::from_addr(addr), spec).await;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    result
+}

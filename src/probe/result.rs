@@ -1,0 +1,437 @@
+//! A finished probe: both sides' figures combined into per-stream,
+//! per-direction and overall results. This is the shape of `-J` output and
+//! what the exporter turns into metrics.
+//!
+//! Every figure is finite: a ratio with nothing to divide by is 0, never
+//! NaN or infinity, so that JSON and Prometheus output stay valid.
+
+use serde::Serialize;
+
+use super::spec::{Direction, FlowDirection, Kind};
+use super::stats::{Role, SideStats, StreamStats, TcpStats};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProbeResult {
+    pub kind: Kind,
+    pub direction: Direction,
+    pub target: String,
+    pub local_address: String,
+    pub remote_address: String,
+    /// Unix time at which the measured window started.
+    pub timestamp_seconds: f64,
+    /// Measured time asked for.
+    pub requested_seconds: f64,
+    pub omit_seconds: f64,
+    /// Longest receiver window over the directions.
+    pub duration_seconds: f64,
+    /// Bytes received, summed over streams and directions.
+    pub bytes: u64,
+    /// Receiver goodput summed over directions: the headline figure.
+    pub throughput_bits_per_second: f64,
+    pub sender_bytes: u64,
+    pub sender_throughput_bits_per_second: f64,
+    pub streams: Vec<StreamSummary>,
+    pub directions: Vec<DirectionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSummary>,
+    pub local: SideSummary,
+    pub remote: SideSummary,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamSummary {
+    pub id: u32,
+    pub direction: FlowDirection,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub throughput_bits_per_second: f64,
+    pub sender_bytes: u64,
+    pub sender_seconds: f64,
+    pub sender_throughput_bits_per_second: f64,
+    pub send_buffer_bytes: u64,
+    pub receive_buffer_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSummary>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DirectionSummary {
+    pub direction: FlowDirection,
+    pub duration_seconds: f64,
+    pub bytes: u64,
+    pub throughput_bits_per_second: f64,
+    pub sender_bytes: u64,
+    pub sender_throughput_bits_per_second: f64,
+    /// Data-thread CPU of the sending side (nuttcp's %TX), fraction of one CPU.
+    pub sender_cpu_utilization: f64,
+    /// Data-thread CPU of the receiving side (nuttcp's %RX).
+    pub receiver_cpu_utilization: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSummary>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TcpSummary {
+    pub retransmits: u64,
+    /// Mean smoothed RTT over the streams.
+    pub rtt_seconds: f64,
+    pub rttvar_seconds: f64,
+    pub min_rtt_seconds: f64,
+    pub mss_bytes: u32,
+    /// Summed over streams.
+    pub cwnd_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    pub send_buffer_bytes: u64,
+    pub receive_buffer_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct UdpSummary {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub packets_lost: u64,
+    pub packets_out_of_order: u64,
+    pub packets_duplicated: u64,
+    pub loss_ratio: f64,
+    pub jitter_seconds: f64,
+    pub sent_bits_per_second: f64,
+    pub received_bits_per_second: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SideSummary {
+    /// Data threads' CPU, user + system, as a fraction of one CPU.
+    pub cpu_utilization: f64,
+    pub cpu_user: f64,
+    pub cpu_system: f64,
+    pub context_switches: u64,
+    pub syscalls: u64,
+    /// Whole host, busy fraction of all CPUs (/proc/stat).
+    pub host_cpu_utilization: f64,
+    pub host_cpu_user: f64,
+    pub host_cpu_system: f64,
+    /// Hardware interrupts on the host during the window (/proc/interrupts).
+    pub interrupts: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Interrupts of the interface that carried the probe.
+    pub interface_interrupts: u64,
+    pub softirq_net_rx: u64,
+    pub softirq_net_tx: u64,
+    pub kernel_release: String,
+}
+
+/// `num / den`, or 0 when that is not a finite number.
+pub fn ratio(num: f64, den: f64) -> f64 {
+    let r = num / den;
+    if r.is_finite() {
+        r
+    } else {
+        0.0
+    }
+}
+
+fn bits_per_second(bytes: u64, seconds: f64) -> f64 {
+    ratio(bytes as f64 * 8.0, seconds)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    ratio(sum, n as f64)
+}
+
+fn side_summary(side: &SideStats) -> SideSummary {
+    let window = side.streams.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let user: f64 = side.streams.iter().map(|s| s.cpu_user_seconds).sum();
+    let system: f64 = side.streams.iter().map(|s| s.cpu_system_seconds).sum();
+    SideSummary {
+        cpu_utilization: ratio(user + system, window),
+        cpu_user: ratio(user, window),
+        cpu_system: ratio(system, window),
+        context_switches: side.streams.iter().map(|s| s.context_switches).sum(),
+        syscalls: side.streams.iter().map(|s| s.syscalls).sum(),
+        host_cpu_utilization: finite(side.host.cpu_utilization),
+        host_cpu_user: finite(side.host.cpu_user),
+        host_cpu_system: finite(side.host.cpu_system),
+        interrupts: side.host.interrupts,
+        interface: side.interface.clone(),
+        interface_interrupts: side.host.interface_interrupts,
+        softirq_net_rx: side.host.softirq_net_rx,
+        softirq_net_tx: side.host.softirq_net_tx,
+        kernel_release: side.kernel_release.clone(),
+    }
+}
+
+fn finite(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        0.0
+    }
+}
+
+fn cpu_of(streams: &[&StreamStats]) -> f64 {
+    let window = streams.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    ratio(
+        streams
+            .iter()
+            .map(|s| s.cpu_user_seconds + s.cpu_system_seconds)
+            .sum(),
+        window,
+    )
+}
+
+fn udp_summary(
+    senders: &[&StreamStats],
+    receivers: &[&StreamStats],
+    sent_bps: f64,
+    recv_bps: f64,
+) -> UdpSummary {
+    let received: Vec<_> = receivers
+        .iter()
+        .filter_map(|s| s.udp_received.as_ref())
+        .collect();
+    let sent_packets: u64 = senders
+        .iter()
+        .filter_map(|s| s.udp_sent.as_ref())
+        .map(|u| u.packets)
+        .sum();
+    let received_packets: u64 = received.iter().map(|u| u.packets).sum();
+    // The sender's own count is the truth about what was offered; the
+    // receiver's sequence gaps are a fallback when it is missing.
+    let lost = if senders.iter().any(|s| s.udp_sent.is_some()) {
+        sent_packets.saturating_sub(received_packets)
+    } else {
+        received.iter().map(|u| u.lost).sum()
+    };
+    let offered = if sent_packets > 0 {
+        sent_packets
+    } else {
+        received_packets + lost
+    };
+    UdpSummary {
+        packets_sent: sent_packets,
+        packets_received: received_packets,
+        packets_lost: lost,
+        packets_out_of_order: received.iter().map(|u| u.out_of_order).sum(),
+        packets_duplicated: received.iter().map(|u| u.duplicates).sum(),
+        loss_ratio: ratio(lost as f64, offered as f64),
+        jitter_seconds: mean(received.iter().map(|u| u.jitter_seconds)),
+        sent_bits_per_second: sent_bps,
+        received_bits_per_second: recv_bps,
+    }
+}
+
+fn tcp_summary(senders: &[&StreamStats], receivers: &[&StreamStats]) -> TcpSummary {
+    let infos: Vec<_> = senders.iter().filter_map(|s| s.tcp.as_ref()).collect();
+    TcpSummary {
+        retransmits: infos.iter().map(|t| t.retransmits).sum(),
+        rtt_seconds: mean(infos.iter().map(|t| t.rtt_seconds)),
+        rttvar_seconds: mean(infos.iter().map(|t| t.rttvar_seconds)),
+        min_rtt_seconds: infos
+            .iter()
+            .map(|t| t.min_rtt_seconds)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
+        mss_bytes: infos.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
+        cwnd_bytes: infos.iter().map(|t| t.cwnd_bytes).sum(),
+        congestion: senders.iter().find_map(|s| s.congestion.clone()),
+        send_buffer_bytes: senders
+            .iter()
+            .map(|s| s.send_buffer_bytes)
+            .max()
+            .unwrap_or(0),
+        receive_buffer_bytes: receivers
+            .iter()
+            .map(|s| s.receive_buffer_bytes)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// What is known of the probe besides the two sides' figures.
+pub struct ProbeContext {
+    pub kind: Kind,
+    pub direction: Direction,
+    pub target: String,
+    pub local_address: String,
+    pub remote_address: String,
+    pub timestamp_seconds: f64,
+    pub requested_seconds: f64,
+    pub omit_seconds: f64,
+}
+
+impl ProbeResult {
+    /// Combines the prober's (`local`) and responder's (`remote`) figures.
+    pub fn combine(ctx: ProbeContext, local: &SideStats, remote: &SideStats) -> ProbeResult {
+        let mut streams = Vec::new();
+        let mut directions = Vec::new();
+        for &dir in ctx.direction.flows() {
+            // On the prober, send-direction streams are senders; on the
+            // responder they are receivers.
+            let (tx_side, rx_side) = match dir {
+                FlowDirection::Send => (local, remote),
+                FlowDirection::Receive => (remote, local),
+            };
+            let pick = |side: &'_ SideStats, role: Role| -> Vec<StreamStats> {
+                side.streams
+                    .iter()
+                    .filter(|s| s.direction == Some(dir) && s.role == Some(role))
+                    .cloned()
+                    .collect()
+            };
+            let senders = pick(tx_side, Role::Sender);
+            let receivers = pick(rx_side, Role::Receiver);
+            let senders_ref: Vec<&StreamStats> = senders.iter().collect();
+            let receivers_ref: Vec<&StreamStats> = receivers.iter().collect();
+            let mut ids: Vec<u32> = senders
+                .iter()
+                .chain(receivers.iter())
+                .map(|s| s.id)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for id in ids {
+                let tx = senders.iter().find(|s| s.id == id);
+                let rx = receivers.iter().find(|s| s.id == id);
+                let bytes = rx.map_or(0, |s| s.bytes);
+                let seconds = rx.map_or(0.0, |s| s.seconds);
+                let sender_bytes = tx.map_or(0, |s| s.bytes);
+                let sender_seconds = tx.map_or(0.0, |s| s.seconds);
+                let (tx_v, rx_v): (Vec<_>, Vec<_>) =
+                    (tx.into_iter().collect(), rx.into_iter().collect());
+                streams.push(StreamSummary {
+                    id,
+                    direction: dir,
+                    bytes,
+                    seconds,
+                    throughput_bits_per_second: bits_per_second(bytes, seconds),
+                    sender_bytes,
+                    sender_seconds,
+                    sender_throughput_bits_per_second: bits_per_second(
+                        sender_bytes,
+                        sender_seconds,
+                    ),
+                    send_buffer_bytes: tx.map_or(0, |s| s.send_buffer_bytes),
+                    receive_buffer_bytes: rx.map_or(0, |s| s.receive_buffer_bytes),
+                    congestion: tx.and_then(|s| s.congestion.clone()),
+                    tcp: tx.and_then(|s| s.tcp.clone()),
+                    udp: (ctx.kind == Kind::Udp).then(|| {
+                        udp_summary(
+                            &tx_v,
+                            &rx_v,
+                            bits_per_second(sender_bytes, sender_seconds),
+                            bits_per_second(bytes, seconds),
+                        )
+                    }),
+                });
+            }
+            let bytes: u64 = receivers.iter().map(|s| s.bytes).sum();
+            let seconds = receivers.iter().map(|s| s.seconds).fold(0.0, f64::max);
+            let sender_bytes: u64 = senders.iter().map(|s| s.bytes).sum();
+            let sender_seconds = senders.iter().map(|s| s.seconds).fold(0.0, f64::max);
+            let throughput = bits_per_second(bytes, seconds);
+            let sender_throughput = bits_per_second(sender_bytes, sender_seconds);
+            directions.push(DirectionSummary {
+                direction: dir,
+                duration_seconds: seconds,
+                bytes,
+                throughput_bits_per_second: throughput,
+                sender_bytes,
+                sender_throughput_bits_per_second: sender_throughput,
+                sender_cpu_utilization: cpu_of(&senders_ref),
+                receiver_cpu_utilization: cpu_of(&receivers_ref),
+                tcp: (ctx.kind == Kind::Tcp).then(|| tcp_summary(&senders_ref, &receivers_ref)),
+                udp: (ctx.kind == Kind::Udp).then(|| {
+                    udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput)
+                }),
+            });
+        }
+        let tcp = (ctx.kind == Kind::Tcp).then(|| merge_tcp(&directions));
+        let udp = (ctx.kind == Kind::Udp).then(|| merge_udp(&directions));
+        ProbeResult {
+            kind: ctx.kind,
+            direction: ctx.direction,
+            target: ctx.target,
+            local_address: ctx.local_address,
+            remote_address: ctx.remote_address,
+            timestamp_seconds: ctx.timestamp_seconds,
+            requested_seconds: ctx.requested_seconds,
+            omit_seconds: ctx.omit_seconds,
+            duration_seconds: directions
+                .iter()
+                .map(|d| d.duration_seconds)
+                .fold(0.0, f64::max),
+            bytes: directions.iter().map(|d| d.bytes).sum(),
+            throughput_bits_per_second: directions
+                .iter()
+                .map(|d| d.throughput_bits_per_second)
+                .sum(),
+            sender_bytes: directions.iter().map(|d| d.sender_bytes).sum(),
+            sender_throughput_bits_per_second: directions
+                .iter()
+                .map(|d| d.sender_throughput_bits_per_second)
+                .sum(),
+            streams,
+            directions,
+            tcp,
+            udp,
+            local: side_summary(local),
+            remote: side_summary(remote),
+        }
+    }
+
+    /// The summary of one direction, if the probe ran it.
+    pub fn direction(&self, d: FlowDirection) -> Option<&DirectionSummary> {
+        self.directions.iter().find(|x| x.direction == d)
+    }
+}
+
+fn merge_tcp(dirs: &[DirectionSummary]) -> TcpSummary {
+    let all: Vec<&TcpSummary> = dirs.iter().filter_map(|d| d.tcp.as_ref()).collect();
+    TcpSummary {
+        retransmits: all.iter().map(|t| t.retransmits).sum(),
+        rtt_seconds: mean(all.iter().map(|t| t.rtt_seconds)),
+        rttvar_seconds: mean(all.iter().map(|t| t.rttvar_seconds)),
+        min_rtt_seconds: all
+            .iter()
+            .map(|t| t.min_rtt_seconds)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
+        mss_bytes: all.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
+        cwnd_bytes: all.iter().map(|t| t.cwnd_bytes).sum(),
+        congestion: all.iter().find_map(|t| t.congestion.clone()),
+        send_buffer_bytes: all.iter().map(|t| t.send_buffer_bytes).max().unwrap_or(0),
+        receive_buffer_bytes: all
+            .iter()
+            .map(|t| t.receive_buffer_bytes)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+fn merge_udp(dirs: &[DirectionSummary]) -> UdpSummary {
+    let all: Vec<&UdpSummary> = dirs.iter().filter_map(|d| d.udp.as_ref()).collect();
+    let sent: u64 = all.iter().map(|u| u.packets_sent).sum();
+    let lost: u64 = all.iter().map(|u| u.packets_lost).sum();
+    UdpSummary {
+        packets_sent: sent,
+        packets_received: all.iter().map(|u| u.packets_received).sum(),
+        packets_lost: lost,
+        packets_out_of_order: all.iter().map(|u| u.packets_out_of_order).sum(),
+        packets_duplicated: all.iter().map(|u| u.packets_duplicated).sum(),
+        loss_ratio: ratio(lost as f64, sent as f64),
+        jitter_seconds: mean(all.iter().map(|u| u.jitter_seconds)),
+        sent_bits_per_second: all.iter().map(|u| u.sent_bits_per_second).sum(),
+        received_bits_per_second: all.iter().map(|u| u.received_bits_per_second).sum(),
+    }
+}

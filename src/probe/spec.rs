@@ -1,0 +1,293 @@
+//! What a probe is asked to do: the vocabulary shared by the CLI, the
+//! scheduler, the control protocol and the data path.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::TestRequest;
+
+/// Transport of a throughput probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Tcp,
+    Udp,
+}
+
+/// Which way data moves, seen from the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Prober sends, responder receives (iperf3's default).
+    Send,
+    /// Responder sends (iperf3's `-R`).
+    Receive,
+    /// Both at once (iperf3's `--bidir`).
+    Bidir,
+}
+
+/// The direction of one stream, seen from the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowDirection {
+    Send,
+    Receive,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tcp => "tcp",
+            Kind::Udp => "udp",
+        }
+    }
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Send => "send",
+            Direction::Receive => "receive",
+            Direction::Bidir => "bidir",
+        }
+    }
+
+    /// The flow directions a probe in this direction runs.
+    pub fn flows(self) -> &'static [FlowDirection] {
+        match self {
+            Direction::Send => &[FlowDirection::Send],
+            Direction::Receive => &[FlowDirection::Receive],
+            Direction::Bidir => &[FlowDirection::Send, FlowDirection::Receive],
+        }
+    }
+}
+
+impl FlowDirection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowDirection::Send => "send",
+            FlowDirection::Receive => "receive",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The streams of a test: stream `i` runs in `layout[i]`. For bidir the
+/// first half sends and the second half receives.
+pub fn stream_layout(direction: Direction, streams: u32) -> Vec<FlowDirection> {
+    direction
+        .flows()
+        .iter()
+        .flat_map(|d| std::iter::repeat_n(*d, streams as usize))
+        .collect()
+}
+
+/// Default write size for TCP, as iperf3.
+pub const DEFAULT_TCP_LENGTH: u32 = 128 * 1024;
+/// Default UDP payload: fits a 1500-byte MTU over IPv6 (1500 - 40 - 8 = 1452).
+pub const DEFAULT_UDP_LENGTH: u32 = 1448;
+/// Default UDP rate, as iperf3: monitoring should not flood a path unasked.
+pub const DEFAULT_UDP_BITRATE: u64 = 1_000_000;
+/// Default measured time: long enough for a stable figure, short enough to
+/// repeat every minute without costing the path much.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(5);
+
+/// One probe as a user or the scheduler asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeSpec {
+    pub kind: Kind,
+    pub direction: Direction,
+    /// Measured time, after the omitted warm-up.
+    pub duration: Duration,
+    /// Warm-up at the start, excluded from every figure.
+    pub omit: Duration,
+    pub streams: u32,
+    /// Bits per second per direction, summed over streams; 0 means unpaced.
+    /// `None` takes the kind's default (unpaced TCP, 1 Mbit/s UDP).
+    pub bitrate: Option<u64>,
+    /// Write size (TCP) or datagram payload (UDP); `None` takes the default.
+    pub length: Option<u32>,
+    /// SO_SNDBUF and SO_RCVBUF for the data sockets on both ends.
+    pub window: Option<u32>,
+    pub congestion: Option<String>,
+    pub tos: Option<u8>,
+    /// Local address to bind data and control sockets to.
+    pub bind: Option<IpAddr>,
+    /// CPU for the local data threads.
+    pub affinity: Option<usize>,
+    /// CPU for the responder's data threads.
+    pub remote_affinity: Option<usize>,
+    /// Bound on connecting and on every control exchange.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ProbeSpec {
+    fn default() -> Self {
+        ProbeSpec {
+            kind: Kind::Tcp,
+            direction: Direction::Send,
+            duration: DEFAULT_DURATION,
+            omit: Duration::ZERO,
+            streams: 1,
+            bitrate: None,
+            length: None,
+            window: None,
+            congestion: None,
+            tos: None,
+            bind: None,
+            affinity: None,
+            remote_affinity: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A spec that cannot be run, with what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+impl ProbeSpec {
+    pub fn effective_length(&self) -> u32 {
+        self.length.unwrap_or(match self.kind {
+            Kind::Tcp => DEFAULT_TCP_LENGTH,
+            Kind::Udp => DEFAULT_UDP_LENGTH,
+        })
+    }
+
+    pub fn effective_bitrate(&self) -> u64 {
+        self.bitrate.unwrap_or(match self.kind {
+            Kind::Tcp => 0,
+            Kind::Udp => DEFAULT_UDP_BITRATE,
+        })
+    }
+
+    /// Checks the spec before anything touches the network.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let fail = |m: String| Err(SpecError(m));
+        if self.duration.is_zero() {
+            return fail("duration must be greater than zero (e.g. -t 5)".into());
+        }
+        if self.duration > Duration::from_secs(3600) || self.omit > Duration::from_secs(3600) {
+            return fail("duration and omit must each be at most an hour".into());
+        }
+        if self.streams == 0 || self.streams > 128 {
+            return fail(format!(
+                "streams must be between 1 and 128, got {}",
+                self.streams
+            ));
+        }
+        let len = self.effective_length();
+        match self.kind {
+            Kind::Udp if !(crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&len) => {
+                fail(format!(
+                    "UDP datagram length must be between {} and 65000 bytes, got {len}",
+                    crate::protocol::udp::HELLO_LEN
+                ))
+            }
+            Kind::Tcp if !(1..=16 << 20).contains(&len) => fail(format!(
+                "TCP buffer length must be between 1 byte and 16 MiB, got {len}"
+            )),
+            _ => Ok(()),
+        }?;
+        if let Some(c) = &self.congestion {
+            if c.is_empty()
+                || c.len() > 15
+                || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return fail(format!("congestion control {c:?} is not a valid algorithm name (e.g. cubic, bbr, reno)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The request sent to the responder.
+    pub fn to_request(&self) -> TestRequest {
+        TestRequest {
+            kind: self.kind,
+            direction: self.direction,
+            duration_ms: self.duration.as_millis() as u64,
+            omit_ms: self.omit.as_millis() as u64,
+            streams: self.streams,
+            bitrate: self.effective_bitrate(),
+            length: self.effective_length(),
+            window: self.window,
+            congestion: self.congestion.clone(),
+            tos: self.tos,
+            affinity: self.remote_affinity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_puts_senders_first_for_bidir() {
+        use FlowDirection::*;
+        assert_eq!(
+            stream_layout(Direction::Bidir, 2),
+            vec![Send, Send, Receive, Receive]
+        );
+        assert_eq!(stream_layout(Direction::Receive, 1), vec![Receive]);
+        assert_eq!(stream_layout(Direction::Send, 3).len(), 3);
+    }
+
+    #[test]
+    fn defaults_follow_the_kind() {
+        let tcp = ProbeSpec::default();
+        assert_eq!(tcp.effective_length(), 128 * 1024);
+        assert_eq!(tcp.effective_bitrate(), 0);
+        let udp = ProbeSpec {
+            kind: Kind::Udp,
+            ..ProbeSpec::default()
+        };
+        assert_eq!(udp.effective_length(), 1448);
+        assert_eq!(udp.effective_bitrate(), 1_000_000);
+        assert_eq!(udp.to_request().bitrate, 1_000_000);
+    }
+
+    #[test]
+    fn validation_explains() {
+        let bad = ProbeSpec {
+            streams: 0,
+            ..ProbeSpec::default()
+        };
+        assert!(bad.validate().unwrap_err().0.contains("between 1 and 128"));
+        let bad = ProbeSpec {
+            kind: Kind::Udp,
+            length: Some(10),
+            ..ProbeSpec::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("UDP datagram length"));
+        let bad = ProbeSpec {
+            congestion: Some("cub ic".into()),
+            ..ProbeSpec::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad = ProbeSpec {
+            duration: Duration::ZERO,
+            ..ProbeSpec::default()
+        };
+        assert!(bad.validate().is_err());
+        assert!(ProbeSpec::default().validate().is_ok());
+    }
+}

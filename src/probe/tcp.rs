@@ -1,0 +1,199 @@
+//! TCP throughput: the sending and receiving loops of a TCP stream, and the
+//! socket set-up both ends apply (window, congestion control, TOS, pacing).
+//!
+//! The sender writes for the planned time, then half-closes and waits for
+//! the receiver to read everything and close. Only then does it read
+//! TCP_INFO, so that retransmits of the last flight are counted too.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Instant;
+
+use socket2::SockRef;
+
+use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::stats::{StreamStats, TcpStats};
+use super::tcpinfo::{self, TcpInfo};
+
+/// Options both ends set on a TCP data socket.
+#[derive(Debug, Clone, Default)]
+pub struct TcpOptions {
+    pub window: Option<u32>,
+    pub congestion: Option<String>,
+    pub tos: Option<u8>,
+    /// Bits per second for this stream, through the kernel's TCP pacing.
+    pub bitrate: u64,
+}
+
+/// Applies `opts` to a data socket. Call before connect where possible, so
+/// the receive window scale is negotiated for the requested window.
+pub fn apply_options(sock: &SockRef<'_>, opts: &TcpOptions, ipv6: bool) -> std::io::Result<()> {
+    if let Some(w) = opts.window {
+        sock.set_send_buffer_size(w as usize)?;
+        sock.set_recv_buffer_size(w as usize)?;
+    }
+    if let Some(algo) = &opts.congestion {
+        sock.set_tcp_congestion(algo.as_bytes()).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("congestion control {algo:?} is not available ({e}); see /proc/sys/net/ipv4/tcp_allowed_congestion_control"),
+            )
+        })?;
+    }
+    if let Some(tos) = opts.tos {
+        if ipv6 {
+            sock.set_tclass_v6(tos as u32)?;
+        } else {
+            sock.set_tos_v4(tos as u32)?;
+        }
+    }
+    if opts.bitrate > 0 {
+        let bytes_per_second: u64 = opts.bitrate / 8;
+        // SAFETY: SO_MAX_PACING_RATE takes a u64 of bytes per second.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&**sock),
+                libc::SOL_SOCKET,
+                libc::SO_MAX_PACING_RATE,
+                (&bytes_per_second as *const u64).cast(),
+                std::mem::size_of::<u64>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Makes a data socket blocking, with timeouts so that its thread can look
+/// at the stop flag.
+pub fn prepare_blocking(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL_INTERVAL))?;
+    stream.set_write_timeout(Some(POLL_INTERVAL))?;
+    Ok(())
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
+}
+
+fn record_buffers(stream: &TcpStream, stats: &mut StreamStats) {
+    let sock = SockRef::from(stream);
+    stats.send_buffer_bytes = sock.send_buffer_size().unwrap_or(0) as u64;
+    stats.receive_buffer_bytes = sock.recv_buffer_size().unwrap_or(0) as u64;
+    stats.congestion = tcpinfo::congestion(stream);
+}
+
+/// The sending loop.
+pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) {
+    let Some(start) = ctx.gate.wait() else { return };
+    let plan = &ctx.plan;
+    let window_start = start + plan.omit;
+    let end = window_start + plan.duration;
+    let buf: Vec<u8> = (0..plan.length).map(|i| (i % 251) as u8).collect();
+    let mut meter = ThreadMeter::default();
+    let mut bytes = 0u64;
+    let mut bytes_at_open = 0u64;
+    let mut retrans_at_open = 0u32;
+    let mut last_write = start;
+    loop {
+        let now = Instant::now();
+        if !meter.is_open() && now >= window_start {
+            meter.open(now);
+            bytes_at_open = bytes;
+            retrans_at_open = TcpInfo::read(&stream).map(|i| i.total_retrans).unwrap_or(0);
+        }
+        if now >= end || ctx.stop.is_stopped() {
+            break;
+        }
+        meter.syscalls += 1;
+        match stream.write(&buf) {
+            Ok(n) => {
+                bytes += n as u64;
+                last_write = Instant::now();
+            }
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => {
+                tracing::debug!(stream = stats.id, error = %e, "TCP send ended");
+                break;
+            }
+        }
+    }
+    let opened = meter.opened_at().unwrap_or(start);
+    stats.bytes = bytes - bytes_at_open;
+    stats.seconds = last_write.saturating_duration_since(opened).as_secs_f64();
+    // Half-close, then wait for the receiver to drain and close, so that
+    // TCP_INFO covers the whole transfer.
+    let _ = stream.shutdown(Shutdown::Write);
+    let mut sink = [0u8; 64];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) && !ctx.stop.is_stopped() => {}
+            Err(_) => break,
+        }
+    }
+    meter.finish(stats);
+    record_buffers(&stream, stats);
+    if let Ok(info) = TcpInfo::read(&stream) {
+        stats.tcp = Some(TcpStats {
+            retransmits: info.total_retrans.saturating_sub(retrans_at_open) as u64,
+            rtt_seconds: info.rtt_us as f64 / 1e6,
+            rttvar_seconds: info.rttvar_us as f64 / 1e6,
+            min_rtt_seconds: info.min_rtt_us.unwrap_or(0) as f64 / 1e6,
+            mss_bytes: info.snd_mss,
+            cwnd_bytes: info.snd_cwnd as u64 * info.snd_mss as u64,
+        });
+    }
+}
+
+/// The receiving loop: reads until the sender half-closes.
+pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) {
+    let Some(start) = ctx.gate.wait() else { return };
+    let window_start = start + ctx.plan.omit;
+    let mut buf = vec![0u8; (ctx.plan.length as usize).max(128 * 1024)];
+    let mut meter = ThreadMeter::default();
+    if ctx.plan.omit.is_zero() {
+        meter.open(start);
+    }
+    let mut bytes = 0u64;
+    let mut bytes_at_open = 0u64;
+    let mut last_read = start;
+    loop {
+        meter.syscalls += 1;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let now = Instant::now();
+                if !meter.is_open() && now >= window_start {
+                    meter.open(now);
+                    bytes_at_open = bytes;
+                }
+                bytes += n as u64;
+                last_read = now;
+            }
+            Err(e) if is_timeout(&e) => {
+                if ctx.stop.is_stopped() {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(stream = stats.id, error = %e, "TCP receive ended");
+                break;
+            }
+        }
+    }
+    let opened = meter.opened_at().unwrap_or(last_read);
+    stats.bytes = bytes - bytes_at_open;
+    stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();
+    meter.finish(stats);
+    record_buffers(&stream, stats);
+    // Closing tells the sender that everything arrived.
+    drop(stream);
+}

@@ -1,0 +1,129 @@
+//! TCP_INFO of a socket: retransmits, RTT, MSS and congestion window.
+//!
+//! `struct tcp_info` only ever grows at its end, so the fields are read by
+//! their fixed offsets from the bytes the kernel returns, and a field beyond
+//! what an older kernel returned reads as absent.
+
+use std::os::fd::AsRawFd;
+
+/// The TCP_INFO fields pathprobe uses, as the kernel reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    pub snd_mss: u32,
+    /// Smoothed RTT and its variance, microseconds.
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    /// Congestion window, segments.
+    pub snd_cwnd: u32,
+    /// Retransmitted segments over the connection's life.
+    pub total_retrans: u32,
+    /// Minimum RTT seen, microseconds (kernel 4.6+).
+    pub min_rtt_us: Option<u32>,
+}
+
+const OFF_SND_MSS: usize = 16;
+const OFF_RTT: usize = 68;
+const OFF_RTTVAR: usize = 72;
+const OFF_SND_CWND: usize = 80;
+const OFF_TOTAL_RETRANS: usize = 100;
+const OFF_MIN_RTT: usize = 148;
+
+fn u32_at(buf: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(buf.get(off..off + 4)?.try_into().ok()?))
+}
+
+impl TcpInfo {
+    /// Parses the bytes getsockopt(TCP_INFO) returned.
+    pub fn parse(buf: &[u8]) -> Option<TcpInfo> {
+        Some(TcpInfo {
+            snd_mss: u32_at(buf, OFF_SND_MSS)?,
+            rtt_us: u32_at(buf, OFF_RTT)?,
+            rttvar_us: u32_at(buf, OFF_RTTVAR)?,
+            snd_cwnd: u32_at(buf, OFF_SND_CWND)?,
+            total_retrans: u32_at(buf, OFF_TOTAL_RETRANS)?,
+            min_rtt_us: u32_at(buf, OFF_MIN_RTT),
+        })
+    }
+
+    /// Reads TCP_INFO from a connected socket.
+    pub fn read(sock: &impl AsRawFd) -> std::io::Result<TcpInfo> {
+        let mut buf = [0u8; 256];
+        let mut len = buf.len() as libc::socklen_t;
+        // SAFETY: the buffer and its length are valid for the kernel to write.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        TcpInfo::parse(&buf[..len as usize])
+            .ok_or_else(|| std::io::Error::other("TCP_INFO shorter than expected"))
+    }
+}
+
+/// The congestion control algorithm a socket uses.
+pub fn congestion(sock: &impl std::os::fd::AsFd) -> Option<String> {
+    let raw = socket2::SockRef::from(sock).tcp_congestion().ok()?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    Some(String::from_utf8_lossy(&raw[..end]).into_owned())
+}
+
+/// Sets the congestion control algorithm, saying where to look when the
+/// kernel does not have it.
+pub fn set_congestion(sock: &impl std::os::fd::AsFd, algo: &str) -> std::io::Result<()> {
+    socket2::SockRef::from(sock).set_tcp_congestion(algo.as_bytes()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("congestion control {algo:?} is not available ({e}); see /proc/sys/net/ipv4/tcp_allowed_congestion_control"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fields_by_offset() {
+        let mut buf = vec![0u8; 232];
+        buf[OFF_SND_MSS..OFF_SND_MSS + 4].copy_from_slice(&1448u32.to_ne_bytes());
+        buf[OFF_RTT..OFF_RTT + 4].copy_from_slice(&190u32.to_ne_bytes());
+        buf[OFF_RTTVAR..OFF_RTTVAR + 4].copy_from_slice(&20u32.to_ne_bytes());
+        buf[OFF_SND_CWND..OFF_SND_CWND + 4].copy_from_slice(&10u32.to_ne_bytes());
+        buf[OFF_TOTAL_RETRANS..OFF_TOTAL_RETRANS + 4].copy_from_slice(&3u32.to_ne_bytes());
+        buf[OFF_MIN_RTT..OFF_MIN_RTT + 4].copy_from_slice(&150u32.to_ne_bytes());
+        let info = TcpInfo::parse(&buf).unwrap();
+        assert_eq!(
+            info,
+            TcpInfo {
+                snd_mss: 1448,
+                rtt_us: 190,
+                rttvar_us: 20,
+                snd_cwnd: 10,
+                total_retrans: 3,
+                min_rtt_us: Some(150)
+            }
+        );
+        // An old kernel's shorter struct has no min_rtt.
+        assert_eq!(TcpInfo::parse(&buf[..104]).unwrap().min_rtt_us, None);
+        assert_eq!(TcpInfo::parse(&buf[..50]), None);
+    }
+
+    #[test]
+    fn reads_a_live_socket() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let info = TcpInfo::read(&client).unwrap();
+        // Loopback's MTU is 65536, so the MSS is far above Ethernet's.
+        assert!(info.snd_mss > 1000, "{info:?}");
+        assert!(info.snd_cwnd >= 1, "{info:?}");
+        assert!(congestion(&client).is_some_and(|c| !c.is_empty()));
+        assert!(set_congestion(&client, "no-such-algo").is_err());
+    }
+}

@@ -1,0 +1,396 @@
+//! UDP throughput: a smoothly paced, batched sender and a batched receiver
+//! that accounts loss, reordering, duplicates and jitter.
+//!
+//! The sender batches with UDP GSO (one syscall carries up to 64 datagrams,
+//! each with its own header) where the kernel has it, and paces so that a
+//! batch is never larger than what is due. The receiver uses recvmmsg with
+//! kernel receive timestamps, so jitter reflects when datagrams arrived, not
+//! when a batch was read.
+
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::accounting::UdpAccount;
+use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::pacing::Pacer;
+use super::stats::{StreamStats, UdpSendStats};
+use crate::protocol::udp::{UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN};
+
+/// Datagrams per syscall at most.
+const BATCH: usize = 64;
+/// UDP GSO's limit on one send, with room for headers.
+const GSO_MAX_BYTES: usize = 65_000;
+/// FIN datagrams sent at the end, so that one survives a lossy path.
+const FIN_COPIES: u32 = 8;
+/// Shortest sleep between paced batches. Waking for every datagram at high
+/// rates costs more CPU than the sending itself; batches this far apart are
+/// still far smoother than a timer-driven sender's millisecond bursts.
+const MIN_SLEEP: Duration = Duration::from_micros(100);
+/// Socket buffer size asked for on UDP data sockets. Large buffers keep a
+/// short stall of the receiving thread from turning into loss.
+pub const UDP_BUFFER: usize = 8 << 20;
+
+fn realtime_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Sizes the socket buffers; as root, beyond net.core.[rw]mem_max.
+pub fn configure_socket(sock: &UdpSocket, window: Option<u32>) {
+    let want = window.map(|w| w as usize).unwrap_or(UDP_BUFFER) as libc::c_int;
+    let fd = sock.as_raw_fd();
+    for (force, plain) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+    ] {
+        // SAFETY: an int option on an open socket.
+        unsafe {
+            let set = |opt| {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&want as *const libc::c_int).cast(),
+                    4,
+                )
+            };
+            if set(force) != 0 {
+                set(plain);
+            }
+        }
+    }
+    let _ = sock.set_read_timeout(Some(POLL_INTERVAL));
+    let _ = sock.set_write_timeout(Some(POLL_INTERVAL));
+}
+
+/// Sets the TOS / traffic class of a UDP socket.
+pub fn set_tos(sock: &UdpSocket, tos: u8) -> std::io::Result<()> {
+    let s = socket2::SockRef::from(sock);
+    if sock.local_addr()?.is_ipv6() {
+        s.set_tclass_v6(tos as u32)
+    } else {
+        s.set_tos_v4(tos as u32)
+    }
+}
+
+fn enable_gso(sock: &UdpSocket, segment: u32) -> bool {
+    let size = segment as libc::c_int;
+    // SAFETY: UDP_SEGMENT takes an int.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&size as *const libc::c_int).cast(),
+            4,
+        ) == 0
+    }
+}
+
+fn set_timer_slack() {
+    // Sleeps between paced batches are short; the default 50 µs slack would
+    // make every one of them late and the pacing lumpy.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+fn record_buffers(sock: &UdpSocket, stats: &mut StreamStats) {
+    let s = socket2::SockRef::from(sock);
+    stats.send_buffer_bytes = s.send_buffer_size().unwrap_or(0) as u64;
+    stats.receive_buffer_bytes = s.recv_buffer_size().unwrap_or(0) as u64;
+}
+
+/// The sending loop: paced datagrams until the planned end, then FINs.
+pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
+    let plan = &ctx.plan;
+    let len = plan.length as usize;
+    let gso = enable_gso(&sock, plan.length);
+    let batch = if gso {
+        BATCH.min(GSO_MAX_BYTES / len).max(1)
+    } else {
+        BATCH
+    };
+    let mut buf = vec![0u8; len * batch];
+    set_timer_slack();
+    let Some(start) = ctx.gate.wait() else { return };
+    let window_start = start + plan.omit;
+    let end = window_start + plan.duration;
+    let mut pacer = Pacer::new(plan.bitrate_per_stream, plan.length);
+    let mut meter = ThreadMeter::default();
+    let mut seq = 0u64;
+    let mut measured = 0u64;
+    let mut last_send = start;
+    loop {
+        let now = Instant::now();
+        if now >= end || ctx.stop.is_stopped() {
+            break;
+        }
+        if !meter.is_open() && now >= window_start {
+            meter.open(now);
+        }
+        let n = pacer.due(now - start, batch as u64) as usize;
+        if n == 0 {
+            let next = start + pacer.next_due();
+            let wait = next
+                .saturating_duration_since(Instant::now())
+                .clamp(MIN_SLEEP, POLL_INTERVAL);
+            std::thread::sleep(wait);
+            continue;
+        }
+        let flags = if meter.is_open() { 0 } else { FLAG_OMIT };
+        let send_ns = realtime_ns();
+        for i in 0..n {
+            UdpHeader {
+                flags,
+                test_id: plan.test_id,
+                seq: seq + i as u64,
+                send_ns,
+            }
+            .write(&mut buf[i * len..]);
+        }
+        let sent = if gso {
+            meter.syscalls += 1;
+            match sock.send(&buf[..n * len]) {
+                Ok(_) => n,
+                Err(e) => {
+                    if !transient(&e) {
+                        tracing::debug!(stream = stats.id, error = %e, "UDP send failed");
+                    }
+                    0
+                }
+            }
+        } else {
+            let mut ok = 0;
+            for i in 0..n {
+                meter.syscalls += 1;
+                match sock.send(&buf[i * len..(i + 1) * len]) {
+                    Ok(_) => ok += 1,
+                    Err(_) => break,
+                }
+            }
+            ok
+        };
+        if sent == 0 {
+            // A full buffer or an ICMP error from an earlier datagram; the
+            // pacer keeps the rate when sending resumes.
+            std::thread::yield_now();
+            continue;
+        }
+        pacer.sent(sent as u64);
+        seq += sent as u64;
+        if meter.is_open() {
+            measured += sent as u64;
+        }
+        last_send = Instant::now();
+    }
+    let opened = meter.opened_at().unwrap_or(last_send);
+    stats.bytes = measured * len as u64;
+    stats.seconds = last_send.saturating_duration_since(opened).as_secs_f64();
+    stats.udp_sent = Some(UdpSendStats { packets: measured });
+    meter.finish(stats);
+    record_buffers(&sock, stats);
+    let mut fin = [0u8; HEADER_LEN];
+    UdpHeader {
+        flags: FLAG_FIN,
+        test_id: plan.test_id,
+        seq: measured,
+        send_ns: realtime_ns(),
+    }
+    .write(&mut fin);
+    if gso {
+        // A FIN is shorter than the segment size; GSO would still take it,
+        // but keep it a plain datagram.
+        disable_gso(&sock);
+    }
+    for _ in 0..FIN_COPIES {
+        let _ = sock.send(&fin);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn disable_gso(sock: &UdpSocket) {
+    enable_gso(sock, 0);
+}
+
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock
+            | ErrorKind::TimedOut
+            | ErrorKind::Interrupted
+            | ErrorKind::ConnectionRefused
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// Buffers for one recvmmsg call: the datagrams and their control messages.
+struct RecvBatch {
+    data: Vec<u8>,
+    len: usize,
+    control: Vec<u8>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+const CONTROL_LEN: usize = 64;
+
+impl RecvBatch {
+    fn new(len: usize) -> Box<RecvBatch> {
+        let mut b = Box::new(RecvBatch {
+            data: vec![0u8; len * BATCH],
+            len,
+            control: vec![0u8; CONTROL_LEN * BATCH],
+            iov: Vec::with_capacity(BATCH),
+            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+            hdrs: (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect(),
+        });
+        for i in 0..BATCH {
+            let base = b.data[i * len..].as_mut_ptr();
+            b.iov.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: len,
+            });
+        }
+        b
+    }
+
+    /// Receives up to BATCH datagrams, waiting for the first one only.
+    fn recv(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
+        for i in 0..BATCH {
+            let h = &mut self.hdrs[i];
+            h.msg_hdr.msg_iov = &mut self.iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.control[i * CONTROL_LEN..].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = CONTROL_LEN as _;
+            h.msg_len = 0;
+        }
+        // SAFETY: every header points into buffers owned by self, which
+        // outlive the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                BATCH as _,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    fn datagram(&self, i: usize) -> &[u8] {
+        let n = (self.hdrs[i].msg_len as usize).min(self.len);
+        &self.data[i * self.len..i * self.len + n]
+    }
+
+    /// The kernel's receive timestamp (SO_TIMESTAMPNS) of datagram `i`.
+    fn timestamp_ns(&self, i: usize) -> Option<u64> {
+        let hdr = &self.hdrs[i].msg_hdr;
+        // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+        // bounded by msg_controllen.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+        None
+    }
+}
+
+fn enable_timestamps(sock: &UdpSocket) {
+    let on: libc::c_int = 1;
+    // SAFETY: an int option on an open socket.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
+    }
+}
+
+/// The receiving loop: until a FIN arrives or the side is told to stop.
+pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
+    let plan = &ctx.plan;
+    enable_timestamps(&sock);
+    let mut batch = RecvBatch::new((plan.length as usize).max(HEADER_LEN));
+    let Some(start) = ctx.gate.wait() else { return };
+    let window_start = start + plan.omit;
+    let mut meter = ThreadMeter::default();
+    if plan.omit.is_zero() {
+        meter.open(start);
+    }
+    let mut account = UdpAccount::default();
+    let mut bytes = 0u64;
+    let mut last_arrival = start;
+    let mut sender_packets = None;
+    let fd = sock.as_raw_fd();
+    while sender_packets.is_none() {
+        meter.syscalls += 1;
+        let n = match batch.recv(fd) {
+            Ok(n) => n,
+            Err(e) if transient(&e) => {
+                if ctx.stop.is_stopped() {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(stream = stats.id, error = %e, "UDP receive ended");
+                break;
+            }
+        };
+        let now = Instant::now();
+        if !meter.is_open() && now >= window_start {
+            meter.open(now);
+        }
+        let fallback_ns = realtime_ns();
+        for i in 0..n {
+            let dgram = batch.datagram(i);
+            let Ok(h) = UdpHeader::parse(dgram) else {
+                continue;
+            };
+            if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
+                continue;
+            }
+            if h.flags & FLAG_FIN != 0 {
+                sender_packets = Some(h.seq);
+                continue;
+            }
+            if h.flags & FLAG_OMIT != 0 {
+                continue;
+            }
+            let before = account.unique();
+            account.record(
+                h.seq,
+                h.send_ns,
+                batch.timestamp_ns(i).unwrap_or(fallback_ns),
+            );
+            if account.unique() > before {
+                bytes += dgram.len() as u64;
+                last_arrival = now;
+            }
+        }
+    }
+    let opened = meter.opened_at().unwrap_or(window_start);
+    stats.bytes = bytes;
+    stats.seconds = last_arrival.saturating_duration_since(opened).as_secs_f64();
+    stats.udp_received = Some(account.finish(sender_packets));
+    meter.finish(stats);
+    record_buffers(&sock, stats);
+}

@@ -1,0 +1,318 @@
+//! The control conversation. A prober opens the control connection and the
+//! two sides exchange, in order:
+//!
+//! ```text
+//! prober                              responder
+//!   Hello{version}          ─────▶
+//!                           ◀─────    Welcome{limits} | Rejected{version_mismatch}
+//!   Request{test}           ─────▶
+//!                           ◀─────    Accepted{token} | Busy{retry_after} | Rejected{reason}
+//!   (data connections, each opening with DataHello{token, stream};
+//!    UDP flows, each sending hello datagrams carrying the token)
+//!                           ◀─────    Ready
+//!   Start                   ─────▶
+//!   (data moves)
+//!                           ◀─────    Results{responder's figures}
+//! ```
+//!
+//! Either side may send `Error` and close at any point. Unknown message
+//! types, and unknown fields inside known ones, are tolerated only where the
+//! field is marked optional, so that a later minor version can add fields.
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::spec::{Direction, Kind};
+use crate::probe::stats::SideStats;
+
+/// Identifies the protocol in [`Hello`], so that a stray client of another
+/// protocol is recognised at once.
+pub const PROTOCOL_NAME: &str = "pathprobe";
+/// Bumped on any change that an older peer would misread.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Every message of the control channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    Hello(Hello),
+    Welcome(Welcome),
+    Request(TestRequest),
+    Accepted {
+        /// Ties data connections and UDP flows to this test.
+        token: String,
+        /// The test as the responder will run it.
+        request: TestRequest,
+    },
+    Busy {
+        retry_after_ms: u64,
+        message: String,
+    },
+    Rejected {
+        reason: RejectReason,
+        message: String,
+    },
+    /// First frame on a TCP data connection.
+    DataHello {
+        token: String,
+        stream: u32,
+    },
+    Ready,
+    Start,
+    Results(Box<SideStats>),
+    Error {
+        message: String,
+    },
+}
+
+/// The prober's opening message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: String,
+    pub version: u32,
+    /// Software name and version, for logs.
+    pub software: String,
+    /// Reserved for authentication: a method name and the prober's nonce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<serde_json::Value>,
+}
+
+impl Hello {
+    pub fn new() -> Hello {
+        Hello {
+            protocol: PROTOCOL_NAME.to_string(),
+            version: PROTOCOL_VERSION,
+            software: software(),
+            auth: None,
+        }
+    }
+}
+
+impl Default for Hello {
+    fn default() -> Self {
+        Hello::new()
+    }
+}
+
+/// The responder's answer to a compatible [`Hello`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub version: u32,
+    pub software: String,
+    pub limits: Limits,
+    /// Reserved for authentication: the responder's challenge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<serde_json::Value>,
+}
+
+/// What a responder allows one test to ask for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_duration_ms: u64,
+    pub max_streams: u32,
+    /// Bits per second summed over streams; 0 means no cap.
+    pub max_bitrate: u64,
+}
+
+/// The test a prober asks for. Durations travel as milliseconds so that the
+/// wire form is plain integers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestRequest {
+    pub kind: Kind,
+    pub direction: Direction,
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub omit_ms: u64,
+    pub streams: u32,
+    /// Bits per second summed over the streams of one direction; 0 is unpaced.
+    #[serde(default)]
+    pub bitrate: u64,
+    /// Write size for TCP, datagram payload size for UDP.
+    pub length: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
+    /// CPU the responder should pin its data threads to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<usize>,
+}
+
+impl TestRequest {
+    /// How many data streams this test opens in all (both directions for bidir).
+    pub fn total_streams(&self) -> u32 {
+        match self.direction {
+            Direction::Bidir => self.streams.saturating_mul(2),
+            _ => self.streams,
+        }
+    }
+}
+
+/// Why a responder refused a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    VersionMismatch,
+    Limit,
+    BadRequest,
+    AuthRequired,
+    AuthFailed,
+    Denied,
+}
+
+impl RejectReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::VersionMismatch => "version_mismatch",
+            RejectReason::Limit => "limit",
+            RejectReason::BadRequest => "bad_request",
+            RejectReason::AuthRequired => "auth_required",
+            RejectReason::AuthFailed => "auth_failed",
+            RejectReason::Denied => "denied",
+        }
+    }
+}
+
+/// "pathprobe/0.1.0".
+pub fn software() -> String {
+    format!("pathprobe/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Checks a prober's [`Hello`]; on success returns nothing, otherwise the
+/// rejection to send back.
+pub fn check_hello(hello: &Hello) -> Result<(), (RejectReason, String)> {
+    if hello.protocol != PROTOCOL_NAME {
+        return Err((
+            RejectReason::BadRequest,
+            format!(
+                "expected protocol {PROTOCOL_NAME:?}, got {:?}",
+                hello.protocol
+            ),
+        ));
+    }
+    if hello.version != PROTOCOL_VERSION {
+        return Err((
+            RejectReason::VersionMismatch,
+            format!(
+                "responder speaks protocol version {PROTOCOL_VERSION} ({}), prober speaks {} ({}); run the same pathprobe release on both ends",
+                software(),
+                hello.version,
+                hello.software
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Generates a fresh test token: 16 random bytes, hex encoded.
+pub fn new_token() -> String {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw).expect("the OS random source is available");
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The 32-bit test id carried in UDP datagrams: the token's first 4 bytes.
+pub fn token_id(token: &str) -> u32 {
+    let hex = token.get(..8).unwrap_or("");
+    u32::from_str_radix(hex, 16).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> TestRequest {
+        TestRequest {
+            kind: Kind::Udp,
+            direction: Direction::Bidir,
+            duration_ms: 5000,
+            omit_ms: 1000,
+            streams: 2,
+            bitrate: 100_000_000,
+            length: 1400,
+            window: Some(4 << 20),
+            congestion: Some("cubic".into()),
+            tos: Some(0x10),
+            affinity: None,
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_through_json() {
+        let msgs = vec![
+            Message::Hello(Hello::new()),
+            Message::Request(request()),
+            Message::Accepted {
+                token: new_token(),
+                request: request(),
+            },
+            Message::Busy {
+                retry_after_ms: 5000,
+                message: "busy".into(),
+            },
+            Message::Rejected {
+                reason: RejectReason::Limit,
+                message: "too long".into(),
+            },
+            Message::DataHello {
+                token: "ab".into(),
+                stream: 3,
+            },
+            Message::Ready,
+            Message::Start,
+            Message::Error {
+                message: "bye".into(),
+            },
+        ];
+        for m in msgs {
+            let json = serde_json::to_string(&m).unwrap();
+            let back: Message = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, m, "{json}");
+        }
+    }
+
+    #[test]
+    fn wire_form_is_stable() {
+        let json = serde_json::to_string(&Message::DataHello {
+            token: "00ff".into(),
+            stream: 1,
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"type":"data_hello","token":"00ff","stream":1}"#);
+        assert_eq!(total(Direction::Bidir), 4);
+        assert_eq!(total(Direction::Send), 2);
+    }
+
+    fn total(direction: Direction) -> u32 {
+        TestRequest {
+            direction,
+            ..request()
+        }
+        .total_streams()
+    }
+
+    #[test]
+    fn version_mismatch_is_explained() {
+        let mut hello = Hello::new();
+        hello.version = 99;
+        let (reason, msg) = check_hello(&hello).unwrap_err();
+        assert_eq!(reason, RejectReason::VersionMismatch);
+        assert!(msg.contains("prober speaks 99"), "{msg}");
+        hello.version = PROTOCOL_VERSION;
+        hello.protocol = "iperf".into();
+        assert_eq!(check_hello(&hello).unwrap_err().0, RejectReason::BadRequest);
+        assert!(check_hello(&Hello::new()).is_ok());
+    }
+
+    #[test]
+    fn tokens_are_unique_hex_and_give_an_id() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(token_id("deadbeef00"), 0xdead_beef);
+        assert_eq!(token_id("xx"), 0);
+    }
+}

@@ -1,0 +1,616 @@
+//! Runs every (target, module) job once per interval, forever.
+//!
+//! - Start times are spread over the interval: a stable phase derived from
+//!   the job's name and this host's name, plus a little random jitter, so a
+//!   thousand targets do not start at once and two hosts probing each other
+//!   do not collide on every run.
+//! - A semaphore bounds how many probes run at once (one by default):
+//!   concurrent probes share the NIC and spoil each other's figures.
+//! - A busy responder is retried with backoff inside the interval.
+//! - Every run has a hard deadline.
+//! - A run that cannot start before its next one is due is skipped and
+//!   counted, rather than piling up.
+//! - [`Scheduler::update`] applies a new job set: removed jobs stop, changed
+//!   ones restart, unchanged ones keep their rhythm.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Identifies a job: one module run against one target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobKey {
+    pub target: String,
+    pub module: String,
+}
+
+impl std::fmt::Display for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.target, self.module)
+    }
+}
+
+/// A job as the scheduler sees it; `payload` is what the runner needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job<P> {
+    pub key: JobKey,
+    pub interval: Duration,
+    /// Hard deadline of one run (retries on busy included).
+    pub timeout: Duration,
+    pub payload: P,
+}
+
+/// How one attempt ended, as far as scheduling cares.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attempt {
+    /// Finished, well or badly; the runner has recorded the result.
+    Done,
+    /// The responder was busy; try again after this long if time allows.
+    Busy(Duration),
+}
+
+/// Why a run did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// It could not start before its next run was due (others held the slot).
+    Missed,
+    /// The responder stayed busy for the whole interval.
+    Busy,
+    /// The run passed its hard deadline.
+    Timeout,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::Missed => "missed",
+            Skip::Busy => "busy",
+            Skip::Timeout => "timeout",
+        }
+    }
+}
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Runs jobs and records their results; the scheduler only times them.
+pub trait Runner<P>: Send + Sync + 'static {
+    /// One attempt of `job`.
+    fn attempt(&self, job: &Job<P>) -> BoxFuture<Attempt>;
+    /// A run that did not happen or did not finish.
+    fn skipped(&self, job: &Job<P>, why: Skip);
+    /// How late a run started against its planned time.
+    fn lag(&self, _job: &Job<P>, _lag: Duration) {}
+}
+
+/// Scheduling knobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    pub max_concurrent: usize,
+    /// Random jitter added to each start, as a fraction of the interval.
+    pub jitter: f64,
+    /// First wait after a busy reply when the responder gives no hint.
+    pub busy_backoff: Duration,
+    /// Seed of the phase hash; this host's name, so that two hosts probing
+    /// each other get different phases for the same pair.
+    pub phase_seed: String,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_concurrent: 1,
+            jitter: 0.1,
+            busy_backoff: Duration::from_secs(1),
+            phase_seed: String::new(),
+        }
+    }
+}
+
+/// FNV-1a: stable across runs and releases, unlike std's hasher.
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0)) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The job's stable offset within its interval.
+pub fn phase(key: &JobKey, seed: &str, interval: Duration) -> Duration {
+    let ms = interval.as_millis().max(1) as u64;
+    Duration::from_millis(fnv1a(&[seed, &key.target, &key.module]) % ms)
+}
+
+fn random_unit() -> f64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        return 0.5;
+    }
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+pub struct Scheduler<P, R> {
+    runner: Arc<R>,
+    config: SchedulerConfig,
+    slots: Arc<Semaphore>,
+    tasks: HashMap<JobKey, (Job<P>, JoinHandle<()>)>,
+    /// Reference point for phases, so that the first runs come soon after start.
+    epoch: Instant,
+}
+
+impl<P, R> Scheduler<P, R>
+where
+    P: Clone + PartialEq + Send + Sync + 'static,
+    R: Runner<P>,
+{
+    pub fn new(runner: Arc<R>, config: SchedulerConfig) -> Self {
+        let slots = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
+        Scheduler {
+            runner,
+            config,
+            slots,
+            tasks: HashMap::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Applies a new set of jobs.
+    pub fn update(&mut self, jobs: Vec<Job<P>>) {
+        let mut next: HashMap<JobKey, Job<P>> =
+            jobs.into_iter().map(|j| (j.key.clone(), j)).collect();
+        self.tasks.retain(|key, (job, handle)| match next.get(key) {
+            Some(new) if new == job => {
+                next.remove(key);
+                true
+            }
+            _ => {
+                handle.abort();
+                false
+            }
+        });
+        for (key, job) in next {
+            let handle = tokio::spawn(run_job(
+                job.clone(),
+                self.runner.clone(),
+                self.slots.clone(),
+                self.config.clone(),
+                self.epoch,
+            ));
+            self.tasks.insert(key, (job, handle));
+        }
+    }
+
+    pub fn keys(&self) -> Vec<JobKey> {
+        let mut k: Vec<_> = self.tasks.keys().cloned().collect();
+        k.sort();
+        k
+    }
+
+    /// Stops scheduling; runs in progress are dropped, which closes their
+    /// connections and so tells their peers.
+    pub async fn shutdown(&mut self) {
+        for (_, (_, handle)) in self.tasks.drain() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+}
+
+impl<P, R> Drop for Scheduler<P, R> {
+    fn drop(&mut self) {
+        for (_, (_, handle)) in self.tasks.drain() {
+            handle.abort();
+        }
+    }
+}
+
+async fn run_job<P, R: Runner<P>>(
+    job: Job<P>,
+    runner: Arc<R>,
+    slots: Arc<Semaphore>,
+    config: SchedulerConfig,
+    epoch: Instant,
+) {
+    let interval = job.interval.max(Duration::from_millis(100));
+    let offset = phase(&job.key, &config.phase_seed, interval);
+    // The first run is at the job's phase within the first interval after
+    // the epoch; later runs follow every interval.
+    let mut planned = epoch + offset;
+    let now = Instant::now();
+    while planned < now {
+        planned += interval;
+    }
+    loop {
+        let jitter = interval.mul_f64((config.jitter * random_unit()).clamp(0.0, 0.5));
+        let start_at = planned + jitter;
+        tokio::time::sleep_until(start_at).await;
+        let next_due = planned + interval;
+        run_once(&job, &*runner, &slots, &config, start_at, next_due).await;
+        planned = next_due;
+        // After a long stall, skip the runs that are already in the past.
+        let now = Instant::now();
+        while planned + interval <= now {
+            runner.skipped(&job, Skip::Missed);
+            planned += interval;
+        }
+    }
+}
+
+async fn run_once<P, R: Runner<P>>(
+    job: &Job<P>,
+    runner: &R,
+    slots: &Semaphore,
+    config: &SchedulerConfig,
+    start_at: Instant,
+    next_due: Instant,
+) {
+    let mut backoff = config.busy_backoff;
+    let mut first = true;
+    loop {
+        let permit = match tokio::time::timeout_at(next_due, slots.acquire()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
+                return;
+            }
+        };
+        if first {
+            runner.lag(job, Instant::now().saturating_duration_since(start_at));
+            first = false;
+        }
+        let outcome = tokio::time::timeout(job.timeout, runner.attempt(job)).await;
+        // Others may use the slot while this job waits for a busy responder.
+        drop(permit);
+        match outcome {
+            Err(_) => {
+                runner.skipped(job, Skip::Timeout);
+                return;
+            }
+            Ok(Attempt::Done) => return,
+            Ok(Attempt::Busy(hint)) => {
+                let wait = hint.max(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                if Instant::now() + wait >= next_due {
+                    runner.skipped(job, Skip::Busy);
+                    return;
+                }
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records every attempt; `busy_first` attempts per job answer busy, and
+    /// each attempt takes `work` of (paused) time.
+    #[derive(Default)]
+    struct FakeRunner {
+        work: Duration,
+        busy_first: usize,
+        attempts: Mutex<Vec<(JobKey, Instant)>>,
+        skips: Mutex<Vec<(JobKey, Skip)>>,
+        running: Arc<std::sync::atomic::AtomicUsize>,
+        max_running: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Runner<()> for FakeRunner {
+        fn attempt(&self, job: &Job<()>) -> BoxFuture<Attempt> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let n = {
+                let mut a = self.attempts.lock().unwrap();
+                a.push((job.key.clone(), Instant::now()));
+                a.iter().filter(|(k, _)| *k == job.key).count()
+            };
+            let busy = n <= self.busy_first;
+            let work = self.work;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.max_running.fetch_max(now, SeqCst);
+            let running = self.running.clone();
+            Box::pin(async move {
+                tokio::time::sleep(work).await;
+                running.fetch_sub(1, SeqCst);
+                if busy {
+                    Attempt::Busy(Duration::ZERO)
+                } else {
+                    Attempt::Done
+                }
+            })
+        }
+        fn skipped(&self, job: &Job<()>, why: Skip) {
+            self.skips.lock().unwrap().push((job.key.clone(), why));
+        }
+    }
+
+    fn job(target: &str, interval: Duration) -> Job<()> {
+        Job {
+            key: JobKey {
+                target: target.into(),
+                module: "tcp".into(),
+            },
+            interval,
+            timeout: Duration::from_secs(30),
+            payload: (),
+        }
+    }
+
+    fn config(max_concurrent: usize) -> SchedulerConfig {
+        SchedulerConfig {
+            max_concurrent,
+            jitter: 0.0,
+            busy_backoff: Duration::from_secs(1),
+            phase_seed: "host-a".into(),
+        }
+    }
+
+    #[test]
+    fn phases_are_stable_and_spread_over_the_interval() {
+        let interval = Duration::from_secs(60);
+        let mut phases: Vec<Duration> = (0..1000)
+            .map(|i| {
+                phase(
+                    &JobKey {
+                        target: format!("peer{i}"),
+                        module: "tcp".into(),
+                    },
+                    "host-a",
+                    interval,
+                )
+            })
+            .collect();
+        let k = JobKey {
+            target: "peer1".into(),
+            module: "tcp".into(),
+        };
+        assert_eq!(phase(&k, "host-a", interval), phase(&k, "host-a", interval));
+        // The same pair seen from another host lands elsewhere.
+        assert_ne!(phase(&k, "host-a", interval), phase(&k, "host-b", interval));
+        phases.sort();
+        assert!(phases[0] < Duration::from_secs(1) && phases[999] > Duration::from_secs(59));
+        // No second of the minute holds more than 3x its fair share.
+        let mut per_second = [0u32; 60];
+        for p in &phases {
+            per_second[p.as_secs() as usize] += 1;
+        }
+        assert!(per_second.iter().all(|&n| n < 50), "{per_second:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jobs_run_every_interval_at_their_phase() {
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_millis(10),
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        let start = Instant::now();
+        let j = job("a", Duration::from_secs(10));
+        let offset = phase(&j.key, "host-a", j.interval);
+        s.update(vec![j]);
+        tokio::time::sleep(Duration::from_secs(35)).await;
+        let times: Vec<Duration> = runner
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, t)| *t - start)
+            .collect();
+        let want: Vec<Duration> = (0..4)
+            .map(|i| offset + Duration::from_secs(10 * i))
+            .filter(|t| *t < Duration::from_secs(35))
+            .collect();
+        assert_eq!(times.len(), want.len(), "{times:?}");
+        for (t, w) in times.iter().zip(&want) {
+            assert!(
+                t.abs_diff(*w) < Duration::from_millis(5),
+                "{times:?} vs {want:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_one_probe_runs_at_a_time() {
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_secs(5),
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        s.update(
+            (0..10)
+                .map(|i| job(&format!("t{i}"), Duration::from_secs(60)))
+                .collect(),
+        );
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(runner.max_running.load(SeqCst), 1);
+        // 10 runs of 5 s fit in a minute: none was skipped.
+        let ran: std::collections::BTreeSet<_> = runner
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.target.clone())
+            .collect();
+        assert_eq!(ran.len(), 10);
+        assert!(runner.skips.lock().unwrap().is_empty());
+
+        // Two slots allow two at once.
+        let runner2 = Arc::new(FakeRunner {
+            work: Duration::from_secs(5),
+            ..Default::default()
+        });
+        let mut s2 = Scheduler::new(runner2.clone(), config(2));
+        s2.update(
+            (0..10)
+                .map(|i| job(&format!("t{i}"), Duration::from_secs(10)))
+                .collect(),
+        );
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(runner2.max_running.load(SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_that_cannot_start_in_their_interval_are_skipped() {
+        // Three jobs of 8 s each every 10 s cannot all run with one slot.
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_secs(8),
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        s.update(
+            (0..3)
+                .map(|i| job(&format!("t{i}"), Duration::from_secs(10)))
+                .collect(),
+        );
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let skips = runner.skips.lock().unwrap();
+        assert!(skips.iter().any(|(_, w)| *w == Skip::Missed), "{skips:?}");
+        use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(runner.max_running.load(SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn busy_is_retried_with_backoff_inside_the_interval() {
+        let runner = Arc::new(FakeRunner {
+            work: Duration::ZERO,
+            busy_first: 3,
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        s.update(vec![job("a", Duration::from_secs(60))]);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let times: Vec<Instant> = runner
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, t)| *t)
+            .collect();
+        assert!(times.len() >= 4, "{times:?}");
+        let gaps: Vec<Duration> = times.windows(2).take(3).map(|w| w[1] - w[0]).collect();
+        assert_eq!(
+            gaps,
+            vec![
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+                Duration::from_secs(4)
+            ]
+        );
+        assert!(runner.skips.lock().unwrap().is_empty());
+
+        // Busy for ever: given up before the next run is due, counted as busy.
+        let stubborn = Arc::new(FakeRunner {
+            work: Duration::ZERO,
+            busy_first: usize::MAX,
+            ..Default::default()
+        });
+        let mut s2 = Scheduler::new(stubborn.clone(), config(1));
+        s2.update(vec![job("b", Duration::from_secs(20))]);
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        let skips = stubborn.skips.lock().unwrap();
+        assert!(
+            !skips.is_empty() && skips.iter().all(|(_, w)| *w == Skip::Busy),
+            "{skips:?}"
+        );
+        // 1+2+4+8 s of backoff fits a 20 s interval; the next wait would not.
+        let first_run: Vec<_> = stubborn
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .take(5)
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(
+            first_run
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .take(3)
+                .collect::<Vec<_>>(),
+            vec![
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+                Duration::from_secs(4)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_past_its_deadline_is_cut_and_counted() {
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_secs(100),
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut j = job("slow", Duration::from_secs(60));
+        j.timeout = Duration::from_secs(10);
+        s.update(vec![j]);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            runner.skips.lock().unwrap().as_slice(),
+            &[(
+                JobKey {
+                    target: "slow".into(),
+                    module: "tcp".into()
+                },
+                Skip::Timeout
+            )]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn removed_jobs_stop_and_unchanged_ones_keep_running() {
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_millis(1),
+            ..Default::default()
+        });
+        let mut s = Scheduler::new(runner.clone(), config(1));
+        s.update(vec![
+            job("keep", Duration::from_secs(10)),
+            job("drop", Duration::from_secs(10)),
+        ]);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        s.update(vec![job("keep", Duration::from_secs(10))]);
+        assert_eq!(
+            s.keys(),
+            vec![JobKey {
+                target: "keep".into(),
+                module: "tcp".into()
+            }]
+        );
+        let cut = Instant::now();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let attempts = runner.attempts.lock().unwrap();
+        assert!(
+            attempts.iter().all(|(k, t)| k.target == "keep" || *t < cut),
+            "a removed job ran again"
+        );
+        assert!(
+            attempts
+                .iter()
+                .filter(|(k, t)| k.target == "keep" && *t >= cut)
+                .count()
+                >= 3
+        );
+        drop(attempts);
+        s.shutdown().await;
+        let n = runner.attempts.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            runner.attempts.lock().unwrap().len(),
+            n,
+            "nothing runs after shutdown"
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! The `pathprobe` binary as a user runs it: output formats, exit codes and
+//! error messages.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+}
+
+/// Runs to completion, killing the process if it outlives `limit`.
+fn run(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("command ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+struct Responder(Child, String);
+
+impl Responder {
+    /// Starts `pathprobe respond --port 0` and reads the port it printed.
+    fn start(extra: &[&str]) -> Responder {
+        let mut child = bin()
+            .args(["respond", "--listen", "127.0.0.1", "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split_whitespace()
+            .nth(4)
+            .expect("listening line names the address")
+            .to_string();
+        Responder(child, addr)
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn tcp_probe_prints_a_nuttcp_line() {
+    let r = Responder::start(&[]);
+    let out = run(
+        bin().args(["probe", "-t", "0.5", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    // e.g. "1170.2500 MB / 0.50 sec = 19632.1234 Mbps 98 %TX 30 %RX 0 retrans 0.02 msRTT"
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(words[1], "MB");
+    assert_eq!(words[2], "/");
+    assert!(
+        (words[3].parse::<f64>().unwrap() - 0.5).abs() < 0.05,
+        "{text}"
+    );
+    assert_eq!(&words[4..6], ["sec", "="]);
+    assert!(words[6].parse::<f64>().unwrap() > 0.0);
+    assert_eq!(words[7], "Mbps");
+    assert_eq!(words[9], "%TX");
+    assert_eq!(words[11], "%RX");
+    assert_eq!(words[13], "retrans");
+    assert!(
+        words[14].parse::<f64>().is_ok() && words[15] == "msRTT",
+        "{text}"
+    );
+}
+
+#[test]
+fn udp_probe_reports_drops_and_json_is_one_document() {
+    let r = Responder::start(&[]);
+    let out = run(
+        bin().args(["probe", "-u", "-b", "100m", "-t", "0.5", "-J", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(v["kind"], "udp");
+    assert_eq!(v["direction"], "send");
+    let sent = v["udp"]["packets_sent"].as_u64().unwrap();
+    let received = v["udp"]["packets_received"].as_u64().unwrap();
+    assert!(received <= sent && sent > 4000, "{sent} {received}");
+    let text = String::from_utf8(
+        run(
+            bin().args(["probe", "-u", "-t", "0.3", &r.1]),
+            Duration::from_secs(20),
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains(" drop/pkt ") && text.contains(" %loss"),
+        "{text}"
+    );
+}
+
+#[test]
+fn loopback_needs_no_target() {
+    let out = run(
+        bin().args(["probe", "--loopback", "-t", "0.3", "-R", "-v"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(" Mbps "), "{text}");
+    assert!(
+        text.contains("  local  kernel "),
+        "-v adds host detail: {text}"
+    );
+}
+
+#[test]
+fn failures_exit_non_zero_with_a_message_or_a_json_error() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = run(
+        bin().args(["probe", "-t", "1", &free]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("pathprobe: connection to"), "{err}");
+    assert!(
+        err.contains("refused") && err.contains("start `pathprobe respond`"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let out = run(
+        bin().args(["probe", "-J", "-t", "1", &free]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("an error is still one JSON document");
+    assert_eq!(v["error"]["reason"], "refused");
+
+    let out = run(
+        bin().args(["probe", "-J", "-A", "x", &free]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "bad_argument");
+
+    let out = run(
+        bin().args(["probe", "-b", "fast", &free]),
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid rate \"fast\""));
+}
+
+#[test]
+fn busy_responder_is_reported() {
+    let r = Responder::start(&[]);
+    let mut long = bin()
+        .args(["probe", "-t", "3", &r.1])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Poll until the responder reports busy; the first probe needs a moment to be admitted.
+    let start = Instant::now();
+    let mut seen_busy = false;
+    while start.elapsed() < Duration::from_secs(3) && !seen_busy {
+        let out = run(
+            bin().args(["probe", "-J", "-t", "0.2", &r.1]),
+            Duration::from_secs(20),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        seen_busy = v["error"]["reason"] == "busy";
+    }
+    assert!(seen_busy, "a second prober was never told busy");
+    assert!(long.wait().unwrap().success());
+}

@@ -369,8 +369,12 @@ fn probe(lab: &Lab, spec: &Spec) -> Measured {
 /// Checks every probe makes, whatever the lab does.
 fn check_common(spec: &Spec, m: &Measured) {
     let want = f64::from(spec.seconds);
+    // pathprobe's duration is the receiver's window up to the last byte
+    // received (docs/JSON.md), so it includes draining what the sender had
+    // buffered when its 5 s ended: socket buffers of up to 4 MB per stream
+    // plus the tbf queue, 0.2-0.3 s at 50 Mbit/s. iperf3 cuts at 5 s.
     assert!(
-        (m.duration_seconds - want).abs() <= 0.1,
+        m.duration_seconds >= want - 0.05 && m.duration_seconds <= want + 1.5,
         "duration_seconds {} for a {want} s probe",
         m.duration_seconds
     );
@@ -462,15 +466,18 @@ fn udp_through_drop(percent: f64, bitrate: &'static str, reverse: bool) -> Measu
         (u.loss_ratio - u.lost as f64 / u.sent as f64).abs() < 1e-9,
         "loss_ratio != lost/sent: {report}"
     );
-    // Every datagram delivered was counted. Allow a few datagrams of a
-    // UDP handshake (iperf3 sends one before the test) or stragglers.
-    // iperf3 reports no receiver count (received is sent - lost here, and
-    // its sent includes datagrams still unsent at the end), so only
-    // pathprobe is held to this.
+    // Every data datagram the receiving application read (InDatagrams
+    // counts reads) was counted. pathprobe's stream also carries non-data
+    // datagrams: a hello from the prober to the responder and up to
+    // FIN_COPIES (8) FINs from the sender; the receiver may read them all.
+    // iperf3 reports no receiver count (received is sent - lost here), so
+    // only pathprobe is held to this.
     if tool() == Tool::Pathprobe {
+        let non_data = 9 * u64::from(spec.streams);
         assert!(
-            delivered >= u.received && delivered - u.received <= 3,
-            "packets_received differs from what the kernel delivered: {report}"
+            delivered >= u.received && delivered - u.received <= non_data,
+            "packets_received differs from what the receiving kernel delivered \
+             (beyond {non_data} hello/FIN datagrams): {report}"
         );
     }
     // Every datagram lost was dropped on r or at the receiving socket. The
@@ -522,11 +529,27 @@ fn udp_no_loss_without_drop() {
     );
 }
 
-/// TCP through a random drop of `percent` on r (no shaping): the
-/// retransmits pathprobe reports must be the sending kernel's.
+/// Rate of the generous shaping for TCP without drops. Unshaped, veth TCP
+/// runs at 6-12 Gbit/s with the CPUs saturated and the receiver's window
+/// hitting zero; delayed ACKs then trigger spurious tail loss probes
+/// (measured: 1-6 RetransSegs per 5 s, with matching DSACKs). At 1 Gbit/s
+/// the CPUs keep up.
+const GENEROUS_MBIT: u32 = 1000;
+
+/// TCP through a random drop of `percent` on r: the retransmits pathprobe
+/// reports must be the sending kernel's. With a drop the path is unshaped;
+/// without, it is shaped generously: 1 Gbit/s with a queue that holds twice
+/// what a sender can have in flight (its tcp_wmem maximum), so tbf cannot
+/// drop either.
 fn tcp_through_drop(percent: f64, reverse: bool) -> u64 {
     let lab = Lab::up(&format!("tcpdrop{}", if reverse { "R" } else { "" })).unwrap();
     lab.drop_percent(percent).unwrap();
+    if percent == 0.0 {
+        let spec = Spec::tcp(1, reverse);
+        let wmem = lab.sysctl(spec.sender(), "net/ipv4/tcp_wmem").unwrap();
+        let wmem_max: u64 = wmem.split_whitespace().last().unwrap().parse().unwrap();
+        lab.shape_with_limit(GENEROUS_MBIT, 2 * wmem_max).unwrap();
+    }
     let _responder = Responder::start(&lab);
     let spec = Spec::tcp(1, reverse);
     let before = lab.snmp(spec.sender(), "Tcp", "RetransSegs").unwrap();
@@ -575,7 +598,8 @@ fn tcp_no_retransmits_without_drop() {
     if !require_root() {
         return;
     }
-    assert_eq!(tcp_through_drop(0.0, false), 0);
+    let r = tcp_through_drop(0.0, false);
+    assert_eq!(r, 0, "{r} retransmits on a path without drops");
 }
 
 #[test]
@@ -583,5 +607,6 @@ fn tcp_no_retransmits_without_drop_reverse() {
     if !require_root() {
         return;
     }
-    assert_eq!(tcp_through_drop(0.0, true), 0);
+    let r = tcp_through_drop(0.0, true);
+    assert_eq!(r, 0, "{r} retransmits on a path without drops");
 }

@@ -212,6 +212,12 @@ impl Lab {
     pub fn shape(&self, rate_mbit: u32) -> Result<()> {
         script(&["shape", &self.name, &format!("{rate_mbit}mbit")]).map(drop)
     }
+    /// tbf at `rate_mbit` with a queue of `limit_bytes` instead of the
+    /// default 20 ms.
+    pub fn shape_with_limit(&self, rate_mbit: u32, limit_bytes: u64) -> Result<()> {
+        script(&["shape", &self.name, &format!("{rate_mbit}mbit"), &limit_bytes.to_string()])
+            .map(drop)
+    }
     pub fn unshape(&self) -> Result<()> {
         script(&["unshape", &self.name]).map(drop)
     }
@@ -257,6 +263,16 @@ impl Lab {
             }
         }
         bail!("no {group} {field} in /proc/net/snmp")
+    }
+
+    /// A sysctl of one namespace, e.g. `sysctl("a", "net/ipv4/tcp_wmem")`.
+    pub fn sysctl(&self, end: &str, key: &str) -> Result<String> {
+        let out =
+            run_bounded(self.exec(end, "cat").arg(format!("/proc/sys/{key}")), SCRIPT_TIMEOUT)?;
+        if !out.status.success() {
+            bail!("reading {key} in {end}: {}", out.stderr);
+        }
+        Ok(out.stdout.trim().to_string())
     }
 
     /// `ip netns exec <ns> program`, for end "a", "r" or "b".

@@ -12,7 +12,8 @@
 #
 # Subcommands:
 #   up NAME                create the lab (fails if it already exists)
-#   shape NAME RATE        tbf on both of r's egress interfaces, e.g. 200mbit
+#   shape NAME RATE [LIMIT] tbf on both of r's egress interfaces, e.g. 200mbit;
+#                          LIMIT (bytes) overrides the queue limit
 #   unshape NAME           remove the shaping
 #   drop NAME PERCENT      random drop of PERCENT % of forwarded packets on r
 #   nodrop NAME            remove the random drop
@@ -174,6 +175,11 @@ tbf_args() {
 cmd_shape() {
     name=$1; rate=$2
     r=$(ns "$name" r)
+    case "${3:-}" in
+        '') ;;
+        *[!0-9]*) die "bad queue limit '$3' (bytes)" ;;
+        *) LAB_TBF_LIMIT=$3 ;;
+    esac
     args=$(tbf_args "$rate")
     for dev in "${name}ra" "${name}rb"; do
         # shellcheck disable=SC2086
@@ -249,7 +255,8 @@ sub=$1; name=$2; shift 2
 check_name "$name"
 case "$sub" in
     up)      cmd_up "$name" ;;
-    shape)   [ $# -eq 1 ] || die "usage: lab.sh shape NAME RATE"; cmd_shape "$name" "$1" ;;
+    shape)   [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: lab.sh shape NAME RATE [LIMIT]"
+             cmd_shape "$name" "$@" ;;
     unshape) cmd_unshape "$name" ;;
     drop)    [ $# -eq 1 ] || die "usage: lab.sh drop NAME PERCENT"; cmd_drop "$name" "$1" ;;
     nodrop)  cmd_nodrop "$name" ;;

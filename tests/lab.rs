@@ -82,7 +82,10 @@ impl Responder {
                 return r;
             }
             if Instant::now() >= deadline {
-                panic!("responder not listening after {LISTEN_TIMEOUT:?}:\n{}", r.log());
+                panic!(
+                    "responder not listening after {LISTEN_TIMEOUT:?}:\n{}",
+                    r.log()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -115,10 +118,22 @@ struct Spec {
 
 impl Spec {
     fn tcp(streams: u32, reverse: bool) -> Spec {
-        Spec { udp: false, reverse, streams, seconds: SECONDS, bitrate: None }
+        Spec {
+            udp: false,
+            reverse,
+            streams,
+            seconds: SECONDS,
+            bitrate: None,
+        }
     }
     fn udp(bitrate: &'static str, reverse: bool) -> Spec {
-        Spec { udp: true, reverse, streams: 1, seconds: SECONDS, bitrate: Some(bitrate) }
+        Spec {
+            udp: true,
+            reverse,
+            streams: 1,
+            seconds: SECONDS,
+            bitrate: Some(bitrate),
+        }
     }
     /// The namespace whose kernel sends the data.
     fn sender(&self) -> &'static str {
@@ -162,12 +177,16 @@ struct Measured {
 fn field<'a>(v: &'a Value, path: &[&str]) -> &'a Value {
     let mut cur = v;
     for k in path {
-        cur = cur.get(k).unwrap_or_else(|| panic!("JSON has no {}: {v:#}", path.join(".")));
+        cur = cur
+            .get(k)
+            .unwrap_or_else(|| panic!("JSON has no {}: {v:#}", path.join(".")));
     }
     cur
 }
 fn f64_at(v: &Value, path: &[&str]) -> f64 {
-    field(v, path).as_f64().unwrap_or_else(|| panic!("{} is not a number: {v:#}", path.join(".")))
+    field(v, path)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{} is not a number: {v:#}", path.join(".")))
 }
 fn u64_at(v: &Value, path: &[&str]) -> u64 {
     field(v, path)
@@ -175,12 +194,22 @@ fn u64_at(v: &Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("{} is not an unsigned integer: {v:#}", path.join(".")))
 }
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    field(v, path).as_str().unwrap_or_else(|| panic!("{} is not a string: {v:#}", path.join(".")))
+    field(v, path)
+        .as_str()
+        .unwrap_or_else(|| panic!("{} is not a string: {v:#}", path.join(".")))
 }
 
 fn parse_pathprobe(spec: &Spec, v: Value) -> Measured {
-    assert_eq!(str_at(&v, &["kind"]), if spec.udp { "udp" } else { "tcp" }, "{v:#}");
-    assert_eq!(str_at(&v, &["direction"]), if spec.reverse { "receive" } else { "send" }, "{v:#}");
+    assert_eq!(
+        str_at(&v, &["kind"]),
+        if spec.udp { "udp" } else { "tcp" },
+        "{v:#}"
+    );
+    assert_eq!(
+        str_at(&v, &["direction"]),
+        if spec.reverse { "receive" } else { "send" },
+        "{v:#}"
+    );
     for end in ["local", "remote"] {
         let cpu = f64_at(&v, &[end, "cpu_utilization"]);
         assert!(cpu.is_finite() && cpu >= 0.0, "{end}.cpu_utilization {cpu}");
@@ -189,7 +218,10 @@ fn parse_pathprobe(spec: &Spec, v: Value) -> Measured {
         // Both ends run on this machine, in namespaces: the same kernel.
         assert_eq!(release, kernel_release(), "{end}.kernel_release");
     }
-    let streams = field(&v, &["streams"]).as_array().expect("streams is an array").len();
+    let streams = field(&v, &["streams"])
+        .as_array()
+        .expect("streams is an array")
+        .len();
     let (retransmits, udp) = if spec.udp {
         let u = Udp {
             sent: u64_at(&v, &["udp", "packets_sent"]),
@@ -198,7 +230,10 @@ fn parse_pathprobe(spec: &Spec, v: Value) -> Measured {
             loss_ratio: f64_at(&v, &["udp", "loss_ratio"]),
         };
         let jitter = f64_at(&v, &["udp", "jitter_seconds"]);
-        assert!(jitter.is_finite() && jitter >= 0.0, "jitter_seconds {jitter}");
+        assert!(
+            jitter.is_finite() && jitter >= 0.0,
+            "jitter_seconds {jitter}"
+        );
         (None, Some(u))
     } else {
         let rtt = f64_at(&v, &["tcp", "rtt_seconds"]);
@@ -232,7 +267,12 @@ fn parse_iperf3(spec: &Spec, v: Value) -> Measured {
             throughput_bps: f64_at(recv, &["bits_per_second"]),
             streams,
             retransmits: None,
-            udp: Some(Udp { sent, received: sent - lost, lost, loss_ratio: lost as f64 / sent as f64 }),
+            udp: Some(Udp {
+                sent,
+                received: sent - lost,
+                lost,
+                loss_ratio: lost as f64 / sent as f64,
+            }),
             json: v.clone(),
             cpu: String::new(),
         }
@@ -290,12 +330,17 @@ fn cpu_summary(a: CpuTimes, b: CpuTimes) -> String {
         pct(a.user, b.user),
         pct(a.system, b.system),
         pct(a.softirq, b.softirq),
-        thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
     )
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 /// Runs one probe from a to the responder in b, bounded in time.
@@ -308,7 +353,13 @@ fn probe(lab: &Lab, spec: &Spec) -> Measured {
             lab.exec_a(env!("CARGO_BIN_EXE_pathprobe"))
         }
         Tool::Iperf3 => {
-            args.extend(["-J".into(), "-p".into(), PORT.to_string(), "-c".into(), target.clone()]);
+            args.extend([
+                "-J".into(),
+                "-p".into(),
+                PORT.to_string(),
+                "-c".into(),
+                target.clone(),
+            ]);
             lab.exec_a("iperf3")
         }
     };
@@ -378,7 +429,11 @@ fn check_common(spec: &Spec, m: &Measured) {
         "duration_seconds {} for a {want} s probe",
         m.duration_seconds
     );
-    assert_eq!(m.streams, spec.streams as usize, "number of streams: {:#}", m.json);
+    assert_eq!(
+        m.streams, spec.streams as usize,
+        "number of streams: {:#}",
+        m.json
+    );
     // The reported rate is the bytes over the measured time.
     let from_bytes = m.bytes as f64 * 8.0 / m.duration_seconds;
     assert!(
@@ -392,7 +447,11 @@ fn shaped_tcp(rate_mbit: u32, streams: u32, reverse: bool) {
     if !require_root() {
         return;
     }
-    let lab = Lab::up(&format!("tcp{rate_mbit}x{streams}{}", if reverse { "R" } else { "" })).unwrap();
+    let lab = Lab::up(&format!(
+        "tcp{rate_mbit}x{streams}{}",
+        if reverse { "R" } else { "" }
+    ))
+    .unwrap();
     lab.shape(rate_mbit).unwrap();
     let _responder = Responder::start(&lab);
     let spec = Spec::tcp(streams, reverse);
@@ -461,7 +520,11 @@ fn udp_through_drop(percent: f64, bitrate: &'static str, reverse: bool) -> Measu
         u.sent, u.received, u.lost, u.loss_ratio, m.cpu
     );
     eprintln!("{report}");
-    assert_eq!(u.sent - u.received, u.lost, "packets_lost != sent - received: {report}");
+    assert_eq!(
+        u.sent - u.received,
+        u.lost,
+        "packets_lost != sent - received: {report}"
+    );
     assert!(
         (u.loss_ratio - u.lost as f64 / u.sent as f64).abs() < 1e-9,
         "loss_ratio != lost/sent: {report}"
@@ -488,7 +551,10 @@ fn udp_through_drop(percent: f64, bitrate: &'static str, reverse: bool) -> Measu
         "packets_lost is not what the kernel dropped: {report}"
     );
     // And the receiver kept up, so the only loss is the path's.
-    assert_eq!(rcvbuf, 0, "the receiving socket overflowed; the receiver did not keep up: {report}");
+    assert_eq!(
+        rcvbuf, 0,
+        "the receiving socket overflowed; the receiver did not keep up: {report}"
+    );
     m
 }
 
@@ -499,7 +565,10 @@ fn udp_loss_at_1_percent_drop() {
     }
     let m = udp_through_drop(1.0, "100M", false);
     let ratio = m.udp.unwrap().loss_ratio;
-    assert!((ratio - 0.01).abs() <= 0.002, "loss_ratio {ratio} through a 1% drop");
+    assert!(
+        (ratio - 0.01).abs() <= 0.002,
+        "loss_ratio {ratio} through a 1% drop"
+    );
 }
 
 #[test]
@@ -509,7 +578,10 @@ fn udp_loss_at_1_percent_drop_reverse() {
     }
     let m = udp_through_drop(1.0, "100M", true);
     let ratio = m.udp.unwrap().loss_ratio;
-    assert!((ratio - 0.01).abs() <= 0.002, "loss_ratio {ratio} through a 1% drop");
+    assert!(
+        (ratio - 0.01).abs() <= 0.002,
+        "loss_ratio {ratio} through a 1% drop"
+    );
 }
 
 #[test]

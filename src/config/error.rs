@@ -1,0 +1,145 @@
+//! The errors of loading configuration and of discovery.
+//!
+//! Every message starts with where the problem is, as compilers and
+//! promtool do, so an operator can jump to it: `file:line:column: key.path:
+//! what was expected` for parse errors, `file: key.path: what is wrong` for
+//! the checks that run after parsing, when the line is no longer known.
+
+use std::path::PathBuf;
+
+/// Why a configuration or target file was rejected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read at all.
+    #[error("{}: cannot read: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The text is not valid YAML or JSON, or does not fit the schema
+    /// (unknown key, wrong type, bad duration...).
+    #[error("{file}:{line}:{column}: {message}")]
+    Parse {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// As [`ConfigError::Parse`], for the rare parser errors that carry no
+    /// position (an empty document, an I/O error inside the parser).
+    #[error("{file}: {message}")]
+    ParseNoLocation { file: String, message: String },
+    /// The file parsed but its values do not make sense together (a target
+    /// naming an unknown module, a duplicate name, ...). `key` is the path
+    /// of the offending value, such as `targets[2].modules[0]`.
+    #[error("{file}: {key}: {message}")]
+    Invalid {
+        file: String,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(file: &str, key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            file: file.to_string(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Converts a serde_yaml error into `file:line:column: message`.
+    pub(crate) fn from_yaml(file: &str, error: &serde_yaml::Error) -> Self {
+        let text = error.to_string();
+        match error.location() {
+            Some(loc) => ConfigError::Parse {
+                file: file.to_string(),
+                line: loc.line(),
+                column: loc.column(),
+                message: tidy_path(strip_position(&text, loc.line(), loc.column())),
+            },
+            None => ConfigError::ParseNoLocation {
+                file: file.to_string(),
+                message: tidy_path(text),
+            },
+        }
+    }
+
+    /// Converts a serde_json error into `file:line:column: message`.
+    pub(crate) fn from_json(file: &str, error: &serde_json::Error) -> Self {
+        // serde_json reports line 0 for errors that have no position.
+        if error.line() == 0 {
+            return ConfigError::ParseNoLocation {
+                file: file.to_string(),
+                message: error.to_string(),
+            };
+        }
+        ConfigError::Parse {
+            file: file.to_string(),
+            line: error.line(),
+            column: error.column(),
+            message: strip_position(&error.to_string(), error.line(), error.column()),
+        }
+    }
+}
+
+/// Both parsers append ` at line L column C` to their messages (libyaml
+/// sometimes in the middle, before a context clause). The position already
+/// leads our message, so it is removed once to avoid saying it twice.
+fn strip_position(text: &str, line: usize, column: usize) -> String {
+    text.replacen(&format!(" at line {line} column {column}"), "", 1)
+}
+
+/// serde_yaml writes the path into a top-level list as `.[0]`; the other
+/// messages, and Prometheus users, write `[0]`.
+fn tidy_path(message: String) -> String {
+    match message.strip_prefix(".[") {
+        Some(rest) => format!("[{rest}"),
+        None => message,
+    }
+}
+
+/// Why DNS discovery produced no peers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DnsError {
+    /// The system resolver configuration (/etc/resolv.conf) is unusable.
+    #[error("cannot set up the DNS resolver: {0}")]
+    Setup(String),
+    /// A query failed (no such name, server failure, timeout...).
+    #[error("cannot resolve {record_type} records of {name}: {message}")]
+    Lookup {
+        name: String,
+        record_type: &'static str,
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_is_removed_once_wherever_it_is() {
+        assert_eq!(
+            strip_position("did not find expected key at line 5 column 3, while parsing a block mapping at line 2 column 1", 5, 3),
+            "did not find expected key, while parsing a block mapping at line 2 column 1"
+        );
+        assert_eq!(strip_position("no mark here", 1, 1), "no mark here");
+    }
+
+    #[test]
+    fn messages_lead_with_the_location() {
+        let e = ConfigError::Parse {
+            file: "a.yml".into(),
+            line: 7,
+            column: 5,
+            message: "modules.tcp: unknown field `x`".into(),
+        };
+        assert_eq!(e.to_string(), "a.yml:7:5: modules.tcp: unknown field `x`");
+        let e = ConfigError::invalid("a.yml", "targets[0].name", "is empty");
+        assert_eq!(e.to_string(), "a.yml: targets[0].name: is empty");
+    }
+}

@@ -1,0 +1,403 @@
+//! The configuration of `pathprobe serve`: what to probe, how, how often,
+//! and where more targets come from. Loaded from YAML with every key
+//! checked (unknown keys are errors, with file, line and column), then
+//! validated as a whole (module references, unique names, label names).
+//!
+//! - [`Config`]: the whole file; sections in [`sections`], [`module`],
+//!   [`target`] and [`discovery`].
+//! - [`discovery::parse_file_sd`]: Prometheus file_sd target files.
+//! - [`dns::resolve_dns`]: A/AAAA/SRV discovery; [`is_local_address`]
+//!   for mesh mode.
+//! - [`DEFAULT_CONFIG`]: the configuration used when none is given, shipped
+//!   as `config/pathprobe.yml`.
+
+pub mod discovery;
+pub mod dns;
+mod error;
+mod local;
+pub mod module;
+mod quantity;
+pub mod sections;
+pub mod target;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+pub use discovery::{
+    parse_file_sd, read_file_sd, DiscoveryConfig, DnsRecordType, DnsSdConfig, FileSdConfig,
+    FileSdGroup,
+};
+pub use dns::{resolve_dns, resolve_dns_with, SrvRecord, SrvResolver, SystemSrvResolver};
+pub use error::{ConfigError, DnsError};
+pub use local::is_local_address;
+pub use module::{Module, ModuleDirection, ModuleKind};
+pub use sections::{HostMetricsConfig, IrqPattern, ResponderSection, SchedulerConfig};
+pub use target::{check_label_name, TargetConfig};
+
+/// The configuration used when `--config.file` is not given: the responder,
+/// and loopback TCP and UDP probes every minute.
+pub const DEFAULT_CONFIG: &str = include_str!("../../config/pathprobe.yml");
+
+/// The name [`DEFAULT_CONFIG`] goes by in error messages.
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded default config>";
+
+/// A whole configuration file. Every section is optional; an empty file
+/// runs the responder alone.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub responder: ResponderSection,
+    pub scheduler: SchedulerConfig,
+    #[serde(deserialize_with = "unique_modules")]
+    pub modules: BTreeMap<String, Module>,
+    pub targets: Vec<TargetConfig>,
+    pub discovery: DiscoveryConfig,
+    pub host_metrics: HostMetricsConfig,
+    /// The directory relative file_sd paths are taken from: the config
+    /// file's own, or the working directory for text without a file.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+impl Config {
+    /// Parses and validates `text`; `source_name` (usually the path) starts
+    /// every error message.
+    pub fn from_yaml(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        // Through Option so that an empty or comment-only file means "all
+        // defaults" rather than a type error.
+        let config: Option<Config> =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(source_name, &e))?;
+        let config = config.unwrap_or_default();
+        config.validate(source_name)?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let mut config = Config::from_yaml(&text, &path.display().to_string())?;
+        config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(config)
+    }
+
+    /// [`DEFAULT_CONFIG`], parsed.
+    pub fn default_embedded() -> Config {
+        // The text is part of the binary and its parsing is a unit test, so
+        // failure here is a build defect; fall back to the bare defaults
+        // rather than panic in a running service.
+        Config::from_yaml(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME).unwrap_or_default()
+    }
+
+    /// The interval of a static target.
+    pub fn interval_of(&self, target: &TargetConfig) -> Duration {
+        target.interval_or(self.scheduler.default_interval)
+    }
+
+    /// The module called `name`.
+    pub fn module(&self, name: &str) -> Option<&Module> {
+        self.modules.get(name)
+    }
+
+    /// Checks what the schema alone cannot.
+    fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let at = |section: &str, (key, msg): (&str, String)| {
+            let path = if key.is_empty() {
+                section.to_string()
+            } else {
+                format!("{section}.{key}")
+            };
+            ConfigError::invalid(file, path, msg)
+        };
+        self.responder.check().map_err(|e| at("responder", e))?;
+        self.scheduler.check().map_err(|e| at("scheduler", e))?;
+        for (name, module) in &self.modules {
+            if !valid_module_name(name) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("modules.{name}"),
+                    "module names may hold only letters, digits, '_', '-' and '.'",
+                ));
+            }
+            module
+                .check()
+                .map_err(|e| at(&format!("modules.{name}"), e))?;
+        }
+        self.validate_targets(file)?;
+        self.validate_discovery(file)
+    }
+
+    fn validate_targets(&self, file: &str) -> Result<(), ConfigError> {
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, t) in self.targets.iter().enumerate() {
+            let key = format!("targets[{i}]");
+            let bad = |k: &str, m: String| ConfigError::invalid(file, format!("{key}.{k}"), m);
+            let modules = self.check_module_list(file, &key, &t.modules)?;
+            match &t.address {
+                None => {
+                    if let Some(j) = modules.iter().position(|m| !m.is_loopback()) {
+                        return Err(bad(
+                            "address",
+                            format!(
+                                "missing, and module {:?} probes a remote peer; only targets whose modules are all loopback kinds may leave it out",
+                                t.modules[j]
+                            ),
+                        ));
+                    }
+                }
+                Some(address) => {
+                    if let Some(j) = modules.iter().position(|m| m.is_loopback()) {
+                        return Err(bad(
+                            &format!("modules[{j}]"),
+                            format!(
+                                "{:?} is a loopback module, which probes this host itself and ignores the address; list it in a target without an address",
+                                t.modules[j]
+                            ),
+                        ));
+                    }
+                    if let Some(Err(m)) = t.endpoint() {
+                        return Err(bad("address", m));
+                    }
+                    if let (Some(port), Some(Ok(parsed))) = (t.port, t.endpoint()) {
+                        if parsed.port != port {
+                            return Err(bad(
+                                "port",
+                                format!("{port} contradicts the port in address {address:?}; give the port once"),
+                            ));
+                        }
+                    }
+                }
+            }
+            if t.name.as_deref() == Some("") {
+                return Err(bad("name", "must not be empty".into()));
+            }
+            if let Some(first) = names.insert(t.name(), i) {
+                return Err(bad(
+                    "name",
+                    format!(
+                        "{:?} is already the name of targets[{first}]; target names must be unique (set `name` to tell them apart)",
+                        t.name()
+                    ),
+                ));
+            }
+            if t.interval.is_some_and(|d| d.is_zero()) {
+                return Err(bad("interval", "must be greater than zero".into()));
+            }
+            for label in t.labels.keys() {
+                check_label_name(label).map_err(|m| bad(&format!("labels.{label}"), m))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_discovery(&self, file: &str) -> Result<(), ConfigError> {
+        for (i, sd) in self.discovery.file_sd.iter().enumerate() {
+            let key = format!("discovery.file_sd[{i}]");
+            let bad = |k: &str, m: &str| ConfigError::invalid(file, format!("{key}.{k}"), m);
+            if sd.files.is_empty() {
+                return Err(bad("files", "lists no files"));
+            }
+            if sd.files.iter().any(|f| f.trim().is_empty()) {
+                return Err(bad("files", "holds an empty path"));
+            }
+            self.check_discovered_modules(file, &key, &sd.modules)?;
+            check_periods(sd.interval, sd.refresh_interval).map_err(|(k, m)| bad(k, m))?;
+        }
+        for (i, dns) in self.discovery.dns.iter().enumerate() {
+            let key = format!("discovery.dns[{i}]");
+            let bad = |k: &str, m: &str| ConfigError::invalid(file, format!("{key}.{k}"), m);
+            if dns.names.is_empty() {
+                return Err(bad("names", "lists no names"));
+            }
+            if dns.names.iter().any(|n| n.trim().is_empty()) {
+                return Err(bad("names", "holds an empty name"));
+            }
+            if dns.record_type == DnsRecordType::Srv && dns.port.is_some() {
+                return Err(bad(
+                    "port",
+                    "SRV records carry their own port; `port` applies to A and AAAA only",
+                ));
+            }
+            self.check_discovered_modules(file, &key, &dns.modules)?;
+            check_periods(dns.interval, dns.refresh_interval).map_err(|(k, m)| bad(k, m))?;
+        }
+        Ok(())
+    }
+
+    /// Resolves a module list, rejecting empty lists, unknown names and
+    /// repeats.
+    fn check_module_list<'a>(
+        &'a self,
+        file: &str,
+        key: &str,
+        names: &[String],
+    ) -> Result<Vec<&'a Module>, ConfigError> {
+        if names.is_empty() {
+            return Err(ConfigError::invalid(
+                file,
+                format!("{key}.modules"),
+                "lists no modules",
+            ));
+        }
+        let mut seen = HashSet::new();
+        names
+            .iter()
+            .enumerate()
+            .map(|(j, name)| {
+                let bad = |m: String| ConfigError::invalid(file, format!("{key}.modules[{j}]"), m);
+                if !seen.insert(name) {
+                    return Err(bad(format!("{name:?} is listed twice")));
+                }
+                self.modules.get(name).ok_or_else(|| {
+                    bad(format!(
+                        "unknown module {name:?}; defined modules: {}",
+                        self.module_names()
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    fn check_discovered_modules(
+        &self,
+        file: &str,
+        key: &str,
+        names: &[String],
+    ) -> Result<(), ConfigError> {
+        let modules = self.check_module_list(file, key, names)?;
+        match modules.iter().position(|m| m.is_loopback()) {
+            Some(j) => Err(ConfigError::invalid(
+                file,
+                format!("{key}.modules[{j}]"),
+                format!(
+                    "{:?} is a loopback module; discovered peers need tcp or udp modules",
+                    names[j]
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn module_names(&self) -> String {
+        if self.modules.is_empty() {
+            return "(none)".into();
+        }
+        self.modules.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// What the file configures, for `check-config`.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            modules: self.modules.len(),
+            targets: self.targets.len(),
+            probes: self
+                .targets
+                .iter()
+                .flat_map(|t| &t.modules)
+                .filter_map(|m| self.modules.get(m))
+                .map(|m| m.specs().len())
+                .sum(),
+            file_sd: self.discovery.file_sd.len(),
+            dns: self.discovery.dns.len(),
+            mesh: self.discovery.mesh,
+            responder: self.responder.enabled.then_some(self.responder.listen),
+        }
+    }
+}
+
+fn check_periods(
+    interval: Option<Duration>,
+    refresh: Duration,
+) -> Result<(), (&'static str, &'static str)> {
+    if interval.is_some_and(|d| d.is_zero()) {
+        return Err(("interval", "must be greater than zero"));
+    }
+    if refresh.is_zero() {
+        return Err(("refresh_interval", "must be greater than zero"));
+    }
+    Ok(())
+}
+
+/// Module names become the `module` label and appear in `/probe` URLs, so
+/// they are kept to characters that need no escaping in either.
+fn valid_module_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Reads `modules:` as a map, rejecting a repeated name: a plain map would
+/// keep the last definition silently, and the first is as likely meant.
+fn unique_modules<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Module>, D::Error> {
+    struct ModulesVisitor;
+    impl<'de> Visitor<'de> for ModulesVisitor {
+        type Value = BTreeMap<String, Module>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of module names to modules")
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if out.contains_key(&name) {
+                    return Err(de::Error::custom(format!(
+                        "module {name:?} is defined twice"
+                    )));
+                }
+                let module = map.next_value::<Module>()?;
+                out.insert(name, module);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(ModulesVisitor)
+}
+
+/// What `check-config` reports about a valid file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub modules: usize,
+    pub targets: usize,
+    /// Runs per interval over static targets (`both` counts twice).
+    pub probes: usize,
+    pub file_sd: usize,
+    pub dns: usize,
+    pub mesh: bool,
+    /// The listen address, when the responder is on.
+    pub responder: Option<std::net::SocketAddr>,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} modules, {} static targets ({} probe runs per interval), {} file_sd and {} dns discovery entries",
+            self.modules, self.targets, self.probes, self.file_sd, self.dns
+        )?;
+        if self.mesh {
+            f.write_str(", mesh mode")?;
+        }
+        match self.responder {
+            Some(addr) => write!(f, "; responder on {addr}"),
+            None => f.write_str("; responder off"),
+        }
+    }
+}
+
+/// Loads and validates `path` for `pathprobe check-config`.
+pub fn check_config_file(path: &Path) -> Result<Summary, ConfigError> {
+    Config::load(path).map(|c| c.summary())
+}
+
+#[cfg(test)]
+mod tests;

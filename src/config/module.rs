@@ -1,0 +1,353 @@
+//! Modules: named probe recipes, as in blackbox_exporter. A target lists the
+//! modules to run against it; each module turns into one or two
+//! [`ProbeSpec`]s.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::quantity;
+use crate::probe::{Direction, Kind, ProbeSpec};
+
+/// What a module measures, and against whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleKind {
+    /// TCP throughput to a remote responder.
+    Tcp,
+    /// UDP throughput, loss and jitter to a remote responder.
+    Udp,
+    /// TCP over 127.0.0.1 (or ::1) against a responder inside the process:
+    /// the host's own network stack, with no wire involved.
+    LoopbackTcp,
+    /// UDP over loopback, as [`ModuleKind::LoopbackTcp`].
+    LoopbackUdp,
+}
+
+impl ModuleKind {
+    /// The transport the probe engine runs.
+    pub fn transport(self) -> Kind {
+        match self {
+            ModuleKind::Tcp | ModuleKind::LoopbackTcp => Kind::Tcp,
+            ModuleKind::Udp | ModuleKind::LoopbackUdp => Kind::Udp,
+        }
+    }
+
+    pub fn is_loopback(self) -> bool {
+        matches!(self, ModuleKind::LoopbackTcp | ModuleKind::LoopbackUdp)
+    }
+
+    /// The name as written in the config, for the `kind` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModuleKind::Tcp => "tcp",
+            ModuleKind::Udp => "udp",
+            ModuleKind::LoopbackTcp => "loopback_tcp",
+            ModuleKind::LoopbackUdp => "loopback_udp",
+        }
+    }
+}
+
+/// Which way data moves, seen from the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleDirection {
+    /// The prober sends (iperf3's default).
+    #[default]
+    Send,
+    /// The responder sends (iperf3's `-R`).
+    Receive,
+    /// Send, then receive: two runs one after the other, so each direction
+    /// has the path to itself and is reported on its own.
+    Both,
+    /// Both directions at once (iperf3's `--bidir`).
+    Bidir,
+}
+
+/// Extra time a run gets beyond omit + duration before it is abandoned:
+/// enough for connecting, the control exchange and a slow results report.
+pub const TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
+
+/// One probe recipe. Missing keys take the probe engine's defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Module {
+    pub kind: ModuleKind,
+    #[serde(default = "default_duration", deserialize_with = "quantity::duration")]
+    pub duration: Duration,
+    #[serde(default, deserialize_with = "quantity::duration")]
+    pub omit: Duration,
+    #[serde(default = "default_streams")]
+    pub streams: u32,
+    #[serde(default)]
+    pub direction: ModuleDirection,
+    /// Bits per second per direction over all streams; 0 is unpaced; `None`
+    /// takes the kind's default (unpaced TCP, 1 Mbit/s UDP).
+    #[serde(default, deserialize_with = "quantity::opt_rate")]
+    pub bitrate: Option<u64>,
+    /// TCP write size or UDP payload size.
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub length: Option<u32>,
+    /// Socket buffer size (SO_SNDBUF/SO_RCVBUF) on both ends.
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub window: Option<u32>,
+    pub congestion: Option<String>,
+    pub tos: Option<u8>,
+    /// CPU for the local data threads.
+    pub affinity: Option<usize>,
+    /// CPU for the responder's data threads.
+    pub remote_affinity: Option<usize>,
+    /// Local address to probe from, on hosts with several.
+    pub bind: Option<IpAddr>,
+    /// Bound on connecting and on each control exchange.
+    #[serde(
+        default = "default_connect_timeout",
+        deserialize_with = "quantity::duration"
+    )]
+    pub connect_timeout: Duration,
+    /// Hard deadline of one run; `None` means omit + duration + 15s.
+    #[serde(default, deserialize_with = "quantity::opt_duration")]
+    pub timeout: Option<Duration>,
+    /// Loopback kinds only: use ::1 instead of 127.0.0.1.
+    #[serde(default)]
+    pub ipv6: bool,
+}
+
+fn default_duration() -> Duration {
+    crate::probe::spec::DEFAULT_DURATION
+}
+fn default_streams() -> u32 {
+    1
+}
+fn default_connect_timeout() -> Duration {
+    ProbeSpec::default().connect_timeout
+}
+
+impl Module {
+    /// A module of `kind` with every other key at its default.
+    pub fn new(kind: ModuleKind) -> Module {
+        Module {
+            kind,
+            duration: default_duration(),
+            omit: Duration::ZERO,
+            streams: default_streams(),
+            direction: ModuleDirection::Send,
+            bitrate: None,
+            length: None,
+            window: None,
+            congestion: None,
+            tos: None,
+            affinity: None,
+            remote_affinity: None,
+            bind: None,
+            connect_timeout: default_connect_timeout(),
+            timeout: None,
+            ipv6: false,
+        }
+    }
+
+    pub fn is_loopback(&self) -> bool {
+        self.kind.is_loopback()
+    }
+
+    /// The hard deadline of one run (each of the two runs for `both`).
+    pub fn effective_timeout(&self) -> Duration {
+        self.timeout
+            .unwrap_or(self.omit + self.duration + TIMEOUT_MARGIN)
+    }
+
+    /// The runs this module makes, in order: one per direction, two for
+    /// `both` (send, then receive). The direction is repeated beside each
+    /// spec so callers can label results without looking inside.
+    pub fn specs(&self) -> Vec<(Direction, ProbeSpec)> {
+        let directions: &[Direction] = match self.direction {
+            ModuleDirection::Send => &[Direction::Send],
+            ModuleDirection::Receive => &[Direction::Receive],
+            ModuleDirection::Both => &[Direction::Send, Direction::Receive],
+            ModuleDirection::Bidir => &[Direction::Bidir],
+        };
+        directions
+            .iter()
+            .map(|&direction| (direction, self.spec(direction)))
+            .collect()
+    }
+
+    fn spec(&self, direction: Direction) -> ProbeSpec {
+        ProbeSpec {
+            kind: self.kind.transport(),
+            direction,
+            duration: self.duration,
+            omit: self.omit,
+            streams: self.streams,
+            bitrate: self.bitrate,
+            length: self.length,
+            window: self.window,
+            congestion: self.congestion.clone(),
+            tos: self.tos,
+            bind: self.bind,
+            affinity: self.affinity,
+            remote_affinity: self.remote_affinity,
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
+    /// Checks what serde cannot: values that parse but cannot run. Returns
+    /// the offending key (relative to the module) and what is wrong.
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.streams == 0 || self.streams > 128 {
+            return Err((
+                "streams",
+                format!("must be between 1 and 128, got {}", self.streams),
+            ));
+        }
+        if let Some(timeout) = self.timeout {
+            let needed = self.omit + self.duration;
+            if timeout <= needed {
+                return Err((
+                    "timeout",
+                    format!(
+                        "{} leaves no time to run omit ({}) + duration ({}); set it above {} or leave it out for omit + duration + 15s",
+                        fmt(timeout),
+                        fmt(self.omit),
+                        fmt(self.duration),
+                        fmt(needed)
+                    ),
+                ));
+            }
+        }
+        if self.ipv6 && !self.is_loopback() {
+            return Err((
+                "ipv6",
+                format!(
+                    "applies to loopback kinds only; a {} probe uses the family of the target's address",
+                    self.kind.as_str()
+                ),
+            ));
+        }
+        if self.bind.is_some() && self.is_loopback() {
+            return Err(("bind", "does not apply to loopback kinds".to_string()));
+        }
+        // The engine's own check covers lengths, durations and congestion
+        // names; run it on the first spec, as all specs share those values.
+        if let Some((_, spec)) = self.specs().first() {
+            spec.validate().map_err(|e| ("", e.0))?;
+        }
+        Ok(())
+    }
+}
+
+fn fmt(d: Duration) -> String {
+    crate::units::format_duration(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_runs_send_then_receive() {
+        let m = Module {
+            direction: ModuleDirection::Both,
+            bitrate: Some(100_000_000),
+            streams: 2,
+            ..Module::new(ModuleKind::Udp)
+        };
+        let specs = m.specs();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].0, Direction::Send);
+        assert_eq!(specs[0].1.direction, Direction::Send);
+        assert_eq!(specs[1].0, Direction::Receive);
+        assert_eq!(specs[1].1.direction, Direction::Receive);
+        for (_, s) in &specs {
+            assert_eq!(s.kind, Kind::Udp);
+            assert_eq!(s.bitrate, Some(100_000_000));
+            assert_eq!(s.streams, 2);
+            assert_eq!(s.duration, Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn bidir_is_one_run_and_loopback_maps_to_its_transport() {
+        let m = Module {
+            direction: ModuleDirection::Bidir,
+            ..Module::new(ModuleKind::LoopbackTcp)
+        };
+        let specs = m.specs();
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].0, Direction::Bidir);
+        assert_eq!(specs[0].1.kind, Kind::Tcp);
+        assert!(m.is_loopback());
+        assert!(!Module::new(ModuleKind::Udp).is_loopback());
+        assert_eq!(ModuleKind::LoopbackUdp.transport(), Kind::Udp);
+    }
+
+    #[test]
+    fn spec_carries_every_setting() {
+        let m = Module {
+            omit: Duration::from_secs(1),
+            length: Some(9000),
+            window: Some(4 << 20),
+            congestion: Some("bbr".into()),
+            tos: Some(0x10),
+            affinity: Some(2),
+            remote_affinity: Some(3),
+            bind: Some("192.0.2.1".parse().unwrap()),
+            connect_timeout: Duration::from_secs(2),
+            ..Module::new(ModuleKind::Tcp)
+        };
+        let (_, s) = m.specs().remove(0);
+        assert_eq!(s.omit, Duration::from_secs(1));
+        assert_eq!(s.length, Some(9000));
+        assert_eq!(s.window, Some(4 << 20));
+        assert_eq!(s.congestion.as_deref(), Some("bbr"));
+        assert_eq!(s.tos, Some(0x10));
+        assert_eq!(s.affinity, Some(2));
+        assert_eq!(s.remote_affinity, Some(3));
+        assert_eq!(s.bind, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(s.connect_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn timeout_defaults_to_run_time_plus_margin() {
+        let m = Module {
+            omit: Duration::from_secs(2),
+            ..Module::new(ModuleKind::Tcp)
+        };
+        assert_eq!(m.effective_timeout(), Duration::from_secs(22));
+        let m = Module {
+            timeout: Some(Duration::from_secs(9)),
+            ..m
+        };
+        assert_eq!(m.effective_timeout(), Duration::from_secs(9));
+    }
+
+    #[test]
+    fn checks_name_the_key() {
+        let m = Module {
+            streams: 0,
+            ..Module::new(ModuleKind::Tcp)
+        };
+        assert_eq!(
+            m.check().unwrap_err(),
+            ("streams", "must be between 1 and 128, got 0".to_string())
+        );
+        let m = Module {
+            omit: Duration::from_secs(10),
+            timeout: Some(Duration::from_secs(10)),
+            ..Module::new(ModuleKind::Tcp)
+        };
+        assert_eq!(m.check().unwrap_err().0, "timeout");
+        let m = Module {
+            ipv6: true,
+            ..Module::new(ModuleKind::Udp)
+        };
+        assert_eq!(m.check().unwrap_err().0, "ipv6");
+        let m = Module {
+            length: Some(4),
+            ..Module::new(ModuleKind::LoopbackUdp)
+        };
+        assert!(m.check().unwrap_err().1.contains("UDP datagram length"));
+        assert_eq!(Module::new(ModuleKind::LoopbackUdp).check(), Ok(()));
+    }
+}

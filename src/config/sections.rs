@@ -1,0 +1,335 @@
+//! The service-wide sections of the configuration: the responder's listen
+//! address and caps, the scheduler's pacing, and host metrics. Each type
+//! carries its own defaults, so an empty section (or none) means them.
+
+use std::fmt;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::quantity;
+use crate::protocol::DEFAULT_PORT;
+use crate::responder::ResponderConfig;
+
+/// `responder:` the server side that peers probe.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResponderSection {
+    pub enabled: bool,
+    #[serde(deserialize_with = "listen_address")]
+    pub listen: SocketAddr,
+    #[serde(deserialize_with = "quantity::duration")]
+    pub max_duration: Duration,
+    pub max_streams: u32,
+    /// Bits per second per direction; 0 for no cap.
+    #[serde(deserialize_with = "quantity::rate")]
+    pub max_bitrate: u64,
+    pub max_concurrent_tests: usize,
+    #[serde(deserialize_with = "quantity::duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for ResponderSection {
+    fn default() -> Self {
+        let limits = ResponderConfig::default();
+        ResponderSection {
+            enabled: true,
+            // The IPv6 wildcard also accepts IPv4 (as mapped addresses) on
+            // Linux's default bindv6only=0, so one socket serves both.
+            listen: SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), DEFAULT_PORT),
+            max_duration: limits.max_duration,
+            max_streams: limits.max_streams,
+            max_bitrate: limits.max_bitrate,
+            max_concurrent_tests: limits.max_concurrent_tests,
+            idle_timeout: limits.idle_timeout,
+        }
+    }
+}
+
+impl ResponderSection {
+    pub fn to_responder_config(&self) -> ResponderConfig {
+        ResponderConfig {
+            max_duration: self.max_duration,
+            max_streams: self.max_streams,
+            max_bitrate: self.max_bitrate,
+            max_concurrent_tests: self.max_concurrent_tests,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.max_concurrent_tests == 0 {
+            return Err((
+                "max_concurrent_tests",
+                "must be at least 1 (set enabled: false to turn the responder off)".into(),
+            ));
+        }
+        if self.max_streams == 0 {
+            return Err(("max_streams", "must be at least 1".into()));
+        }
+        if self.max_duration.is_zero() {
+            return Err(("max_duration", "must be greater than zero".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `scheduler:` when probes run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Probes running at once on this host. Concurrent probes share the NIC
+    /// and spoil each other's figures, hence 1.
+    pub max_concurrent_probes: usize,
+    /// Interval of targets that do not set one.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub default_interval: Duration,
+    /// Random shift of each start, as a fraction of the interval, on top of
+    /// the stable per-pair phase.
+    pub jitter: f64,
+    /// Retries after a `busy` answer, within the same interval.
+    pub busy_retries: u32,
+    /// First wait after `busy`; doubled at each retry, capped by
+    /// `busy_backoff_max`. A longer retry hint from the responder wins.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub busy_backoff: Duration,
+    #[serde(deserialize_with = "quantity::duration")]
+    pub busy_backoff_max: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_concurrent_probes: 1,
+            default_interval: Duration::from_secs(60),
+            jitter: 0.1,
+            busy_retries: 3,
+            busy_backoff: Duration::from_secs(2),
+            busy_backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.max_concurrent_probes == 0 {
+            return Err(("max_concurrent_probes", "must be at least 1".into()));
+        }
+        if self.default_interval.is_zero() {
+            return Err(("default_interval", "must be greater than zero".into()));
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Err((
+                "jitter",
+                format!(
+                    "must be a fraction of the interval between 0 and 1, got {}",
+                    self.jitter
+                ),
+            ));
+        }
+        if self.busy_backoff > self.busy_backoff_max {
+            return Err(("busy_backoff", "must not exceed busy_backoff_max".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `host_metrics:` what the host collector exports at scrape time.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostMetricsConfig {
+    /// IRQs whose /proc/interrupts description matches get a series of
+    /// their own; the total is exported regardless.
+    pub irq_pattern: IrqPattern,
+}
+
+/// The default names network queues the way common drivers do: interface
+/// names (eth0-TxRx-0, enp3s0-rx-1), Mellanox completion queues
+/// (mlx5_comp0@pci:...), virtio-net queues (virtio2-input.0) and bare
+/// `-tx-N`/`-rx-N` suffixes. It skips control vectors (mlx5_async,
+/// virtio*-config) whose counts say nothing about traffic.
+pub const DEFAULT_IRQ_PATTERN: &str =
+    r"\b(eth|en[opsx])[0-9a-z]+|mlx\d+_comp|virtio\d+-(input|output)\.\d+|-(TxRx|rx|tx)-\d+";
+
+/// A regular expression compiled once, at load.
+#[derive(Clone)]
+pub struct IrqPattern(Regex);
+
+impl IrqPattern {
+    pub fn new(pattern: &str) -> Result<IrqPattern, String> {
+        Regex::new(pattern).map(IrqPattern).map_err(|e| {
+            // regex's message spans several lines with a caret under the
+            // fault; its last line names the fault, which is enough once
+            // the pattern is quoted beside it.
+            let text = e.to_string();
+            let reason = text
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("error: "))
+                .unwrap_or(&text)
+                .to_string();
+            format!("invalid regular expression {pattern:?}: {reason}")
+        })
+    }
+
+    pub fn is_match(&self, description: &str) -> bool {
+        self.0.is_match(description)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    pub fn regex(&self) -> &Regex {
+        &self.0
+    }
+}
+
+impl Default for IrqPattern {
+    fn default() -> Self {
+        IrqPattern(Regex::new(DEFAULT_IRQ_PATTERN).expect("the default IRQ pattern is valid"))
+    }
+}
+
+impl PartialEq for IrqPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl fmt::Debug for IrqPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IrqPattern({:?})", self.as_str())
+    }
+}
+
+/// Compiles inside the visitor (not after deserializing a String), so that
+/// serde_yaml still knows the key path when it reports the error.
+struct PatternVisitor;
+
+impl Visitor<'_> for PatternVisitor {
+    type Value = IrqPattern;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a regular expression")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<IrqPattern, E> {
+        IrqPattern::new(v).map_err(E::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for IrqPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(PatternVisitor)
+    }
+}
+
+/// Reads `listen` with a message that shows the expected form; the
+/// standard one ("invalid socket address syntax") does not.
+fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    struct ListenVisitor;
+    impl Visitor<'_> for ListenVisitor {
+        type Value = SocketAddr;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an IP address and port such as \"[::]:5301\"")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<SocketAddr, E> {
+            v.parse().map_err(|_| {
+                E::custom(format!(
+                    "invalid listen address {v:?}: expected an IP address and port such as \"[::]:5301\" or \"0.0.0.0:5301\""
+                ))
+            })
+        }
+    }
+    d.deserialize_str(ListenVisitor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::parse_interrupts;
+
+    #[test]
+    fn responder_defaults_match_the_engine() {
+        let r = ResponderSection::default();
+        assert!(r.enabled);
+        assert_eq!(r.listen, "[::]:5301".parse().unwrap());
+        assert_eq!(r.max_duration, Duration::from_secs(60));
+        assert_eq!(r.max_streams, 16);
+        assert_eq!(r.max_bitrate, 0);
+        assert_eq!(r.max_concurrent_tests, 1);
+        assert_eq!(r.to_responder_config(), ResponderConfig::default());
+    }
+
+    #[test]
+    fn responder_config_carries_the_caps() {
+        let r = ResponderSection {
+            max_duration: Duration::from_secs(30),
+            max_streams: 4,
+            max_bitrate: 2_000_000_000,
+            max_concurrent_tests: 2,
+            ..ResponderSection::default()
+        };
+        let c = r.to_responder_config();
+        assert_eq!(c.max_duration, Duration::from_secs(30));
+        assert_eq!(c.max_streams, 4);
+        assert_eq!(c.max_bitrate, 2_000_000_000);
+        assert_eq!(c.max_concurrent_tests, 2);
+        assert_eq!(c.idle_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn scheduler_defaults_and_checks() {
+        let s = SchedulerConfig::default();
+        assert_eq!(s.max_concurrent_probes, 1);
+        assert_eq!(s.default_interval, Duration::from_secs(60));
+        assert_eq!(s.jitter, 0.1);
+        assert_eq!(s.check(), Ok(()));
+        let bad = SchedulerConfig {
+            jitter: 1.5,
+            ..s.clone()
+        };
+        assert_eq!(
+            bad.check().unwrap_err(),
+            (
+                "jitter",
+                "must be a fraction of the interval between 0 and 1, got 1.5".to_string()
+            )
+        );
+    }
+
+    fn matching(pattern: &IrqPattern, fixture: &str) -> Vec<String> {
+        let path = format!(
+            "{}/tests/fixtures/proc/{fixture}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        parse_interrupts(&text)
+            .unwrap()
+            .into_iter()
+            .filter(|r| pattern.is_match(&r.description))
+            .map(|r| r.id)
+            .collect()
+    }
+
+    #[test]
+    fn default_irq_pattern_picks_nic_queues() {
+        let p = IrqPattern::default();
+        assert_eq!(
+            matching(&p, "interrupts_4cpu_before"),
+            ["24", "25", "26", "27", "28", "30", "90", "91"]
+        );
+        assert_eq!(matching(&p, "interrupts_vm_2cpu"), ["38", "39"]);
+        assert_eq!(matching(&p, "interrupts_arm64_2cpu"), ["48"]);
+    }
+
+    #[test]
+    fn bad_irq_pattern_is_one_line() {
+        assert_eq!(
+            IrqPattern::new("eth(").unwrap_err(),
+            "invalid regular expression \"eth(\": unclosed group"
+        );
+    }
+}

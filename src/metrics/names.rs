@@ -1,0 +1,677 @@
+//! The one place that defines every metric pathprobe exports: its name,
+//! help text, type and labels.
+//!
+//! Rendering code refers to these definitions rather than spelling names
+//! out, and the reference table in `docs/METRICS.md` is generated from
+//! [`ALL`] by [`markdown_reference`] (a test fails when the file and the
+//! table differ), so code, documentation and output cannot drift apart.
+
+/// Label names, so that a typo is a compile error rather than a new series.
+pub mod label {
+    pub const TARGET: &str = "target";
+    pub const MODULE: &str = "module";
+    pub const KIND: &str = "kind";
+    pub const DIRECTION: &str = "direction";
+    pub const FLOW: &str = "flow";
+    pub const RESULT: &str = "result";
+    pub const REASON: &str = "reason";
+    pub const SIDE: &str = "side";
+    pub const MODE: &str = "mode";
+    pub const TYPE: &str = "type";
+    pub const RELEASE: &str = "release";
+    pub const VERSION: &str = "version";
+    pub const KERNEL_RELEASE: &str = "kernel_release";
+    pub const KERNEL_VERSION: &str = "kernel_version";
+    pub const HOSTNAME: &str = "hostname";
+    pub const CPUS: &str = "cpus";
+    pub const IRQ: &str = "irq";
+    pub const DESCRIPTION: &str = "description";
+    pub const COLLECTOR: &str = "collector";
+}
+
+use label::*;
+
+/// The Prometheus metric type of a definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl MetricType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+        }
+    }
+}
+
+/// Which part of the exporter a metric belongs to. Per-probe metrics carry
+/// the [`PROBE_LABELS`] and the target's own labels besides their
+/// [`MetricDef::labels`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Probe,
+    Host,
+    Responder,
+    Service,
+}
+
+impl Scope {
+    fn title(self) -> &'static str {
+        match self {
+            Scope::Probe => "Per probe",
+            Scope::Host => "Host (read from /proc at scrape time)",
+            Scope::Responder => "Responder",
+            Scope::Service => "Service and scheduler",
+        }
+    }
+}
+
+/// Labels every per-probe series has, in this order, before the target's
+/// own labels.
+pub const PROBE_LABELS: [&str; 4] = [TARGET, MODULE, KIND, DIRECTION];
+
+/// One exported metric.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MetricDef {
+    /// Full name, `pathprobe_` prefix included.
+    pub name: &'static str,
+    pub help: &'static str,
+    pub metric_type: MetricType,
+    pub scope: Scope,
+    /// Labels beyond the scope's common ones, in output order.
+    pub labels: &'static [&'static str],
+}
+
+const fn def(
+    scope: Scope,
+    metric_type: MetricType,
+    name: &'static str,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        name,
+        help,
+        metric_type,
+        scope,
+        labels,
+    }
+}
+
+use MetricType::{Counter, Gauge, Histogram};
+use Scope::{Host, Probe, Responder, Service};
+
+// ---- Per probe ----------------------------------------------------------
+
+pub static PROBE_SUCCESS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_success",
+    &[],
+    "1 if the latest probe succeeded, 0 if it failed.",
+);
+pub static PROBE_DURATION: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_duration_seconds",
+    &[],
+    "Wall-clock time the latest probe took, from connecting to the final report, successful or not.",
+);
+pub static PROBE_LAST_RUN: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_last_run_timestamp_seconds",
+    &[],
+    "Unix time at which the latest probe ended, successful or not: time() minus this is the age of every other per-probe figure.",
+);
+pub static PROBES: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_probes_total",
+    &[RESULT],
+    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_mismatch, rejected, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
+);
+pub static PROBE_FAILURE_INFO: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_failure_info",
+    &[REASON],
+    "1 while the latest probe has failed, labelled with why; absent after a success.",
+);
+pub static THROUGHPUT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_throughput_bytes_per_second",
+    &[FLOW],
+    "Receiver goodput of the latest probe in this flow, in bytes per second (multiply by 8 for bit/s); 0 after a failure.",
+);
+pub static RECEIVED_BYTES: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_received_bytes",
+    &[FLOW],
+    "Payload bytes the receiver got in the measured window of the latest probe.",
+);
+pub static SENT_BYTES: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_sent_bytes_total",
+    &[FLOW],
+    "Payload bytes sent by all probes in their measured windows: what monitoring costs the path (warm-up and headers not included).",
+);
+pub static TCP_RETRANSMITS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_tcp_retransmits",
+    &[FLOW],
+    "TCP segments the sender retransmitted during the latest probe, summed over streams.",
+);
+pub static TCP_RETRANSMITS_TOTAL: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_tcp_retransmits_total",
+    &[FLOW],
+    "TCP segments retransmitted by all successful probes, summed over streams.",
+);
+pub static TCP_RTT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_tcp_rtt_seconds",
+    &[FLOW],
+    "Sender's smoothed TCP round-trip time at the end of the latest probe, averaged over streams.",
+);
+pub static TCP_MIN_RTT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_tcp_min_rtt_seconds",
+    &[FLOW],
+    "Smallest TCP round-trip time any stream of the latest probe saw.",
+);
+pub static TCP_CWND: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_tcp_cwnd_bytes",
+    &[FLOW],
+    "Sender's congestion window at the end of the latest probe, summed over streams.",
+);
+pub static TCP_MSS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_tcp_mss_bytes",
+    &[FLOW],
+    "Sender's TCP maximum segment size in the latest probe (smallest over streams).",
+);
+pub static UDP_SENT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_sent_packets",
+    &[FLOW],
+    "UDP datagrams sent in the measured window of the latest probe.",
+);
+pub static UDP_RECEIVED: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_received_packets",
+    &[FLOW],
+    "UDP datagrams received in the measured window of the latest probe.",
+);
+pub static UDP_LOST: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_lost_packets",
+    &[FLOW],
+    "UDP datagrams sent but not received in the latest probe.",
+);
+pub static UDP_OUT_OF_ORDER: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_out_of_order_packets",
+    &[FLOW],
+    "UDP datagrams that arrived after a later one in the latest probe.",
+);
+pub static UDP_DUPLICATED: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_duplicated_packets",
+    &[FLOW],
+    "UDP datagrams received more than once in the latest probe.",
+);
+pub static UDP_LOSS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_loss_ratio",
+    &[FLOW],
+    "Lost UDP datagrams as a fraction of those sent in the latest probe (0 to 1).",
+);
+pub static UDP_JITTER: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_jitter_seconds",
+    &[FLOW],
+    "UDP inter-arrival jitter (RFC 3550) at the end of the latest probe, averaged over streams.",
+);
+pub static PROBE_CPU: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_cpu_utilization_ratio",
+    &[SIDE, MODE],
+    "CPU used by the probe's data threads on each side (local prober, remote responder), as a fraction of one CPU; above 1 with several streams.",
+);
+pub static PROBE_HOST_CPU: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_host_cpu_utilization_ratio",
+    &[SIDE],
+    "Busy fraction of all CPUs of each side's host during the latest probe (0 to 1).",
+);
+pub static PROBE_INTERRUPTS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_interrupts",
+    &[SIDE],
+    "Hardware interrupts on each side's host during the latest probe, all IRQs.",
+);
+pub static PROBE_INTERFACE_INTERRUPTS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_interface_interrupts",
+    &[SIDE],
+    "Hardware interrupts of the network interface that carried the latest probe, on each side.",
+);
+pub static PROBE_SOFTIRQS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_softirqs",
+    &[SIDE, TYPE],
+    "NET_RX and NET_TX softirqs on each side's host during the latest probe.",
+);
+pub static PROBE_KERNEL_INFO: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_kernel_info",
+    &[SIDE, RELEASE],
+    "Always 1; the kernel release each side ran in the latest probe (side=\"remote\" is the peer's).",
+);
+
+// ---- Host ---------------------------------------------------------------
+
+pub static HOST_INFO: MetricDef = def(
+    Host,
+    Gauge,
+    "pathprobe_host_info",
+    &[KERNEL_RELEASE, KERNEL_VERSION, HOSTNAME, CPUS],
+    "Always 1; this host's kernel, name and number of online CPUs.",
+);
+pub static HOST_CPU_SECONDS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_cpu_seconds_total",
+    &[MODE],
+    "CPU time since boot summed over all CPUs, by mode (/proc/stat).",
+);
+pub static HOST_INTERRUPTS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_interrupts_total",
+    &[IRQ, DESCRIPTION],
+    "Hardware interrupts since boot of each IRQ whose description matches the configured pattern (/proc/interrupts).",
+);
+pub static HOST_INTERRUPTS_ALL: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_interrupts_all_total",
+    &[],
+    "Interrupts since boot over every IRQ and architecture row, whatever the pattern (/proc/interrupts).",
+);
+pub static HOST_SOFTIRQS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_softirqs_total",
+    &[TYPE],
+    "Softirqs since boot summed over CPUs, by type (/proc/softirqs).",
+);
+pub static HOST_TCP_RETRANS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_tcp_retransmitted_segments_total",
+    &[],
+    "TCP segments the host retransmitted since boot (Tcp RetransSegs in /proc/net/snmp).",
+);
+pub static HOST_UDP_IN_ERRORS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_udp_in_errors_total",
+    &[],
+    "UDP datagrams the host could not deliver since boot, receive-buffer overflows included (Udp InErrors).",
+);
+pub static HOST_UDP_RCVBUF_ERRORS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_udp_receive_buffer_errors_total",
+    &[],
+    "UDP datagrams dropped since boot because a socket's receive buffer was full (Udp RcvbufErrors).",
+);
+pub static HOST_UDP_SNDBUF_ERRORS: MetricDef = def(
+    Host,
+    Counter,
+    "pathprobe_host_udp_send_buffer_errors_total",
+    &[],
+    "UDP datagrams dropped since boot because a socket's send buffer was full (Udp SndbufErrors).",
+);
+pub static HOST_COLLECTOR_SUCCESS: MetricDef = def(
+    Host,
+    Gauge,
+    "pathprobe_host_collector_success",
+    &[COLLECTOR],
+    "1 if the /proc file behind a host collector (stat, interrupts, softirqs, snmp) was read at this scrape, 0 if not.",
+);
+
+// ---- Responder ----------------------------------------------------------
+
+pub static RESPONDER_TESTS: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_tests_total",
+    &[RESULT],
+    "Tests the responder ran for probers, by result (success, failure).",
+);
+pub static RESPONDER_REJECTIONS: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_rejections_total",
+    &[REASON],
+    "Connections the responder turned away without a test, by reason (busy, limit, version_mismatch, protocol_error, timeout).",
+);
+pub static RESPONDER_IGNORED_DATAGRAMS: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_ignored_datagrams_total",
+    &[],
+    "UDP datagrams on the responder port that belonged to no pending test.",
+);
+pub static RESPONDER_ACTIVE_TESTS: MetricDef = def(
+    Responder,
+    Gauge,
+    "pathprobe_responder_active_tests",
+    &[],
+    "Tests the responder is running now.",
+);
+pub static RESPONDER_BYTES: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_bytes_total",
+    &[],
+    "Payload bytes the responder's data streams sent and received in measured windows.",
+);
+
+// ---- Service and scheduler ----------------------------------------------
+
+pub static BUILD_INFO: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_build_info",
+    &[VERSION],
+    "Always 1; the pathprobe version running.",
+);
+pub static CONFIG_RELOAD_SUCCESSFUL: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_config_last_reload_successful",
+    &[],
+    "1 if the latest configuration load or reload succeeded, 0 if it failed and the previous configuration is still running.",
+);
+pub static CONFIG_RELOAD_SUCCESS_TIME: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_config_last_reload_success_timestamp_seconds",
+    &[],
+    "Unix time of the latest successful configuration load or reload.",
+);
+pub static SCHEDULER_LAG: MetricDef = def(
+    Service,
+    Histogram,
+    "pathprobe_scheduler_lag_seconds",
+    &[],
+    "How late probes started relative to their scheduled time.",
+);
+pub static SCHEDULER_SKIPPED: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_scheduler_runs_skipped_total",
+    &[TARGET, MODULE, REASON],
+    "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
+);
+
+/// Every metric, in the order of the documentation and of /metrics output.
+pub static ALL: &[&MetricDef] = &[
+    &PROBE_SUCCESS,
+    &PROBE_DURATION,
+    &PROBE_LAST_RUN,
+    &PROBES,
+    &PROBE_FAILURE_INFO,
+    &THROUGHPUT,
+    &RECEIVED_BYTES,
+    &SENT_BYTES,
+    &TCP_RETRANSMITS,
+    &TCP_RETRANSMITS_TOTAL,
+    &TCP_RTT,
+    &TCP_MIN_RTT,
+    &TCP_CWND,
+    &TCP_MSS,
+    &UDP_SENT,
+    &UDP_RECEIVED,
+    &UDP_LOST,
+    &UDP_OUT_OF_ORDER,
+    &UDP_DUPLICATED,
+    &UDP_LOSS,
+    &UDP_JITTER,
+    &PROBE_CPU,
+    &PROBE_HOST_CPU,
+    &PROBE_INTERRUPTS,
+    &PROBE_INTERFACE_INTERRUPTS,
+    &PROBE_SOFTIRQS,
+    &PROBE_KERNEL_INFO,
+    &HOST_INFO,
+    &HOST_CPU_SECONDS,
+    &HOST_INTERRUPTS,
+    &HOST_INTERRUPTS_ALL,
+    &HOST_SOFTIRQS,
+    &HOST_TCP_RETRANS,
+    &HOST_UDP_IN_ERRORS,
+    &HOST_UDP_RCVBUF_ERRORS,
+    &HOST_UDP_SNDBUF_ERRORS,
+    &HOST_COLLECTOR_SUCCESS,
+    &RESPONDER_TESTS,
+    &RESPONDER_REJECTIONS,
+    &RESPONDER_IGNORED_DATAGRAMS,
+    &RESPONDER_ACTIVE_TESTS,
+    &RESPONDER_BYTES,
+    &BUILD_INFO,
+    &CONFIG_RELOAD_SUCCESSFUL,
+    &CONFIG_RELOAD_SUCCESS_TIME,
+    &SCHEDULER_LAG,
+    &SCHEDULER_SKIPPED,
+];
+
+/// Looks a metric up by its full name.
+pub fn find(name: &str) -> Option<&'static MetricDef> {
+    ALL.iter().copied().find(|d| d.name == name)
+}
+
+/// Label names a target's own labels may not use, because some per-probe
+/// metric already has a label of that name.
+pub fn reserved_label_names() -> impl Iterator<Item = &'static str> {
+    PROBE_LABELS.into_iter().chain(
+        ALL.iter()
+            .filter(|d| d.scope == Scope::Probe)
+            .flat_map(|d| d.labels.iter().copied()),
+    )
+}
+
+/// The metric reference of docs/METRICS.md: one table per scope.
+pub fn markdown_reference() -> String {
+    let mut out = String::new();
+    for scope in [Probe, Host, Responder, Service] {
+        out.push_str(&format!("### {}\n\n", scope.title()));
+        if scope == Probe {
+            out.push_str(
+                "Every series here also has the labels `target`, `module`, `kind`, \
+                 `direction` and the target's own labels.\n\n",
+            );
+        }
+        out.push_str("| Metric | Type | Labels | Meaning |\n");
+        out.push_str("|---|---|---|---|\n");
+        for d in ALL.iter().filter(|d| d.scope == scope) {
+            let labels = if d.labels.is_empty() {
+                "".to_string()
+            } else {
+                d.labels
+                    .iter()
+                    .map(|l| format!("`{l}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                d.name,
+                d.metric_type.as_str(),
+                labels,
+                d.help.replace('|', "\\|")
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn is_snake(s: &str) -> bool {
+        !s.is_empty()
+            && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !s.contains("__")
+            && !s.ends_with('_')
+    }
+
+    #[test]
+    fn names_are_unique_prefixed_snake_case() {
+        let mut seen = BTreeSet::new();
+        for d in ALL {
+            assert!(seen.insert(d.name), "{} defined twice", d.name);
+            assert!(d.name.starts_with("pathprobe_"), "{}", d.name);
+            assert!(is_snake(d.name), "{}", d.name);
+            assert!(!d.help.is_empty(), "{} has no help", d.name);
+            for l in d.labels {
+                assert!(is_snake(l), "{}: label {l}", d.name);
+            }
+        }
+        assert_eq!(ALL.len(), 47);
+    }
+
+    #[test]
+    fn suffixes_follow_prometheus_conventions() {
+        for d in ALL {
+            let counter = d.metric_type == MetricType::Counter;
+            assert_eq!(d.name.ends_with("_total"), counter, "{}", d.name);
+            if d.name.ends_with("_info") {
+                assert_eq!(d.metric_type, MetricType::Gauge, "{}", d.name);
+            }
+            // Base units only: no milli-, kilo- or bit-based names.
+            for word in d.name.split('_') {
+                let bad = ["milliseconds", "ms", "bits", "kbytes", "percent"];
+                assert!(!bad.contains(&word), "{} uses a non-base unit", d.name);
+            }
+        }
+    }
+
+    #[test]
+    fn labels_do_not_repeat_within_a_series() {
+        for d in ALL {
+            let mut all: Vec<&str> = d.labels.to_vec();
+            if d.scope == Scope::Probe {
+                all.extend(PROBE_LABELS);
+            }
+            let unique: BTreeSet<&str> = all.iter().copied().collect();
+            assert_eq!(unique.len(), all.len(), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn find_and_reserved_labels() {
+        assert_eq!(find("pathprobe_probe_success"), Some(&PROBE_SUCCESS));
+        assert_eq!(find("pathprobe_nope"), None);
+        let reserved: BTreeSet<&str> = reserved_label_names().collect();
+        for l in [
+            "target",
+            "module",
+            "kind",
+            "direction",
+            "flow",
+            "side",
+            "mode",
+            "result",
+        ] {
+            assert!(reserved.contains(l), "{l}");
+        }
+        assert!(!reserved.contains("site"));
+    }
+
+    #[test]
+    fn reference_has_a_row_per_metric() {
+        let md = markdown_reference();
+        for d in ALL {
+            let row = md
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", d.name)))
+                .unwrap_or_else(|| panic!("no row for {}", d.name));
+            assert!(
+                row.contains(&format!("| {} |", d.metric_type.as_str())),
+                "{row}"
+            );
+        }
+        assert!(md
+            .contains("| `pathprobe_probe_softirqs` | gauge | `side`, `type` | NET_RX and NET_TX"));
+    }
+
+    /// docs/METRICS.md must carry the generated reference verbatim.
+    /// `PATHPROBE_BLESS_DOCS=1 cargo test --lib metrics` rewrites it.
+    #[test]
+    fn docs_match_definitions() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
+        let begin = "<!-- BEGIN GENERATED: metric reference, from src/metrics/names.rs -->\n";
+        let end = "<!-- END GENERATED -->";
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
+            panic!("{path} lacks the generated-section markers");
+        };
+        let current = &text[b + begin.len()..e];
+        let wanted = markdown_reference();
+        if current != wanted && std::env::var_os("PATHPROBE_BLESS_DOCS").is_some() {
+            let new = format!("{}{}{}", &text[..b + begin.len()], wanted, &text[e..]);
+            std::fs::write(path, new).unwrap_or_else(|e| panic!("{path}: {e}"));
+            return;
+        }
+        assert!(
+            current == wanted,
+            "{path} is out of date with src/metrics/names.rs; \
+             run `PATHPROBE_BLESS_DOCS=1 cargo test --lib metrics` to regenerate"
+        );
+        for d in ALL {
+            assert!(
+                text.contains(&format!("`{}`", d.name)),
+                "{} undocumented",
+                d.name
+            );
+        }
+    }
+}

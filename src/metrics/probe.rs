@@ -1,0 +1,193 @@
+//! Per-probe series: the latest result of every (target, module,
+//! direction) in the store, or of a single run for `/probe`.
+//!
+//! Failure semantics: after a failed probe, `probe_success` is 0,
+//! throughput is 0 for every flow the direction implies, the failure
+//! reason is shown, and every other figure of the latest probe (bytes, TCP,
+//! UDP, CPU, interrupts, kernel) is left out rather than zeroed. A zero RTT
+//! or a zero loss ratio would read as a real measurement; an absent series
+//! reads as "no measurement", which is the truth. Counters keep their
+//! values, and the last-run timestamp always moves.
+
+use std::time::SystemTime;
+
+use super::expo::Exposition;
+use super::names::{self, label::*};
+use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
+use crate::probe::result::SideSummary;
+
+/// Seconds since the Unix epoch; 0 for a clock set before 1970.
+pub(crate) fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Whether counters are part of the output. `/probe` shows one run, for
+/// which a running total means nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counters {
+    Include,
+    Omit,
+}
+
+/// Every key's series, counters and skipped runs included.
+pub(crate) fn render_store(out: &mut Exposition, store: &ResultStore) {
+    let targets = store.lock();
+    for (key, target) in targets.iter() {
+        render_target(out, Some(key), target, Counters::Include);
+        for (reason, n) in &target.skipped {
+            out.add(
+                &names::SCHEDULER_SKIPPED,
+                &[
+                    (TARGET, &key.target),
+                    (MODULE, &key.module),
+                    (REASON, reason),
+                ],
+                *n as f64,
+            );
+        }
+    }
+}
+
+/// One key's series; without a key, the `target` and `module` labels are
+/// left out (for `/probe`, where Prometheus knows both from the URL).
+pub(crate) fn render_target(
+    out: &mut Exposition,
+    key: Option<&ProbeKey>,
+    target: &TargetState,
+    counters: Counters,
+) {
+    for series in target.directions.values() {
+        render_series(out, key, series, counters);
+    }
+}
+
+fn render_series(
+    out: &mut Exposition,
+    key: Option<&ProbeKey>,
+    series: &SeriesState,
+    counters: Counters,
+) {
+    let o = &series.latest;
+    let mut base: Vec<(&str, &str)> = Vec::with_capacity(6 + o.labels.len());
+    if let Some(key) = key {
+        base.push((TARGET, &key.target));
+        base.push((MODULE, &key.module));
+    }
+    base.push((KIND, &o.kind));
+    base.push((DIRECTION, o.direction.as_str()));
+    base.extend(o.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+
+    let mut add = |def: &'static names::MetricDef, extra: &[(&str, &str)], value: f64| {
+        let mut labels = Vec::with_capacity(base.len() + extra.len());
+        labels.extend_from_slice(&base);
+        labels.extend_from_slice(extra);
+        out.add(def, &labels, value);
+    };
+
+    let result = o.result.as_ref().ok();
+    add(
+        &names::PROBE_SUCCESS,
+        &[],
+        if result.is_some() { 1.0 } else { 0.0 },
+    );
+    add(&names::PROBE_DURATION, &[], o.duration.as_secs_f64());
+    add(&names::PROBE_LAST_RUN, &[], unix_seconds(o.ended()));
+    if counters == Counters::Include {
+        for (result, n) in &series.results {
+            add(&names::PROBES, &[(RESULT, result)], *n as f64);
+        }
+    }
+    if let Err(failure) = &o.result {
+        add(&names::PROBE_FAILURE_INFO, &[(REASON, failure.reason)], 1.0);
+    }
+
+    for flow in o.direction.flows() {
+        let f = [(FLOW, flow.as_str())];
+        let summary = result.and_then(|r| r.direction(*flow));
+        add(
+            &names::THROUGHPUT,
+            &f,
+            summary.map_or(0.0, |d| d.throughput_bits_per_second / 8.0),
+        );
+        if counters == Counters::Include {
+            let sent = series.sent_bytes.get(flow).copied().unwrap_or(0);
+            add(&names::SENT_BYTES, &f, sent as f64);
+            if let Some(n) = series.retransmits.get(flow) {
+                add(&names::TCP_RETRANSMITS_TOTAL, &f, *n as f64);
+            }
+        }
+        let Some(d) = summary else { continue };
+        add(&names::RECEIVED_BYTES, &f, d.bytes as f64);
+        if let Some(tcp) = &d.tcp {
+            add(&names::TCP_RETRANSMITS, &f, tcp.retransmits as f64);
+            add(&names::TCP_RTT, &f, tcp.rtt_seconds);
+            add(&names::TCP_MIN_RTT, &f, tcp.min_rtt_seconds);
+            add(&names::TCP_CWND, &f, tcp.cwnd_bytes as f64);
+            add(&names::TCP_MSS, &f, f64::from(tcp.mss_bytes));
+        }
+        if let Some(udp) = &d.udp {
+            add(&names::UDP_SENT, &f, udp.packets_sent as f64);
+            add(&names::UDP_RECEIVED, &f, udp.packets_received as f64);
+            add(&names::UDP_LOST, &f, udp.packets_lost as f64);
+            add(
+                &names::UDP_OUT_OF_ORDER,
+                &f,
+                udp.packets_out_of_order as f64,
+            );
+            add(&names::UDP_DUPLICATED, &f, udp.packets_duplicated as f64);
+            add(&names::UDP_LOSS, &f, udp.loss_ratio);
+            add(&names::UDP_JITTER, &f, udp.jitter_seconds);
+        }
+    }
+
+    let Some(r) = result else { return };
+    let sides: [(&str, &SideSummary); 2] = [("local", &r.local), ("remote", &r.remote)];
+    for (side, s) in sides {
+        add(
+            &names::PROBE_CPU,
+            &[(SIDE, side), (MODE, "user")],
+            s.cpu_user,
+        );
+        add(
+            &names::PROBE_CPU,
+            &[(SIDE, side), (MODE, "system")],
+            s.cpu_system,
+        );
+        add(
+            &names::PROBE_HOST_CPU,
+            &[(SIDE, side)],
+            s.host_cpu_utilization,
+        );
+        add(
+            &names::PROBE_INTERRUPTS,
+            &[(SIDE, side)],
+            s.interrupts as f64,
+        );
+        add(
+            &names::PROBE_INTERFACE_INTERRUPTS,
+            &[(SIDE, side)],
+            s.interface_interrupts as f64,
+        );
+        add(
+            &names::PROBE_SOFTIRQS,
+            &[(SIDE, side), (TYPE, "NET_RX")],
+            s.softirq_net_rx as f64,
+        );
+        add(
+            &names::PROBE_SOFTIRQS,
+            &[(SIDE, side), (TYPE, "NET_TX")],
+            s.softirq_net_tx as f64,
+        );
+        // An unknown release (an old responder, a failed uname) would
+        // make a series with an empty label, which says nothing.
+        if !s.kernel_release.is_empty() {
+            add(
+                &names::PROBE_KERNEL_INFO,
+                &[(SIDE, side), (RELEASE, &s.kernel_release)],
+                1.0,
+            );
+        }
+    }
+}

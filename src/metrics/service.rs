@@ -1,0 +1,147 @@
+//! Metrics about pathprobe itself: build, configuration reloads, scheduler
+//! lag, and the responder's counters.
+
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use super::expo::Exposition;
+use super::names::{self, label::*};
+use super::probe::unix_seconds;
+use crate::responder::ResponderCounters;
+
+/// Upper bounds of the scheduler lag histogram. Timer wake-ups are late by
+/// milliseconds; waiting for the one probe slot of a host costs a probe's
+/// duration (seconds) and more under load; the long tail says the schedule
+/// does not fit the interval.
+pub const SCHEDULER_LAG_BUCKETS: [f64; 11] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+#[derive(Debug)]
+struct Reload {
+    successful: bool,
+    last_success: SystemTime,
+}
+
+#[derive(Debug, Default)]
+struct Lag {
+    /// Per bucket, not cumulative; made cumulative when rendered.
+    counts: [u64; SCHEDULER_LAG_BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+/// State the service updates and /metrics shows: configuration reloads and
+/// scheduler lag. Thread-safe; share it in an `Arc`.
+#[derive(Debug)]
+pub struct ServiceState {
+    reload: Mutex<Reload>,
+    lag: Mutex<Lag>,
+}
+
+impl ServiceState {
+    /// State after the configuration was first loaded at `loaded_at`; the
+    /// first load counts as a successful reload, as in Prometheus itself.
+    pub fn new(loaded_at: SystemTime) -> Self {
+        ServiceState {
+            reload: Mutex::new(Reload {
+                successful: true,
+                last_success: loaded_at,
+            }),
+            lag: Mutex::new(Lag::default()),
+        }
+    }
+
+    pub fn reload_succeeded(&self, at: SystemTime) {
+        let mut r = self.reload.lock().unwrap_or_else(|p| p.into_inner());
+        r.successful = true;
+        r.last_success = at;
+    }
+
+    /// The old configuration keeps running; the success time stays that of
+    /// the configuration in use.
+    pub fn reload_failed(&self) {
+        self.reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .successful = false;
+    }
+
+    /// Records how late a probe started relative to its scheduled time.
+    pub fn observe_scheduler_lag(&self, lag: Duration) {
+        let seconds = lag.as_secs_f64();
+        let mut l = self.lag.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = SCHEDULER_LAG_BUCKETS.iter().position(|b| seconds <= *b) {
+            l.counts[i] += 1;
+        }
+        l.sum += seconds;
+        l.count += 1;
+    }
+}
+
+pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
+    out.add(
+        &names::BUILD_INFO,
+        &[(VERSION, env!("CARGO_PKG_VERSION"))],
+        1.0,
+    );
+    let (successful, last_success) = {
+        let r = s.reload.lock().unwrap_or_else(|p| p.into_inner());
+        (r.successful, r.last_success)
+    };
+    out.add(
+        &names::CONFIG_RELOAD_SUCCESSFUL,
+        &[],
+        if successful { 1.0 } else { 0.0 },
+    );
+    out.add(
+        &names::CONFIG_RELOAD_SUCCESS_TIME,
+        &[],
+        unix_seconds(last_success),
+    );
+    let (buckets, sum, count) = {
+        let l = s.lag.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cumulative = 0;
+        let buckets: Vec<(f64, u64)> = SCHEDULER_LAG_BUCKETS
+            .iter()
+            .zip(l.counts)
+            .map(|(bound, n)| {
+                cumulative += n;
+                (*bound, cumulative)
+            })
+            .collect();
+        (buckets, l.sum, l.count)
+    };
+    out.add_histogram(&names::SCHEDULER_LAG, &[], &buckets, sum, count);
+}
+
+pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+    for (result, counter) in [
+        ("success", &c.tests_succeeded),
+        ("failure", &c.tests_failed),
+    ] {
+        out.add(&names::RESPONDER_TESTS, &[(RESULT, result)], get(counter));
+    }
+    for (reason, counter) in [
+        ("busy", &c.rejected_busy),
+        ("limit", &c.rejected_limit),
+        ("version_mismatch", &c.rejected_version),
+        ("protocol_error", &c.protocol_errors),
+        ("timeout", &c.timeouts),
+    ] {
+        out.add(
+            &names::RESPONDER_REJECTIONS,
+            &[(REASON, reason)],
+            get(counter),
+        );
+    }
+    out.add(
+        &names::RESPONDER_IGNORED_DATAGRAMS,
+        &[],
+        get(&c.udp_ignored),
+    );
+    out.add(&names::RESPONDER_ACTIVE_TESTS, &[], get(&c.active_tests));
+    out.add(&names::RESPONDER_BYTES, &[], get(&c.bytes));
+}

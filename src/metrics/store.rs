@@ -1,0 +1,319 @@
+//! The latest probe results and the counters that outlive them, written by
+//! the scheduler and read at scrape time.
+//!
+//! Scrapes only read this store, so any number of Prometheus servers can
+//! scrape without causing a single probe. Everything about a (target,
+//! module) pair lives under one [`ProbeKey`], so removing the key removes
+//! every series of that pair from /metrics, counters included.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use crate::probe::{Direction, FlowDirection, ProbeError, ProbeResult};
+
+use super::names;
+use super::MetricsError;
+
+/// What the scheduler runs: one module against one target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProbeKey {
+    /// The target's configured (or discovered) name.
+    pub target: String,
+    /// The module's name in the configuration.
+    pub module: String,
+}
+
+impl ProbeKey {
+    pub fn new(target: impl Into<String>, module: impl Into<String>) -> Self {
+        ProbeKey {
+            target: target.into(),
+            module: module.into(),
+        }
+    }
+}
+
+/// Why a probe produced no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeFailure {
+    /// A label value from a fixed set: [`ProbeError::reason`], or `panic`
+    /// when the probe task died. `&'static` so that no free text (an
+    /// address, an OS message) can become a label and grow cardinality.
+    pub reason: &'static str,
+    /// The full error, for logs, `/probe?debug=true` and the landing page;
+    /// never exported as a label.
+    pub message: String,
+}
+
+impl From<&ProbeError> for ProbeFailure {
+    fn from(e: &ProbeError) -> Self {
+        ProbeFailure {
+            reason: e.reason(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// One finished probe, as the scheduler records it.
+///
+/// A module with direction `both` runs two probes, send then receive, and
+/// records two outcomes with [`Direction::Send`] and [`Direction::Receive`];
+/// each keeps its own series. A `bidir` module records one outcome with
+/// [`Direction::Bidir`] whose result holds both flows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeOutcome {
+    /// The module's kind: `tcp`, `udp`, `loopback_tcp` or `loopback_udp`.
+    pub kind: String,
+    /// The direction this probe ran in.
+    pub direction: Direction,
+    /// The target's own labels from configuration or discovery. Names must
+    /// pass [`check_user_label`]; others are dropped with a warning.
+    pub labels: BTreeMap<String, String>,
+    /// When the probe started (before connecting).
+    pub started: SystemTime,
+    /// How long the whole probe took, setup and teardown included.
+    pub duration: Duration,
+    pub result: Result<ProbeResult, ProbeFailure>,
+}
+
+impl ProbeOutcome {
+    pub fn succeeded(&self) -> bool {
+        self.result.is_ok()
+    }
+
+    /// The `result` label value: `success` or the failure reason.
+    pub fn result_label(&self) -> &'static str {
+        match &self.result {
+            Ok(_) => "success",
+            Err(f) => f.reason,
+        }
+    }
+
+    /// When the probe ended; this is what tells how fresh its figures are.
+    pub fn ended(&self) -> SystemTime {
+        self.started
+            .checked_add(self.duration)
+            .unwrap_or(self.started)
+    }
+}
+
+/// Whether `name` can be a label of a target. It must be a Prometheus label
+/// name, not start with `__` (reserved for Prometheus itself), and not be a
+/// label some per-probe metric already has, which would make two labels
+/// with one name.
+pub fn check_user_label(name: &str) -> Result<(), MetricsError> {
+    let invalid = |why: &'static str| MetricsError::InvalidLabelName {
+        name: name.to_string(),
+        why,
+    };
+    let mut bytes = name.bytes();
+    match bytes.next() {
+        None => return Err(invalid("it is empty")),
+        Some(b) if !(b.is_ascii_alphabetic() || b == b'_') => {
+            return Err(invalid("it must start with a letter or '_'"))
+        }
+        Some(_) => {}
+    }
+    if !bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(invalid("only letters, digits and '_' are allowed"));
+    }
+    if name.starts_with("__") {
+        return Err(invalid(
+            "names starting with '__' are reserved by Prometheus",
+        ));
+    }
+    if names::reserved_label_names().any(|r| r == name) {
+        return Err(invalid("pathprobe uses this label itself"));
+    }
+    Ok(())
+}
+
+/// The latest outcome of one (target, module, direction) and its counters.
+#[derive(Debug, Clone)]
+pub(crate) struct SeriesState {
+    pub latest: ProbeOutcome,
+    /// Probes by result label; `success` is always present so that a
+    /// success ratio can be computed from the first probe on.
+    pub results: BTreeMap<&'static str, u64>,
+    pub sent_bytes: BTreeMap<FlowDirection, u64>,
+    /// Only flows that have had a TCP result.
+    pub retransmits: BTreeMap<FlowDirection, u64>,
+}
+
+/// Everything known about one [`ProbeKey`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TargetState {
+    /// By [`Direction::as_str`], as `Direction` has no ordering.
+    pub directions: BTreeMap<&'static str, SeriesState>,
+    pub skipped: BTreeMap<&'static str, u64>,
+}
+
+impl TargetState {
+    pub fn record(&mut self, mut outcome: ProbeOutcome) {
+        outcome
+            .labels
+            .retain(|name, _| match check_user_label(name) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "dropping a target label from metrics");
+                    false
+                }
+            });
+        let series = match self.directions.entry(outcome.direction.as_str()) {
+            Entry::Vacant(v) => v.insert(SeriesState {
+                latest: outcome,
+                results: BTreeMap::from([("success", 0)]),
+                sent_bytes: BTreeMap::new(),
+                retransmits: BTreeMap::new(),
+            }),
+            Entry::Occupied(o) => {
+                let series = o.into_mut();
+                series.latest = outcome;
+                series
+            }
+        };
+        let SeriesState {
+            latest,
+            results,
+            sent_bytes,
+            retransmits,
+        } = series;
+        *results.entry(latest.result_label()).or_insert(0) += 1;
+        for flow in latest.direction.flows() {
+            sent_bytes.entry(*flow).or_insert(0);
+        }
+        if let Ok(result) = &latest.result {
+            for d in &result.directions {
+                let sent = sent_bytes.entry(d.direction).or_insert(0);
+                *sent = sent.saturating_add(d.sender_bytes);
+                if let Some(tcp) = &d.tcp {
+                    let r = retransmits.entry(d.direction).or_insert(0);
+                    *r = r.saturating_add(tcp.retransmits);
+                }
+            }
+        }
+    }
+}
+
+/// Thread-safe store of the latest results, shared by the scheduler (which
+/// writes) and the HTTP server (which renders).
+#[derive(Debug, Default)]
+pub struct ResultStore {
+    targets: Mutex<BTreeMap<ProbeKey, TargetState>>,
+}
+
+impl ResultStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<ProbeKey, TargetState>> {
+        // A panic elsewhere while holding the lock leaves whole entries
+        // behind (every update is a few map operations), so the data is
+        // still worth serving.
+        self.targets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores a finished probe: it becomes the latest for its key and
+    /// direction, and its figures are added to the counters.
+    pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) {
+        self.lock().entry(key).or_default().record(outcome);
+    }
+
+    /// Counts a scheduled run of `key` that did not happen, with a reason
+    /// from a fixed set (e.g. `overrun`, `slot_busy`, `shutdown`).
+    pub fn record_skipped(&self, key: &ProbeKey, reason: &'static str) {
+        let mut targets = self.lock();
+        let target = targets.entry(key.clone()).or_default();
+        *target.skipped.entry(reason).or_insert(0) += 1;
+    }
+
+    /// Forgets every module of `target`; returns how many keys went.
+    pub fn remove_target(&self, target: &str) -> usize {
+        let mut targets = self.lock();
+        let before = targets.len();
+        targets.retain(|key, _| key.target != target);
+        before - targets.len()
+    }
+
+    /// Keeps only the keys for which `keep` is true, e.g. those still in
+    /// the configuration after a reload.
+    pub fn retain(&self, mut keep: impl FnMut(&ProbeKey) -> bool) {
+        self.lock().retain(|key, _| keep(key));
+    }
+
+    /// The latest outcome of every key and direction, for the landing page.
+    pub fn latest(&self) -> Vec<(ProbeKey, ProbeOutcome)> {
+        self.lock()
+            .iter()
+            .flat_map(|(key, t)| {
+                t.directions
+                    .values()
+                    .map(move |s| (key.clone(), s.latest.clone()))
+            })
+            .collect()
+    }
+
+    /// The keys that have a result or a skipped run.
+    pub fn keys(&self) -> Vec<ProbeKey> {
+        self.lock().keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_label_names_are_checked() {
+        assert!(check_user_label("site").is_ok());
+        assert!(check_user_label("_dc2").is_ok());
+        for (bad, why) in [
+            ("", "it is empty"),
+            ("2dc", "it must start with a letter or '_'"),
+            ("rack-1", "only letters, digits and '_' are allowed"),
+            (
+                "__name__",
+                "names starting with '__' are reserved by Prometheus",
+            ),
+            ("target", "pathprobe uses this label itself"),
+            ("flow", "pathprobe uses this label itself"),
+        ] {
+            let e = check_user_label(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid target label name {bad:?}: {why}")
+            );
+        }
+    }
+
+    #[test]
+    fn ended_is_start_plus_duration() {
+        let o = ProbeOutcome {
+            kind: "tcp".into(),
+            direction: Direction::Send,
+            labels: BTreeMap::new(),
+            started: SystemTime::UNIX_EPOCH + Duration::from_secs(100),
+            duration: Duration::from_millis(2500),
+            result: Err(ProbeFailure {
+                reason: "timeout",
+                message: "no answer".into(),
+            }),
+        };
+        assert_eq!(
+            o.ended(),
+            SystemTime::UNIX_EPOCH + Duration::from_millis(102_500)
+        );
+        assert_eq!(o.result_label(), "timeout");
+        assert!(!o.succeeded());
+    }
+
+    #[test]
+    fn failure_from_probe_error_keeps_reason_and_message() {
+        let e = ProbeError::Protocol("bad frame".into());
+        let f = ProbeFailure::from(&e);
+        assert_eq!(f.reason, "protocol_error");
+        assert_eq!(f.message, e.to_string());
+    }
+}

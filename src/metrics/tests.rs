@@ -1,0 +1,1229 @@
+//! Renders stores, host readings and service state, parses the text back
+//! and checks exact values, label sets against [`names`], and the output
+//! against `promtool check metrics`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use super::expo::Exposition;
+use super::names::{self, MetricType, Scope};
+use super::*;
+use crate::probe::result::{DirectionSummary, ProbeResult, SideSummary, TcpSummary, UdpSummary};
+use crate::probe::{Direction, FlowDirection, Kind};
+
+// ---- a small parser of the text format ------------------------------------
+
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if name.is_empty() {
+            break;
+        }
+        assert_eq!(chars.next(), Some('"'), "label {name} in {s}");
+        let mut value = String::new();
+        loop {
+            match chars.next().expect("unterminated label value") {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(c) => value.push(c),
+                    None => panic!("dangling escape in {s}"),
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        labels.insert(name, value);
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    labels
+}
+
+fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("sample line");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+            assert!(value.is_finite(), "{line}");
+            match series.split_once('{') {
+                Some((name, rest)) => Sample {
+                    name: name.to_string(),
+                    labels: parse_labels(rest.strip_suffix('}').expect("closing brace")),
+                    value,
+                },
+                None => Sample {
+                    name: series.to_string(),
+                    labels: BTreeMap::new(),
+                    value,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The samples named `name` whose labels include all of `with`.
+fn find<'a>(samples: &'a [Sample], name: &str, with: &[(&str, &str)]) -> Vec<&'a Sample> {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name == name
+                && with
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect()
+}
+
+/// The value of the one sample matching; fails when there are none or
+/// several.
+fn value(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+    match find(samples, name, with).as_slice() {
+        [one] => one.value,
+        [] => panic!("no {name} with {with:?}"),
+        many => panic!("{} samples of {name} with {with:?}: {many:?}", many.len()),
+    }
+}
+
+// ---- fixtures -------------------------------------------------------------
+
+const T0: u64 = 1_700_000_000;
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn side(release: &str, user: f64, system: f64) -> SideSummary {
+    SideSummary {
+        cpu_utilization: user + system,
+        cpu_user: user,
+        cpu_system: system,
+        context_switches: 10,
+        syscalls: 1000,
+        host_cpu_utilization: 0.25,
+        host_cpu_user: 0.1,
+        host_cpu_system: 0.15,
+        interrupts: 5000,
+        interface: Some("eth0".into()),
+        interface_interrupts: 1200,
+        softirq_net_rx: 800,
+        softirq_net_tx: 300,
+        kernel_release: release.into(),
+    }
+}
+
+fn tcp_flow(
+    flow: FlowDirection,
+    bytes: u64,
+    bits_per_second: f64,
+    retrans: u64,
+) -> DirectionSummary {
+    DirectionSummary {
+        direction: flow,
+        duration_seconds: 5.0,
+        bytes,
+        throughput_bits_per_second: bits_per_second,
+        sender_bytes: bytes + 1000,
+        sender_throughput_bits_per_second: bits_per_second,
+        sender_cpu_utilization: 0.3,
+        receiver_cpu_utilization: 0.2,
+        tcp: Some(TcpSummary {
+            retransmits: retrans,
+            rtt_seconds: 0.000_25,
+            rttvar_seconds: 0.000_05,
+            min_rtt_seconds: 0.000_1,
+            mss_bytes: 1448,
+            cwnd_bytes: 2_896_000,
+            congestion: Some("cubic".into()),
+            send_buffer_bytes: 0,
+            receive_buffer_bytes: 0,
+        }),
+        udp: None,
+    }
+}
+
+fn udp_flow(flow: FlowDirection) -> DirectionSummary {
+    DirectionSummary {
+        direction: flow,
+        duration_seconds: 5.0,
+        bytes: 625_000,
+        throughput_bits_per_second: 1_000_000.0,
+        sender_bytes: 640_000,
+        sender_throughput_bits_per_second: 1_024_000.0,
+        sender_cpu_utilization: 0.01,
+        receiver_cpu_utilization: 0.01,
+        tcp: None,
+        udp: Some(UdpSummary {
+            packets_sent: 440,
+            packets_received: 430,
+            packets_lost: 10,
+            packets_out_of_order: 2,
+            packets_duplicated: 1,
+            loss_ratio: 10.0 / 440.0,
+            jitter_seconds: 0.000_8,
+            sent_bits_per_second: 1_024_000.0,
+            received_bits_per_second: 1_000_000.0,
+        }),
+    }
+}
+
+fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -> ProbeResult {
+    ProbeResult {
+        kind,
+        direction,
+        target: "10.0.0.2:4000".into(),
+        local_address: "10.0.0.1:50000".into(),
+        remote_address: "10.0.0.2:4000".into(),
+        timestamp_seconds: T0 as f64,
+        requested_seconds: 5.0,
+        omit_seconds: 1.0,
+        duration_seconds: 5.0,
+        bytes: directions.iter().map(|d| d.bytes).sum(),
+        throughput_bits_per_second: directions
+            .iter()
+            .map(|d| d.throughput_bits_per_second)
+            .sum(),
+        sender_bytes: directions.iter().map(|d| d.sender_bytes).sum(),
+        sender_throughput_bits_per_second: 0.0,
+        streams: Vec::new(),
+        tcp: None,
+        udp: None,
+        directions,
+        local: side("6.1.0-local", 0.3, 0.5),
+        remote: side("6.8.0-remote", 0.1, 0.7),
+    }
+}
+
+fn outcome(
+    kind: &str,
+    direction: Direction,
+    start: u64,
+    r: Result<ProbeResult, ProbeFailure>,
+) -> ProbeOutcome {
+    ProbeOutcome {
+        kind: kind.into(),
+        direction,
+        labels: BTreeMap::from([("site".to_string(), "lab".to_string())]),
+        started: at(start),
+        duration: Duration::from_millis(6200),
+        result: r,
+    }
+}
+
+fn tcp_send_ok(start: u64) -> ProbeOutcome {
+    outcome(
+        "tcp",
+        Direction::Send,
+        start,
+        Ok(result(
+            Kind::Tcp,
+            Direction::Send,
+            vec![tcp_flow(FlowDirection::Send, 5_000_000_000, 8e9, 7)],
+        )),
+    )
+}
+
+fn failed(kind: &str, direction: Direction, start: u64, reason: &'static str) -> ProbeOutcome {
+    outcome(
+        kind,
+        direction,
+        start,
+        Err(ProbeFailure {
+            reason,
+            message: format!("{reason}: something went wrong"),
+        }),
+    )
+}
+
+fn store_text(store: &ResultStore) -> Vec<Sample> {
+    let mut out = Exposition::default();
+    probe::render_store(&mut out, store);
+    parse(&out.encode().unwrap())
+}
+
+const TCP_KEY: [(&str, &str); 5] = [
+    ("target", "b"),
+    ("module", "tcp_send"),
+    ("kind", "tcp"),
+    ("direction", "send"),
+    ("site", "lab"),
+];
+
+fn with<'a>(base: &[(&'a str, &'a str)], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    base.iter().chain(extra).copied().collect()
+}
+
+// ---- per-probe series -----------------------------------------------------
+
+#[test]
+fn tcp_success_is_rendered_with_exact_values() {
+    let store = ResultStore::new();
+    store.record(ProbeKey::new("b", "tcp_send"), tcp_send_ok(T0));
+    let s = store_text(&store);
+    let k = &TCP_KEY;
+    let send = with(k, &[("flow", "send")]);
+
+    assert_eq!(value(&s, "pathprobe_probe_success", k), 1.0);
+    assert_eq!(value(&s, "pathprobe_probe_duration_seconds", k), 6.2);
+    assert_eq!(
+        value(&s, "pathprobe_probe_last_run_timestamp_seconds", k),
+        T0 as f64 + 6.2
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probes_total",
+            &with(k, &[("result", "success")])
+        ),
+        1.0
+    );
+    assert!(find(&s, "pathprobe_probe_failure_info", k).is_empty());
+    assert_eq!(
+        value(&s, "pathprobe_throughput_bytes_per_second", &send),
+        1e9
+    );
+    assert_eq!(value(&s, "pathprobe_probe_received_bytes", &send), 5e9);
+    assert_eq!(
+        value(&s, "pathprobe_sent_bytes_total", &send),
+        5_000_001_000.0
+    );
+    assert_eq!(value(&s, "pathprobe_tcp_retransmits", &send), 7.0);
+    assert_eq!(value(&s, "pathprobe_tcp_retransmits_total", &send), 7.0);
+    assert_eq!(value(&s, "pathprobe_tcp_rtt_seconds", &send), 0.000_25);
+    assert_eq!(value(&s, "pathprobe_tcp_min_rtt_seconds", &send), 0.000_1);
+    assert_eq!(value(&s, "pathprobe_tcp_cwnd_bytes", &send), 2_896_000.0);
+    assert_eq!(value(&s, "pathprobe_tcp_mss_bytes", &send), 1448.0);
+    assert!(find(&s, "pathprobe_udp_sent_packets", k).is_empty());
+
+    let cpu = "pathprobe_probe_cpu_utilization_ratio";
+    assert_eq!(
+        value(&s, cpu, &with(k, &[("side", "local"), ("mode", "user")])),
+        0.3
+    );
+    assert_eq!(
+        value(&s, cpu, &with(k, &[("side", "local"), ("mode", "system")])),
+        0.5
+    );
+    assert_eq!(
+        value(&s, cpu, &with(k, &[("side", "remote"), ("mode", "user")])),
+        0.1
+    );
+    assert_eq!(
+        value(&s, cpu, &with(k, &[("side", "remote"), ("mode", "system")])),
+        0.7
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probe_host_cpu_utilization_ratio",
+            &with(k, &[("side", "remote")])
+        ),
+        0.25
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probe_interrupts",
+            &with(k, &[("side", "local")])
+        ),
+        5000.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probe_interface_interrupts",
+            &with(k, &[("side", "local")])
+        ),
+        1200.0
+    );
+    let softirqs = "pathprobe_probe_softirqs";
+    assert_eq!(
+        value(
+            &s,
+            softirqs,
+            &with(k, &[("side", "remote"), ("type", "NET_RX")])
+        ),
+        800.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            softirqs,
+            &with(k, &[("side", "remote"), ("type", "NET_TX")])
+        ),
+        300.0
+    );
+    let kernel = "pathprobe_probe_kernel_info";
+    assert_eq!(
+        value(
+            &s,
+            kernel,
+            &with(k, &[("side", "remote"), ("release", "6.8.0-remote")])
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            kernel,
+            &with(k, &[("side", "local"), ("release", "6.1.0-local")])
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn udp_success_is_rendered_with_exact_values() {
+    let store = ResultStore::new();
+    let o = outcome(
+        "loopback_udp",
+        Direction::Receive,
+        T0,
+        Ok(result(
+            Kind::Udp,
+            Direction::Receive,
+            vec![udp_flow(FlowDirection::Receive)],
+        )),
+    );
+    store.record(ProbeKey::new("local", "udp_rx"), o);
+    let s = store_text(&store);
+    let k = [
+        ("target", "local"),
+        ("module", "udp_rx"),
+        ("kind", "loopback_udp"),
+        ("direction", "receive"),
+        ("flow", "receive"),
+    ];
+    assert_eq!(
+        value(&s, "pathprobe_throughput_bytes_per_second", &k),
+        125_000.0
+    );
+    assert_eq!(value(&s, "pathprobe_probe_received_bytes", &k), 625_000.0);
+    assert_eq!(value(&s, "pathprobe_sent_bytes_total", &k), 640_000.0);
+    assert_eq!(value(&s, "pathprobe_udp_sent_packets", &k), 440.0);
+    assert_eq!(value(&s, "pathprobe_udp_received_packets", &k), 430.0);
+    assert_eq!(value(&s, "pathprobe_udp_lost_packets", &k), 10.0);
+    assert_eq!(value(&s, "pathprobe_udp_out_of_order_packets", &k), 2.0);
+    assert_eq!(value(&s, "pathprobe_udp_duplicated_packets", &k), 1.0);
+    assert_eq!(value(&s, "pathprobe_udp_loss_ratio", &k), 10.0 / 440.0);
+    assert_eq!(value(&s, "pathprobe_udp_jitter_seconds", &k), 0.000_8);
+    // UDP has no TCP figures and no retransmit counter.
+    assert!(find(&s, "pathprobe_tcp_rtt_seconds", &[]).is_empty());
+    assert!(find(&s, "pathprobe_tcp_retransmits_total", &[]).is_empty());
+    // Only the receive flow exists for a receive probe.
+    assert!(find(
+        &s,
+        "pathprobe_throughput_bytes_per_second",
+        &[("flow", "send")]
+    )
+    .is_empty());
+}
+
+#[test]
+fn bidir_result_has_one_series_per_flow() {
+    let store = ResultStore::new();
+    let r = result(
+        Kind::Tcp,
+        Direction::Bidir,
+        vec![
+            tcp_flow(FlowDirection::Send, 4_000_000, 6.4e6, 1),
+            tcp_flow(FlowDirection::Receive, 2_000_000, 3.2e6, 2),
+        ],
+    );
+    store.record(
+        ProbeKey::new("b", "bidir"),
+        outcome("tcp", Direction::Bidir, T0, Ok(r)),
+    );
+    let s = store_text(&store);
+    let k = [("module", "bidir"), ("direction", "bidir")];
+    assert_eq!(value(&s, "pathprobe_probe_success", &k), 1.0);
+    let tp = "pathprobe_throughput_bytes_per_second";
+    assert_eq!(value(&s, tp, &with(&k, &[("flow", "send")])), 800_000.0);
+    assert_eq!(value(&s, tp, &with(&k, &[("flow", "receive")])), 400_000.0);
+    let sent = "pathprobe_sent_bytes_total";
+    assert_eq!(value(&s, sent, &with(&k, &[("flow", "send")])), 4_001_000.0);
+    assert_eq!(
+        value(&s, sent, &with(&k, &[("flow", "receive")])),
+        2_001_000.0
+    );
+    let rt = "pathprobe_tcp_retransmits_total";
+    assert_eq!(value(&s, rt, &with(&k, &[("flow", "receive")])), 2.0);
+    // Per-probe figures exist once, not per flow.
+    assert_eq!(find(&s, "pathprobe_probe_success", &[]).len(), 1);
+    assert_eq!(find(&s, "pathprobe_probe_interrupts", &[]).len(), 2);
+}
+
+#[test]
+fn both_module_keeps_send_and_receive_apart() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "both");
+    store.record(key.clone(), tcp_send_ok(T0));
+    store.record(
+        key,
+        outcome(
+            "tcp",
+            Direction::Receive,
+            T0 + 7,
+            Ok(result(
+                Kind::Tcp,
+                Direction::Receive,
+                vec![tcp_flow(FlowDirection::Receive, 1_000_000, 1.6e6, 0)],
+            )),
+        ),
+    );
+    let s = store_text(&store);
+    let tp = "pathprobe_throughput_bytes_per_second";
+    assert_eq!(
+        value(&s, tp, &[("direction", "send"), ("flow", "send")]),
+        1e9
+    );
+    assert_eq!(
+        value(&s, tp, &[("direction", "receive"), ("flow", "receive")]),
+        200_000.0
+    );
+    let ts = "pathprobe_probe_last_run_timestamp_seconds";
+    assert_eq!(value(&s, ts, &[("direction", "send")]), T0 as f64 + 6.2);
+    assert_eq!(value(&s, ts, &[("direction", "receive")]), T0 as f64 + 13.2);
+    assert_eq!(store.latest().len(), 2);
+}
+
+#[test]
+fn failure_after_success_zeroes_throughput_and_drops_stale_figures() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    store.record(key.clone(), tcp_send_ok(T0));
+    store.record(key, failed("tcp", Direction::Send, T0 + 60, "refused"));
+    let s = store_text(&store);
+    let k = &TCP_KEY;
+    let send = with(k, &[("flow", "send")]);
+
+    assert_eq!(value(&s, "pathprobe_probe_success", k), 0.0);
+    assert_eq!(
+        value(&s, "pathprobe_throughput_bytes_per_second", &send),
+        0.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_probe_last_run_timestamp_seconds", k),
+        T0 as f64 + 66.2
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probes_total",
+            &with(k, &[("result", "success")])
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probes_total",
+            &with(k, &[("result", "refused")])
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probe_failure_info",
+            &with(k, &[("reason", "refused")])
+        ),
+        1.0
+    );
+    // Counters keep what earlier probes added.
+    assert_eq!(
+        value(&s, "pathprobe_sent_bytes_total", &send),
+        5_000_001_000.0
+    );
+    assert_eq!(value(&s, "pathprobe_tcp_retransmits_total", &send), 7.0);
+    // No figure of the old success survives as if current.
+    for stale in [
+        "pathprobe_probe_received_bytes",
+        "pathprobe_tcp_rtt_seconds",
+        "pathprobe_tcp_retransmits",
+        "pathprobe_tcp_cwnd_bytes",
+        "pathprobe_probe_cpu_utilization_ratio",
+        "pathprobe_probe_interrupts",
+        "pathprobe_probe_softirqs",
+        "pathprobe_probe_kernel_info",
+    ] {
+        assert!(find(&s, stale, &[]).is_empty(), "{stale} still shown");
+    }
+}
+
+#[test]
+fn success_after_failure_clears_the_reason_and_counts_both() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    store.record(key.clone(), failed("tcp", Direction::Send, T0, "busy"));
+    let s = store_text(&store);
+    // Before any success: counters exist at 0, so rate() works at once.
+    assert_eq!(
+        value(&s, "pathprobe_probes_total", &[("result", "success")]),
+        0.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_sent_bytes_total", &[("flow", "send")]),
+        0.0
+    );
+    store.record(key.clone(), tcp_send_ok(T0 + 60));
+    store.record(key, tcp_send_ok(T0 + 120));
+    let s = store_text(&store);
+    assert!(find(&s, "pathprobe_probe_failure_info", &[]).is_empty());
+    assert_eq!(
+        value(&s, "pathprobe_probes_total", &[("result", "success")]),
+        2.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_probes_total", &[("result", "busy")]),
+        1.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_sent_bytes_total", &[("flow", "send")]),
+        10_000_002_000.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_tcp_retransmits_total", &[("flow", "send")]),
+        14.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_tcp_retransmits", &[("flow", "send")]),
+        7.0
+    );
+}
+
+#[test]
+fn removed_targets_disappear() {
+    let store = ResultStore::new();
+    store.record(ProbeKey::new("b", "tcp_send"), tcp_send_ok(T0));
+    store.record(
+        ProbeKey::new("b", "udp"),
+        failed("udp", Direction::Send, T0, "timeout"),
+    );
+    store.record(ProbeKey::new("c", "tcp_send"), tcp_send_ok(T0));
+    store.record_skipped(&ProbeKey::new("b", "tcp_send"), "overrun");
+    assert_eq!(store.remove_target("b"), 2);
+    let s = store_text(&store);
+    assert!(s
+        .iter()
+        .all(|x| x.labels.get("target").map(String::as_str) == Some("c")));
+    assert_eq!(
+        value(&s, "pathprobe_probe_success", &[("target", "c")]),
+        1.0
+    );
+    assert!(find(&s, "pathprobe_scheduler_runs_skipped_total", &[]).is_empty());
+
+    store.retain(|key| key.target != "c");
+    assert_eq!(store_text(&store).len(), 0);
+    assert!(store.keys().is_empty());
+}
+
+#[test]
+fn skipped_runs_are_counted_per_key_and_reason() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    store.record_skipped(&key, "overrun");
+    store.record_skipped(&key, "overrun");
+    store.record_skipped(&key, "slot_busy");
+    let s = store_text(&store);
+    let name = "pathprobe_scheduler_runs_skipped_total";
+    let k = [("target", "b"), ("module", "tcp_send")];
+    assert_eq!(value(&s, name, &with(&k, &[("reason", "overrun")])), 2.0);
+    assert_eq!(value(&s, name, &with(&k, &[("reason", "slot_busy")])), 1.0);
+    // A key with only skipped runs has no probe series yet.
+    assert!(find(&s, "pathprobe_probe_success", &[]).is_empty());
+}
+
+#[test]
+fn bad_user_labels_are_dropped_and_good_ones_kept() {
+    let store = ResultStore::new();
+    let mut o = tcp_send_ok(T0);
+    o.labels.insert("target".into(), "spoof".into());
+    o.labels.insert("bad-name".into(), "x".into());
+    o.labels.insert("rack".into(), "r\"1\\\n".into());
+    store.record(ProbeKey::new("b", "tcp_send"), o);
+    let s = store_text(&store);
+    let success = find(&s, "pathprobe_probe_success", &[]);
+    assert_eq!(success.len(), 1);
+    let labels = &success[0].labels;
+    assert_eq!(labels["target"], "b");
+    assert_eq!(labels["rack"], "r\"1\\\n");
+    assert_eq!(labels["site"], "lab");
+    assert!(!labels.contains_key("bad-name"));
+}
+
+#[test]
+fn non_finite_figures_are_exported_as_zero() {
+    let store = ResultStore::new();
+    let mut o = tcp_send_ok(T0);
+    if let Ok(r) = &mut o.result {
+        r.directions[0].throughput_bits_per_second = f64::NAN;
+        r.directions[0].tcp.as_mut().unwrap().rtt_seconds = f64::INFINITY;
+        r.local.cpu_user = f64::NEG_INFINITY;
+    }
+    store.record(ProbeKey::new("b", "tcp_send"), o);
+    let mut out = Exposition::default();
+    probe::render_store(&mut out, &store);
+    let text = out.encode().unwrap();
+    assert!(!text.contains("NaN") && !text.contains("Inf"), "{text}");
+    let s = parse(&text);
+    assert_eq!(value(&s, "pathprobe_throughput_bytes_per_second", &[]), 0.0);
+    assert_eq!(value(&s, "pathprobe_tcp_rtt_seconds", &[]), 0.0);
+}
+
+#[test]
+fn render_single_shows_one_run_without_key_labels_or_counters() {
+    let text = render_single(&[tcp_send_ok(T0)]).unwrap();
+    let s = parse(&text);
+    assert_eq!(value(&s, "pathprobe_probe_success", &[]), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_throughput_bytes_per_second",
+            &[("flow", "send")]
+        ),
+        1e9
+    );
+    assert!(s
+        .iter()
+        .all(|x| !x.labels.contains_key("target") && !x.labels.contains_key("module")));
+    assert!(s.iter().all(|x| !x.name.ends_with("_total")), "{text}");
+    assert_eq!(s[0].labels.get("kind").map(String::as_str), Some("tcp"));
+
+    let s = parse(&render_single(&[failed("udp", Direction::Send, T0, "unreachable")]).unwrap());
+    assert_eq!(value(&s, "pathprobe_probe_success", &[]), 0.0);
+    assert_eq!(value(&s, "pathprobe_throughput_bytes_per_second", &[]), 0.0);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probe_failure_info",
+            &[("reason", "unreachable")]
+        ),
+        1.0
+    );
+
+    assert_eq!(render_single(&[]).unwrap(), "");
+}
+
+// ---- host, responder, service ---------------------------------------------
+
+fn proc_fixture(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/proc/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn fixture_readings() -> host::HostReadings {
+    host::HostReadings {
+        cpu_seconds: crate::host::parse_stat(&proc_fixture("stat_4cpu_after"))
+            .map(|t| t.seconds_by_mode(100)),
+        interrupts: crate::host::parse_interrupts(&proc_fixture("interrupts_4cpu_after")),
+        softirqs: crate::host::parse_softirqs(&proc_fixture("softirqs_4cpu_after")),
+        snmp: crate::host::parse_snmp(&proc_fixture("snmp_vm")),
+        kernel_release: "6.1.0-test".into(),
+        kernel_version: "#1 SMP".into(),
+        hostname: "box1".into(),
+        cpus: 4,
+    }
+}
+
+fn host_samples(cfg: &HostMetrics, readings: &host::HostReadings) -> Vec<Sample> {
+    let mut out = Exposition::default();
+    host::render_host(&mut out, cfg, readings);
+    parse(&out.encode().unwrap())
+}
+
+#[test]
+fn host_fixture_with_default_irq_pattern() {
+    let s = host_samples(&HostMetrics::default(), &fixture_readings());
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_host_info",
+            &[
+                ("kernel_release", "6.1.0-test"),
+                ("kernel_version", "#1 SMP"),
+                ("hostname", "box1"),
+                ("cpus", "4")
+            ]
+        ),
+        1.0
+    );
+    let irqs: BTreeSet<&str> = find(&s, "pathprobe_host_interrupts_total", &[])
+        .iter()
+        .map(|x| x.labels["irq"].as_str())
+        .collect();
+    // Network queues in, timer, RTC, Mellanox async and arch rows out.
+    assert_eq!(
+        irqs,
+        BTreeSet::from(["24", "25", "26", "27", "30", "90", "91"])
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_host_interrupts_total",
+            &[
+                ("irq", "25"),
+                ("description", "PCI-MSI 524289-edge eth0-TxRx-1")
+            ]
+        ),
+        4300.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_host_interrupts_all_total", &[]),
+        49481.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_host_softirqs_total", &[("type", "NET_RX")]),
+        4200.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_host_softirqs_total", &[("type", "NET_TX")]),
+        110.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_host_tcp_retransmitted_segments_total", &[]),
+        0.0
+    );
+    assert_eq!(value(&s, "pathprobe_host_udp_in_errors_total", &[]), 0.0);
+    assert_eq!(find(&s, "pathprobe_host_cpu_seconds_total", &[]).len(), 8);
+    for c in ["stat", "interrupts", "softirqs", "snmp"] {
+        assert_eq!(
+            value(&s, "pathprobe_host_collector_success", &[("collector", c)]),
+            1.0
+        );
+    }
+}
+
+#[test]
+fn host_cpu_seconds_come_from_stat() {
+    let r = fixture_readings();
+    let expected = r.cpu_seconds.as_ref().unwrap()["user"];
+    assert!(expected > 0.0);
+    let s = host_samples(&HostMetrics::default(), &r);
+    assert_eq!(
+        value(&s, "pathprobe_host_cpu_seconds_total", &[("mode", "user")]),
+        expected
+    );
+}
+
+#[test]
+fn host_irq_pattern_is_configurable() {
+    let cfg = HostMetrics::new("timer|rtc").unwrap();
+    assert_eq!(cfg.irq_pattern(), "timer|rtc");
+    let s = host_samples(&cfg, &fixture_readings());
+    let irqs: BTreeSet<&str> = find(&s, "pathprobe_host_interrupts_total", &[])
+        .iter()
+        .map(|x| x.labels["irq"].as_str())
+        .collect();
+    // LOC ("Local timer interrupts") is a per-CPU row and matches too;
+    // the ERR/MIS error counters never show up.
+    assert_eq!(irqs, BTreeSet::from(["0", "8", "LOC"]));
+    let s = host_samples(&HostMetrics::new(".*").unwrap(), &fixture_readings());
+    assert!(find(&s, "pathprobe_host_interrupts_total", &[("irq", "ERR")]).is_empty());
+    assert_eq!(find(&s, "pathprobe_host_interrupts_total", &[]).len(), 12);
+
+    let e = HostMetrics::new("eth(").unwrap_err();
+    assert!(matches!(e, MetricsError::InvalidIrqPattern { ref pattern, .. } if pattern == "eth("));
+    assert!(
+        e.to_string().starts_with("invalid IRQ pattern \"eth(\": "),
+        "{e}"
+    );
+}
+
+#[test]
+fn unreadable_host_files_are_reported_not_fatal() {
+    let mut r = fixture_readings();
+    r.interrupts = crate::host::parse_interrupts("");
+    r.snmp = crate::host::parse_snmp("garbage");
+    let s = host_samples(&HostMetrics::default(), &r);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_host_collector_success",
+            &[("collector", "interrupts")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_host_collector_success",
+            &[("collector", "snmp")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_host_collector_success",
+            &[("collector", "stat")]
+        ),
+        1.0
+    );
+    assert!(find(&s, "pathprobe_host_interrupts_all_total", &[]).is_empty());
+    assert!(find(&s, "pathprobe_host_udp_in_errors_total", &[]).is_empty());
+    assert!(!find(&s, "pathprobe_host_softirqs_total", &[]).is_empty());
+}
+
+#[test]
+fn host_metrics_on_this_machine() {
+    let s = host_samples(&HostMetrics::default(), &host::HostReadings::read());
+    let info = find(&s, "pathprobe_host_info", &[]);
+    assert_eq!(info.len(), 1);
+    assert_eq!(
+        info[0].labels["kernel_release"],
+        crate::host::kernel_release()
+    );
+    assert!(info[0].labels["cpus"].parse::<usize>().unwrap() >= 1);
+    for c in ["stat", "interrupts", "softirqs", "snmp"] {
+        assert_eq!(
+            value(&s, "pathprobe_host_collector_success", &[("collector", c)]),
+            1.0,
+            "{c}"
+        );
+    }
+    assert!(value(&s, "pathprobe_host_cpu_seconds_total", &[("mode", "user")]) > 0.0);
+    assert!(value(&s, "pathprobe_host_interrupts_all_total", &[]) > 0.0);
+    assert!(value(&s, "pathprobe_host_softirqs_total", &[("type", "TIMER")]) > 0.0);
+    assert_eq!(
+        find(&s, "pathprobe_host_tcp_retransmitted_segments_total", &[]).len(),
+        1
+    );
+    // With a pattern matching everything, every numbered IRQ is there.
+    let all = host_samples(&HostMetrics::new("").unwrap(), &host::HostReadings::read());
+    let rows = crate::host::read_interrupts().unwrap();
+    let per_cpu = rows.iter().filter(|r| r.is_per_cpu()).count();
+    let exported = find(&all, "pathprobe_host_interrupts_total", &[]).len();
+    // IRQs can come and go between the two reads; allow a little slack.
+    assert!(exported.abs_diff(per_cpu) <= 2, "{exported} vs {per_cpu}");
+}
+
+#[test]
+fn default_irq_pattern_picks_network_queues() {
+    let cfg = HostMetrics::default();
+    for yes in [
+        "PCI-MSI 524288-edge eth0-TxRx-0",
+        "PCI-MSIX-0000:00:05.0 1-edge ens5-Tx-Rx-0",
+        "IR-PCI-MSIX-0000:3b:00.0 1-edge mlx5_comp0@pci:0000:3b:00.0",
+        "PCI-MSIX-0000:00:03.0 1-edge virtio2-input.0",
+        "PCI-MSIX-0000:00:03.0 2-edge virtio2-output.0",
+        "ITS-MSI 524288 Edge i40e-enp3s0f0-TxRx-3",
+        "PCI-MSI 1048576-edge wlp2s0",
+    ] {
+        assert!(cfg.irq_matches(yes), "{yes}");
+    }
+    for no in [
+        "IO-APIC 2-edge timer",
+        "PCI-MSIX-0000:00:05.0 1-edge virtio4-input",
+        "PCI-MSIX-0000:00:02.0 1-edge virtio1-req.0",
+        "IR-PCI-MSIX-0000:3b:00.0 0-edge mlx5_async0@pci:0000:3b:00.0",
+        "Local timer interrupts",
+        "PCI-MSI 376832-edge ahci[0000:00:17.0]",
+        "PCI-MSI 327680-edge xhci_hcd",
+    ] {
+        assert!(!cfg.irq_matches(no), "{no}");
+    }
+}
+
+#[test]
+fn responder_counters_are_exported() {
+    let c = crate::responder::ResponderCounters::default();
+    c.tests_succeeded.store(5, Ordering::Relaxed);
+    c.tests_failed.store(1, Ordering::Relaxed);
+    c.rejected_busy.store(3, Ordering::Relaxed);
+    c.rejected_limit.store(2, Ordering::Relaxed);
+    c.rejected_version.store(4, Ordering::Relaxed);
+    c.protocol_errors.store(6, Ordering::Relaxed);
+    c.timeouts.store(7, Ordering::Relaxed);
+    c.udp_ignored.store(8, Ordering::Relaxed);
+    c.bytes.store(123_456_789, Ordering::Relaxed);
+    c.active_tests.store(1, Ordering::Relaxed);
+    let mut out = Exposition::default();
+    service::render_responder(&mut out, &c);
+    let s = parse(&out.encode().unwrap());
+    let tests = "pathprobe_responder_tests_total";
+    assert_eq!(value(&s, tests, &[("result", "success")]), 5.0);
+    assert_eq!(value(&s, tests, &[("result", "failure")]), 1.0);
+    let rej = "pathprobe_responder_rejections_total";
+    for (reason, n) in [
+        ("busy", 3.0),
+        ("limit", 2.0),
+        ("version_mismatch", 4.0),
+        ("protocol_error", 6.0),
+        ("timeout", 7.0),
+    ] {
+        assert_eq!(value(&s, rej, &[("reason", reason)]), n, "{reason}");
+    }
+    assert_eq!(
+        value(&s, "pathprobe_responder_ignored_datagrams_total", &[]),
+        8.0
+    );
+    assert_eq!(value(&s, "pathprobe_responder_active_tests", &[]), 1.0);
+    assert_eq!(
+        value(&s, "pathprobe_responder_bytes_total", &[]),
+        123_456_789.0
+    );
+}
+
+#[test]
+fn service_state_tracks_reloads_and_lag() {
+    let state = ServiceState::new(at(T0));
+    state.observe_scheduler_lag(Duration::from_micros(500));
+    state.observe_scheduler_lag(Duration::from_millis(20));
+    state.observe_scheduler_lag(Duration::from_secs(3));
+    state.observe_scheduler_lag(Duration::from_secs(600));
+    let render = |state: &ServiceState| {
+        let mut out = Exposition::default();
+        service::render_service(&mut out, state);
+        parse(&out.encode().unwrap())
+    };
+    let s = render(&state);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_config_last_reload_successful", &[]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_config_last_reload_success_timestamp_seconds",
+            &[]
+        ),
+        T0 as f64
+    );
+    let b = "pathprobe_scheduler_lag_seconds_bucket";
+    assert_eq!(value(&s, b, &[("le", "0.001")]), 1.0);
+    assert_eq!(value(&s, b, &[("le", "0.01")]), 1.0);
+    assert_eq!(value(&s, b, &[("le", "0.05")]), 2.0);
+    assert_eq!(value(&s, b, &[("le", "5")]), 3.0);
+    assert_eq!(value(&s, b, &[("le", "60")]), 3.0);
+    assert_eq!(value(&s, b, &[("le", "+Inf")]), 4.0);
+    assert_eq!(value(&s, "pathprobe_scheduler_lag_seconds_count", &[]), 4.0);
+    assert_eq!(
+        value(&s, "pathprobe_scheduler_lag_seconds_sum", &[]),
+        603.0205
+    );
+
+    state.reload_failed();
+    let s = render(&state);
+    assert_eq!(
+        value(&s, "pathprobe_config_last_reload_successful", &[]),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_config_last_reload_success_timestamp_seconds",
+            &[]
+        ),
+        T0 as f64
+    );
+    state.reload_succeeded(at(T0 + 100));
+    let s = render(&state);
+    assert_eq!(
+        value(&s, "pathprobe_config_last_reload_successful", &[]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_config_last_reload_success_timestamp_seconds",
+            &[]
+        ),
+        (T0 + 100) as f64
+    );
+}
+
+// ---- the whole scrape -----------------------------------------------------
+
+/// A store with every kind of result, and the matching service state.
+fn rich_scrape() -> String {
+    let store = ResultStore::new();
+    store.record(ProbeKey::new("b", "tcp_send"), tcp_send_ok(T0));
+    store.record(
+        ProbeKey::new("c", "udp"),
+        outcome(
+            "udp",
+            Direction::Send,
+            T0,
+            Ok(result(
+                Kind::Udp,
+                Direction::Send,
+                vec![udp_flow(FlowDirection::Send)],
+            )),
+        ),
+    );
+    store.record(
+        ProbeKey::new("d", "tcp_send"),
+        failed("tcp", Direction::Send, T0, "refused"),
+    );
+    store.record_skipped(&ProbeKey::new("d", "tcp_send"), "overrun");
+    let counters = crate::responder::ResponderCounters::default();
+    let service = ServiceState::new(at(T0));
+    service.observe_scheduler_lag(Duration::from_millis(3));
+    render(&store, &HostMetrics::default(), Some(&counters), &service).unwrap()
+}
+
+#[test]
+fn every_defined_metric_is_exported_with_its_defined_labels() {
+    let text = rich_scrape();
+    let samples = parse(&text);
+    let mut seen = BTreeSet::new();
+    for s in &samples {
+        let (def, suffix_labels): (&names::MetricDef, &[&str]) = match names::find(&s.name) {
+            Some(def) => (def, &[]),
+            None => {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| s.name.strip_suffix(suffix))
+                    .and_then(names::find)
+                    .unwrap_or_else(|| panic!("{} is not in names::ALL", s.name));
+                assert_eq!(base.metric_type, MetricType::Histogram);
+                (
+                    base,
+                    if s.name.ends_with("_bucket") {
+                        &["le"]
+                    } else {
+                        &[]
+                    },
+                )
+            }
+        };
+        seen.insert(def.name);
+        let mut expected: BTreeSet<&str> = def.labels.iter().copied().collect();
+        expected.extend(suffix_labels);
+        if def.scope == Scope::Probe {
+            expected.extend(names::PROBE_LABELS);
+            expected.insert("site");
+        }
+        let got: BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
+        assert_eq!(got, expected, "labels of {}", s.name);
+    }
+    let missing: Vec<&str> = names::ALL
+        .iter()
+        .map(|d| d.name)
+        .filter(|n| !seen.contains(n))
+        .collect();
+    assert!(missing.is_empty(), "never exported: {missing:?}");
+    // Each family is announced with the type its definition gives.
+    for def in names::ALL {
+        let line = format!("# TYPE {} {}", def.name, def.metric_type.as_str());
+        assert!(text.lines().any(|l| l == line), "{line}");
+    }
+}
+
+/// The text writer must agree byte for byte with the prometheus crate's
+/// encoder on the same series, escapes and histograms included.
+#[test]
+fn direct_text_matches_prometheus_text_encoder() {
+    let store = ResultStore::new();
+    let mut o = tcp_send_ok(T0);
+    o.labels
+        .insert("note".into(), "a \"quoted\" back\\slash\nnewline é".into());
+    store.record(ProbeKey::new("b", "tcp_send"), o);
+    store.record(
+        ProbeKey::new("d", "udp"),
+        failed("udp", Direction::Bidir, T0, "timeout"),
+    );
+    store.record_skipped(&ProbeKey::new("d", "udp"), "overrun");
+    let counters = crate::responder::ResponderCounters::default();
+    counters.bytes.store(u64::MAX, Ordering::Relaxed);
+    let service = ServiceState::new(at(T0));
+    service.observe_scheduler_lag(Duration::from_micros(1234));
+    let readings = fixture_readings();
+    let host = HostMetrics::default();
+    let mut text = Exposition::default();
+    collect(
+        &mut text,
+        &store,
+        &host,
+        &readings,
+        Some(&counters),
+        &service,
+    );
+    let mut proto = Exposition::proto();
+    collect(
+        &mut proto,
+        &store,
+        &host,
+        &readings,
+        Some(&counters),
+        &service,
+    );
+    let families = proto.into_families();
+    // Everything but the seven UDP figures, which no successful UDP
+    // probe provided.
+    assert_eq!(families.len(), names::ALL.len() - 7);
+    assert_eq!(text.encode().unwrap(), expo::encode(&families).unwrap());
+}
+
+#[test]
+fn promtool_accepts_the_output() {
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(String::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join("promtool"))
+                    .find(|p| p.exists())
+                    .map(|p| p.display().to_string())
+            })
+        });
+    let Some(promtool) = promtool else {
+        eprintln!(
+            "SKIP promtool_accepts_the_output: promtool not installed (Debian package prometheus)"
+        );
+        return;
+    };
+    for (what, text) in [
+        ("/metrics", rich_scrape()),
+        ("/probe", render_single(&[tcp_send_ok(T0)]).unwrap()),
+    ] {
+        let mut child = std::process::Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run promtool");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(text.as_bytes()).expect("write to promtool");
+        }
+        let out = child.wait_with_output().expect("promtool output");
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "promtool on {what}:\n{report}\n{text}"
+        );
+        assert!(
+            report.trim().is_empty(),
+            "promtool on {what} complains:\n{report}"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Test helper around `tests/lab/lab.sh`: a `Lab` is three network
+//! namespaces a -- r -- b, with shaping and drops on the router r.
+//!
+//! Labs are serialized, within the process by a global mutex and across
+//! processes by a lock file: a shaping measurement must not share the
+//! machine's CPUs with another lab's traffic. A `Lab` tears its namespaces
+//! down when dropped, also when the test panics.
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+static LAB_MUTEX: Mutex<()> = Mutex::new(());
+
+/// Across processes (e.g. two `cargo test` runs at once).
+const LOCK_FILE: &str = "/tmp/pathprobe-lab.lock";
+/// Bound on waiting for another process's lab.
+const LOCK_WAIT: Duration = Duration::from_secs(600);
+/// Bound on every lab.sh invocation.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// True when the test may run. When not root, prints why the test is
+/// skipped; the caller returns early.
+pub fn require_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    println!("skipping lab test: needs root for network namespaces (run as root, as CI does)");
+    false
+}
+
+pub fn lab_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/lab/lab.sh")
+}
+
+/// What a bounded run of a command produced.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+fn drain<R: Read + Send + 'static>(r: Option<R>) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut buf);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Waits for `child` at most `timeout` (polling `try_wait`); on timeout
+/// kills it and returns `None`.
+pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` with captured output, killing it after `timeout`. A timeout
+/// is an error that carries whatever the command printed.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawning {cmd:?}"))?;
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = wait_bounded(&mut child, timeout)?;
+    // The pipes close when the child is gone (ip netns exec execs the
+    // program, so there is no grandchild holding them).
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(Output { status, stdout, stderr, elapsed: start.elapsed() }),
+        None => bail!(
+            "{cmd:?} did not finish within {timeout:?}; killed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ),
+    }
+}
+
+fn script(args: &[&str]) -> Result<String> {
+    let mut cmd = Command::new(lab_script());
+    cmd.args(args);
+    let out = run_bounded(&mut cmd, SCRIPT_TIMEOUT)?;
+    if !out.status.success() {
+        bail!(
+            "lab.sh {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// Exclusive across processes; released when the file is closed.
+fn lock_file() -> Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .with_context(|| format!("opening {LOCK_FILE}"))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: a valid open descriptor; flock has no memory effects.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        if Instant::now() >= deadline {
+            bail!("another process held {LOCK_FILE} for {LOCK_WAIT:?}");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Namespaces of labs left behind by test processes that died without
+/// running Drop (SIGKILL): `pp<pid>-{a,r,b}` whose pid is gone.
+fn reap_stale_labs() {
+    let Ok(out) = run_bounded(Command::new("ip").args(["netns", "list"]), SCRIPT_TIMEOUT) else {
+        return;
+    };
+    let mut stale = Vec::new();
+    for line in out.stdout.lines() {
+        let ns = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = ns.strip_prefix("pp") else {
+            continue;
+        };
+        let Some((pid, end)) = rest.split_once('-') else {
+            continue;
+        };
+        if !matches!(end, "a" | "r" | "b") || pid.is_empty() {
+            continue;
+        }
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !PathBuf::from(format!("/proc/{pid}")).exists() {
+            stale.push(format!("pp{pid}"));
+        }
+    }
+    stale.sort();
+    stale.dedup();
+    for name in stale {
+        let _ = script(&["down", &name]);
+    }
+}
+
+pub struct Lab {
+    name: String,
+    a: Ipv4Addr,
+    b: Ipv4Addr,
+    // Dropped after `Drop::drop` has taken the lab down, in this order.
+    _file_lock: File,
+    _guard: MutexGuard<'static, ()>,
+}
+
+impl Lab {
+    /// Takes the lab lock and builds a fresh lab. `name` is a suffix that
+    /// makes the namespaces recognisable; the lab is named `pp<pid>`, and
+    /// only one exists at a time per process.
+    pub fn up(name: &str) -> Result<Lab> {
+        // A test that panicked while holding the lock poisons it; the lab
+        // it held has been torn down by its Drop, so the lock is still good.
+        let guard = LAB_MUTEX.lock().unwrap_or_else(|p| p.into_inner());
+        let file_lock = lock_file()?;
+        reap_stale_labs();
+        let lab_name = format!("pp{}", std::process::id());
+        // A previous lab of this process is gone (Drop), but be sure.
+        script(&["down", &lab_name])?;
+        eprintln!("lab {lab_name} up for {name}");
+        let mut lab = Lab {
+            name: lab_name,
+            a: Ipv4Addr::UNSPECIFIED,
+            b: Ipv4Addr::UNSPECIFIED,
+            _file_lock: file_lock,
+            _guard: guard,
+        };
+        // From here on, Drop cleans up a partial lab too.
+        script(&["up", &lab.name])?;
+        lab.a = script(&["addr", &lab.name, "a"])?
+            .trim()
+            .parse()
+            .context("address of a")?;
+        lab.b = script(&["addr", &lab.name, "b"])?
+            .trim()
+            .parse()
+            .context("address of b")?;
+        Ok(lab)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn addr_a(&self) -> Ipv4Addr {
+        self.a
+    }
+    pub fn addr_b(&self) -> Ipv4Addr {
+        self.b
+    }
+
+    /// tbf at `rate_mbit` on both of r's egress interfaces.
+    pub fn shape(&self, rate_mbit: u32) -> Result<()> {
+        script(&["shape", &self.name, &format!("{rate_mbit}mbit")]).map(drop)
+    }
+    /// tbf at `rate_mbit` with a queue of `limit_bytes` instead of the
+    /// default 20 ms.
+    pub fn shape_with_limit(&self, rate_mbit: u32, limit_bytes: u64) -> Result<()> {
+        script(&[
+            "shape",
+            &self.name,
+            &format!("{rate_mbit}mbit"),
+            &limit_bytes.to_string(),
+        ])
+        .map(drop)
+    }
+    pub fn unshape(&self) -> Result<()> {
+        script(&["unshape", &self.name]).map(drop)
+    }
+    /// Random drop of `percent` % of the packets r forwards.
+    pub fn drop_percent(&self, percent: f64) -> Result<()> {
+        script(&["drop", &self.name, &format!("{percent}")]).map(drop)
+    }
+    pub fn nodrop(&self) -> Result<()> {
+        script(&["nodrop", &self.name]).map(drop)
+    }
+
+    /// Packets the drop rule on r has dropped so far.
+    pub fn dropped_packets(&self) -> Result<u64> {
+        let out = run_bounded(
+            self.exec_r("nft")
+                .args(["list", "chain", "inet", "lab", "forward"]),
+            SCRIPT_TIMEOUT,
+        )?;
+        let words: Vec<&str> = out.stdout.split_whitespace().collect();
+        let Some(i) = words.windows(2).position(|w| w == ["counter", "packets"]) else {
+            return Ok(0);
+        };
+        words
+            .get(i + 2)
+            .context("counter without a value")?
+            .parse()
+            .context("nft counter")
+    }
+
+    /// `/proc/net/snmp` counter of one namespace (per-netns in the kernel),
+    /// e.g. `snmp("a", "Tcp", "RetransSegs")`.
+    pub fn snmp(&self, end: &str, group: &str, field: &str) -> Result<u64> {
+        let out = run_bounded(self.exec(end, "cat").arg("/proc/net/snmp"), SCRIPT_TIMEOUT)?;
+        let prefix = format!("{group}:");
+        let lines: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .collect();
+        if lines.len() < 2 {
+            bail!("no {group} lines in /proc/net/snmp");
+        }
+        let names = lines[0].split_whitespace();
+        let values = lines[1].split_whitespace();
+        for (n, v) in names.zip(values) {
+            if n == field {
+                return v.parse().with_context(|| format!("{group} {field} = {v}"));
+            }
+        }
+        bail!("no {group} {field} in /proc/net/snmp")
+    }
+
+    /// A sysctl of one namespace, e.g. `sysctl("a", "net/ipv4/tcp_wmem")`.
+    pub fn sysctl(&self, end: &str, key: &str) -> Result<String> {
+        let out = run_bounded(
+            self.exec(end, "cat").arg(format!("/proc/sys/{key}")),
+            SCRIPT_TIMEOUT,
+        )?;
+        if !out.status.success() {
+            bail!("reading {key} in {end}: {}", out.stderr);
+        }
+        Ok(out.stdout.trim().to_string())
+    }
+
+    /// `ip netns exec <ns> program`, for end "a", "r" or "b".
+    pub fn exec(&self, end: &str, program: &str) -> Command {
+        assert!(matches!(end, "a" | "r" | "b"), "lab end {end}");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &format!("{}-{end}", self.name), program]);
+        cmd
+    }
+    pub fn exec_a(&self, program: &str) -> Command {
+        self.exec("a", program)
+    }
+    pub fn exec_b(&self, program: &str) -> Command {
+        self.exec("b", program)
+    }
+    pub fn exec_r(&self, program: &str) -> Command {
+        self.exec("r", program)
+    }
+
+    /// Whether something in end `end` listens on TCP `port`. Uses `ss`
+    /// rather than a connection, so the server sees no stray client.
+    pub fn listening(&self, end: &str, port: u16) -> Result<bool> {
+        let out = run_bounded(
+            self.exec(end, "ss")
+                .args(["-Hltn", &format!("sport = :{port}")]),
+            SCRIPT_TIMEOUT,
+        )?;
+        if !out.status.success() {
+            bail!("ss failed: {}", out.stderr);
+        }
+        Ok(!out.stdout.trim().is_empty())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = script(&["down", &self.name]) {
+            eprintln!("lab {}: down failed: {e:#}", self.name);
+        }
+    }
+}

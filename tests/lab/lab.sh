@@ -1,0 +1,272 @@
+#!/bin/sh
+# pathprobe lab: three network namespaces in a line, a -- r -- b.
+#
+#   NAME-a  [NAME-ar] 10.201.X.2/24 ---- 10.201.X.1/24 [NAME-ra]  NAME-r
+#   NAME-r  [NAME-rb] 10.202.X.1/24 ---- 10.202.X.2/24 [NAME-br]  NAME-b
+#
+# r forwards between a and b. Shaping (tbf) and random drops (nftables) are
+# applied on r only: a veth keeps the sending socket's ownership across
+# namespaces, so a qdisc on the sender's own veth would throttle the sending
+# socket (TSQ / socket memory backpressure) instead of queueing and dropping
+# like a real bottleneck. On r the packets are forwarded and owned by nobody.
+#
+# Subcommands:
+#   up NAME                create the lab (fails if it already exists)
+#   shape NAME RATE [LIMIT] tbf on both of r's egress interfaces, e.g. 200mbit;
+#                          LIMIT (bytes) overrides the queue limit
+#   unshape NAME           remove the shaping
+#   drop NAME PERCENT      random drop of PERCENT % of forwarded packets on r
+#   nodrop NAME            remove the random drop
+#   down NAME              delete everything; idempotent, never fails
+#   exec NAME a|r|b CMD... run CMD inside one of the namespaces
+#   addr NAME a|b          print the address of an end
+#
+# NAME: 1-10 characters of [a-z0-9], so that interface names (NAME + 3)
+# stay within the kernel's 15 character limit. The subnet index X is derived
+# from NAME (or taken from LAB_INDEX, 1-254); addresses live inside the
+# namespaces only, so two labs with the same X would still not collide.
+
+set -eu
+
+die() { echo "lab.sh: $*" >&2; exit 2; }
+
+check_name() {
+    case "$1" in
+        ''|*[!a-z0-9]*) die "bad lab name '$1' (use [a-z0-9], 1-10 chars)" ;;
+    esac
+    [ "${#1}" -le 10 ] || die "lab name '$1' longer than 10 characters"
+}
+
+# Small stable index per name, 1..250.
+lab_index() {
+    if [ -n "${LAB_INDEX:-}" ]; then
+        echo "$LAB_INDEX"
+    else
+        echo $(( $(printf '%s' "$1" | cksum | cut -d' ' -f1) % 250 + 1 ))
+    fi
+}
+
+ns() { echo "$1-$2"; }                       # ns NAME a|r|b
+nsx() { ip netns exec "$@"; }   # nsx NS CMD... (no variables: sh has no locals)
+
+addr_of() {   # addr_of NAME a|b|ra|rb
+    x=$(lab_index "$1")
+    case "$2" in
+        a)  echo "10.201.$x.2" ;;
+        ra) echo "10.201.$x.1" ;;
+        b)  echo "10.202.$x.2" ;;
+        rb) echo "10.202.$x.1" ;;
+        *)  die "unknown end '$2'" ;;
+    esac
+}
+
+# Convert a tc-style rate (e.g. 200mbit, 1gbit, 500kbit, 50M) to bit/s.
+rate_bps() {
+    echo "$1" | awk '
+        {
+            s = tolower($0)
+            if (match(s, /^[0-9]+(\.[0-9]+)?/) == 0) { exit 1 }
+            v = substr(s, 1, RLENGTH); u = substr(s, RLENGTH + 1)
+            if (u == "" || u == "bit") m = 1
+            else if (u == "kbit" || u == "k") m = 1e3
+            else if (u == "mbit" || u == "m") m = 1e6
+            else if (u == "gbit" || u == "g") m = 1e9
+            else exit 1
+            printf "%.0f\n", v * m
+        }' || die "cannot parse rate '$1' (use e.g. 200mbit)"
+}
+
+reach() {   # reach NS ADDR: connect to closed port 9 must be refused
+    out=$(nsx "$1" timeout 3 bash -c "exec 3<>/dev/tcp/$2/9" 2>&1 || true)
+    case "$out" in *refused*) return 0 ;; *) return 1 ;; esac
+}
+
+cmd_up() {
+    name=$1
+    a=$(ns "$name" a); r=$(ns "$name" r); b=$(ns "$name" b)
+    for n in "$a" "$r" "$b"; do
+        if ip netns list | awk '{print $1}' | grep -qx "$n"; then
+            die "namespace $n already exists (run: lab.sh down $name)"
+        fi
+    done
+    # From here on, a failure leaves a partial lab: tear it down.
+    trap 'cmd_down "$name" >/dev/null 2>&1' EXIT
+    for n in "$a" "$r" "$b"; do
+        ip netns add "$n"
+        ip -n "$n" link set lo up
+        # IPv6 autoconfiguration only adds noise (RS/DAD/MLD packets).
+        nsx "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+        nsx "$n" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+    done
+    # Create each veth pair directly inside its two namespaces, so the
+    # interface names never appear in (or collide with) the root namespace.
+    ip link add "${name}ar" netns "$a" type veth peer name "${name}ra" netns "$r"
+    ip link add "${name}rb" netns "$r" type veth peer name "${name}br" netns "$b"
+
+    ip -n "$a" addr add "$(addr_of "$name" a)/24" dev "${name}ar"
+    ip -n "$r" addr add "$(addr_of "$name" ra)/24" dev "${name}ra"
+    ip -n "$r" addr add "$(addr_of "$name" rb)/24" dev "${name}rb"
+    ip -n "$b" addr add "$(addr_of "$name" b)/24" dev "${name}br"
+    for pair in "$a:${name}ar" "$r:${name}ra" "$r:${name}rb" "$b:${name}br"; do
+        ip -n "${pair%%:*}" link set "${pair#*:}" up
+    done
+    # Receive packet steering by flow hash on every veth. A veth delivers
+    # to the backlog of whichever CPU transmitted, so a flow whose sender
+    # moves between CPUs is reordered; unshaped TCP then saw ~1300-1900
+    # spurious fast retransmits per 5 s (TCPOFOQueue, no drop anywhere).
+    # With RPS over all CPUs a flow always lands on one CPU, in order, and
+    # unshaped TCP has zero retransmits, as on a well-behaved path.
+    cpus=$(awk '/^Cpus_allowed:/ { print $2 }' /proc/self/status)
+    for pair in "$a:${name}ar" "$r:${name}ra" "$r:${name}rb" "$b:${name}br"; do
+        nsx "${pair%%:*}" sh -c "echo $cpus > /sys/class/net/${pair#*:}/queues/rx-0/rps_cpus"
+    done
+    ip -n "$a" route add default via "$(addr_of "$name" ra)"
+    ip -n "$b" route add default via "$(addr_of "$name" rb)"
+    nsx "$r" sysctl -qw net.ipv4.ip_forward=1
+
+    # The drop table exists from the start with an empty forward chain;
+    # `drop` and `nodrop` only change its rules.
+    nsx "$r" nft -f - <<EOF
+table inet lab {
+    chain forward {
+        type filter hook forward priority filter; policy accept;
+    }
+}
+EOF
+    # Prove the path (and resolve the neighbour entries now, so the first
+    # probe packet is not delayed by ARP): a TCP connect to a closed port
+    # must come back "refused", i.e. the SYN went through r and the RST
+    # came back. There is no ping on the machine.
+    reach "$a" "$(addr_of "$name" b)" || die "a cannot reach b through r"
+    reach "$b" "$(addr_of "$name" a)" || die "b cannot reach a through r"
+    trap - EXIT
+    echo "lab $name up: a=$(addr_of "$name" a) b=$(addr_of "$name" b)"
+}
+
+# tbf parameters, derived from the rate (measured with iperf3 on a 2-core
+# machine, see tests/lab/validate-iperf3.sh):
+#   burst = max(rate x 1 ms, 16 KiB). tbf refills tokens continuously and
+#     sleeps on an hrtimer, so the bucket need not cover a jiffy (rate/HZ,
+#     400 KB at 800 Mbit); it must absorb the watchdog and softirq wake-up
+#     latency. At 800 Mbit a 1514 B bucket gave 354 Mbit/s instead of 765,
+#     3028 B gave 691, 8000 B 755-761; 100 KB (1 ms) gives 764-765. The
+#     one-off burst of a full bucket is < 0.1% of a 5 s probe's bytes.
+#     The burst is also the largest packet tbf passes whole: bigger GSO
+#     packets are segmented by tbf, and accounted per segment.
+#   limit = max(rate x 20 ms, 4 x burst, 64 KiB) bytes of queue. The lab RTT
+#     is far below 1 ms, so 20 ms is many bandwidth-delay products and TCP
+#     keeps the queue non-empty through loss recovery. A limit below the
+#     size of the GSO packets tbf lets through whole drops them wholesale:
+#     at 800 Mbit, limit 50000 gave 27-148 Mbit/s.
+tbf_args() {
+    bps=$(rate_bps "$1")
+    # LAB_TBF_BURST / LAB_TBF_LIMIT (bytes) override, for experiments.
+    awk -v bps="$bps" -v xb="${LAB_TBF_BURST:-}" -v xl="${LAB_TBF_LIMIT:-}" 'BEGIN {
+        burst = bps / 8 * 0.001; if (burst < 16384) burst = 16384
+        limit = bps / 8 * 0.020
+        if (limit < 4 * burst) limit = 4 * burst
+        if (limit < 65536) limit = 65536
+        if (xb != "") burst = xb
+        if (xl != "") limit = xl
+        printf "rate %sbit burst %d limit %d\n", bps, burst, limit
+    }'
+}
+
+cmd_shape() {
+    name=$1; rate=$2
+    r=$(ns "$name" r)
+    case "${3:-}" in
+        '') ;;
+        *[!0-9]*) die "bad queue limit '$3' (bytes)" ;;
+        *) LAB_TBF_LIMIT=$3 ;;
+    esac
+    args=$(tbf_args "$rate")
+    for dev in "${name}ra" "${name}rb"; do
+        # shellcheck disable=SC2086
+        tc -n "$r" qdisc replace dev "$dev" root tbf $args
+    done
+    echo "lab $name shaped: tbf $args on ${name}ra and ${name}rb"
+}
+
+cmd_unshape() {
+    name=$1
+    r=$(ns "$name" r)
+    for dev in "${name}ra" "${name}rb"; do
+        tc -n "$r" qdisc del dev "$dev" root 2>/dev/null || true
+    done
+}
+
+# gso_max_segs of the end veths: 1 while dropping, the veth default else.
+#   A GSO packet (TCP, or UDP with UDP_SEGMENT) of up to 45 segments is
+#   forwarded through r as one skb, so the nftables rule would drop all its
+#   segments at once and "1% random drop" would be a lumpy burst loss
+#   (measured: 40 rule hits cost 800 UDP datagrams). With gso_max_segs 1 the
+#   ends emit wire-sized packets, as a real NIC puts on the wire, and every
+#   rule hit is exactly one lost packet (743 hits, 743 datagrams lost).
+#   It is not the default: segmenting in software on both ends costs too
+#   much CPU on 2 cores (800 Mbit shaped TCP fell to 370-520 Mbit/s).
+#   TCP sockets read the limit when they connect: set drops before probing.
+set_end_gso_segs() {
+    ip -n "$(ns "$1" a)" link set "${1}ar" gso_max_segs "$2"
+    ip -n "$(ns "$1" b)" link set "${1}br" gso_max_segs "$2"
+}
+
+cmd_drop() {
+    name=$1; pct=$2
+    r=$(ns "$name" r)
+    # PERCENT of 100000 buckets: 1 -> 1000, 0.5 -> 500.
+    n=$(echo "$pct" | awk '/^[0-9]+(\.[0-9]+)?$/ { v = $0 * 1000;
+            if (v > 100000) exit 1; printf "%.0f\n", v; next } { exit 1 }') \
+        || die "bad drop percentage '$pct' (0-100)"
+    nsx "$r" nft flush chain inet lab forward
+    if [ "$n" -gt 0 ]; then
+        set_end_gso_segs "$name" 1
+        nsx "$r" nft add rule inet lab forward numgen random mod 100000 '<' "$n" counter drop
+    else
+        set_end_gso_segs "$name" 65535
+    fi
+    echo "lab $name dropping $pct% (numgen random mod 100000 < $n) on r forward"
+}
+
+cmd_nodrop() {
+    name=$1
+    nsx "$(ns "$name" r)" nft flush chain inet lab forward
+    set_end_gso_segs "$name" 65535
+}
+
+cmd_down() {
+    name=$1
+    for end in a r b; do
+        n=$(ns "$name" "$end")
+        # Kill anything still running inside, so the namespace really goes
+        # away; deleting the namespace then deletes its veths and nft table.
+        pids=$(ip netns pids "$n" 2>/dev/null || true)
+        if [ -n "$pids" ]; then
+            # shellcheck disable=SC2086
+            kill -9 $pids 2>/dev/null || true
+        fi
+        ip netns del "$n" 2>/dev/null || true
+    done
+    return 0
+}
+
+[ $# -ge 2 ] || die "usage: lab.sh up|shape|unshape|drop|nodrop|down|exec|addr NAME ..."
+sub=$1; name=$2; shift 2
+check_name "$name"
+case "$sub" in
+    up)      cmd_up "$name" ;;
+    shape)   [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: lab.sh shape NAME RATE [LIMIT]"
+             cmd_shape "$name" "$@" ;;
+    unshape) cmd_unshape "$name" ;;
+    drop)    [ $# -eq 1 ] || die "usage: lab.sh drop NAME PERCENT"; cmd_drop "$name" "$1" ;;
+    nodrop)  cmd_nodrop "$name" ;;
+    down)    cmd_down "$name" ;;
+    addr)    [ $# -eq 1 ] || die "usage: lab.sh addr NAME a|b"
+             case "$1" in a|b) addr_of "$name" "$1" ;; *) die "addr: a or b" ;; esac ;;
+    exec)
+        [ $# -ge 2 ] || die "usage: lab.sh exec NAME a|r|b CMD..."
+        end=$1; shift
+        case "$end" in a|r|b) ;; *) die "exec: end must be a, r or b" ;; esac
+        exec ip netns exec "$(ns "$name" "$end")" "$@" ;;
+    *) die "unknown subcommand '$sub'" ;;
+esac

@@ -24,9 +24,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn render_from_store() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (tcp, udp) = rt.block_on(async {
-        let tcp = probe_loopback(&ProbeSpec { duration: Duration::from_millis(300), ..Default::default() }, false).await.unwrap();
+        let tcp = probe_loopback(
+            &ProbeSpec {
+                duration: Duration::from_millis(300),
+                ..Default::default()
+            },
+            false,
+        )
+        .await
+        .unwrap();
         let udp = probe_loopback(
-            &ProbeSpec { kind: Kind::Udp, bitrate: Some(100_000_000), duration: Duration::from_millis(300), ..Default::default() },
+            &ProbeSpec {
+                kind: Kind::Udp,
+                bitrate: Some(100_000_000),
+                duration: Duration::from_millis(300),
+                ..Default::default()
+            },
             false,
         )
         .await
@@ -70,7 +83,11 @@ fn render_from_store() {
 fn get(addr: SocketAddr) -> (f64, usize) {
     let t = Instant::now();
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut body = Vec::new();
     s.read_to_end(&mut body).unwrap();
     (t.elapsed().as_secs_f64() * 1e3, body.len())
@@ -78,14 +95,25 @@ fn get(addr: SocketAddr) -> (f64, usize) {
 
 fn proc_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     ticks / 100.0
 }
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).unwrap().parse().unwrap()
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn serve_process() {
@@ -102,7 +130,15 @@ fn serve_process() {
     std::fs::write(&path, yaml).unwrap();
     let exe = std::env::var("PATHPROBE_BIN").unwrap_or_else(|_| "target/release/pathprobe".into());
     let mut child = Command::new(exe)
-        .args(["serve", "--web.listen-address", "127.0.0.1:0", "--log.level", "warn", "--config.file", path.to_str().unwrap()])
+        .args([
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--log.level",
+            "warn",
+            "--config.file",
+            path.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -123,7 +159,10 @@ fn serve_process() {
             if let Some(a) = found {
                 break a;
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "serve did not start");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "serve did not start"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     };
@@ -148,9 +187,16 @@ fn serve_process() {
 }
 
 fn get_ok(addr: SocketAddr) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { return false };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if write!(s, "GET /-/healthy HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n").is_err() {
+    if write!(
+        s,
+        "GET /-/healthy HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"
+    )
+    .is_err()
+    {
         return false;
     }
     let mut body = String::new();

@@ -197,17 +197,42 @@ fn busy_responder_is_reported() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Poll until the responder reports busy; the first probe needs a moment to be admitted.
+    // Wait until the first test is admitted: its data connection exists
+    // only once the responder has accepted the test.
+    let port = r.1.rsplit(':').next().unwrap().to_string();
     let start = Instant::now();
-    let mut seen_busy = false;
-    while start.elapsed() < Duration::from_secs(3) && !seen_busy {
-        let out = run(
-            bin().args(["probe", "-J", "-t", "0.2", &r.1]),
-            Duration::from_secs(20),
+    loop {
+        let out = Command::new("ss")
+            .args([
+                "-tnH",
+                "state",
+                "established",
+                "dport",
+                "=",
+                &format!(":{port}"),
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().count() >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the first probe was never admitted"
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        seen_busy = v["error"]["reason"] == "busy";
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let out = run(
+        bin().args(["probe", "-J", "-t", "0.2", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen_busy = v["error"]["reason"] == "busy";
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("retry"),
+        "{v}"
+    );
     assert!(seen_busy, "a second prober was never told busy");
     assert!(long.wait().unwrap().success());
 }

@@ -281,25 +281,13 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn bind_http(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        None,
-    )?;
-    if addr.is_ipv6() {
-        let _ = sock.set_only_v6(false);
-    }
-    sock.set_reuse_address(true)?;
-    sock.set_nonblocking(true)?;
-    match sock.bind(&addr.into()) {
+    match responder::bind_tcp(addr) {
         // No IPv6 on this host: the default [::] falls back to 0.0.0.0.
         Err(_) if addr.ip() == IpAddr::from([0u16; 8]) => {
-            return bind_http(SocketAddr::new(IpAddr::from([0u8; 4]), addr.port()))
+            responder::bind_tcp(SocketAddr::new(IpAddr::from([0u8; 4]), addr.port()))
         }
-        other => other?,
+        other => other,
     }
-    sock.listen(1024)?;
-    tokio::net::TcpListener::from_std(sock.into())
 }
 
 async fn run_probe(args: ProbeArgs) -> ExitCode {

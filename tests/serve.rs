@@ -52,6 +52,36 @@ fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// `promtool check metrics` on a live scrape (CI installs promtool).
+fn promtool_check(body: &str) {
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        eprintln!(
+            "skipping promtool check: promtool is not installed (apt-get install prometheus)"
+        );
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 struct Running {
     http: SocketAddr,
     stop: Option<oneshot::Sender<()>>,

@@ -161,6 +161,19 @@ fn check_config_reports_the_error_and_exit_code() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(": OK ("));
 
+    // The shipped examples are valid.
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples")).unwrap()
+    {
+        let path = entry.unwrap().path();
+        let out = bin().arg("check-config").arg(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     let bad = dir.path().join("bad.yml");
     std::fs::write(&bad, "modules:\n  tcp:\n    kind: tcp\n    durations: 5s\n").unwrap();
     let out = bin()

@@ -275,6 +275,7 @@ impl ProbeResult {
     pub fn combine(ctx: ProbeContext, local: &SideStats, remote: &SideStats) -> ProbeResult {
         let mut streams = Vec::new();
         let mut directions = Vec::new();
+        let (mut all_senders, mut all_receivers) = (Vec::new(), Vec::new());
         for &dir in ctx.direction.flows() {
             // On the prober, send-direction streams are senders; on the
             // responder they are receivers.
@@ -355,9 +356,23 @@ impl ProbeResult {
                     udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput)
                 }),
             });
+            all_senders.extend(senders);
+            all_receivers.extend(receivers);
         }
-        let tcp = (ctx.kind == Kind::Tcp).then(|| merge_tcp(&directions));
-        let udp = (ctx.kind == Kind::Udp).then(|| merge_udp(&directions));
+        // The probe's own TCP/UDP figures pool the streams of every direction.
+        let all_senders: Vec<&StreamStats> = all_senders.iter().collect();
+        let all_receivers: Vec<&StreamStats> = all_receivers.iter().collect();
+        let sent_bps = directions
+            .iter()
+            .map(|d| d.sender_throughput_bits_per_second)
+            .sum();
+        let recv_bps = directions
+            .iter()
+            .map(|d| d.throughput_bits_per_second)
+            .sum();
+        let tcp = (ctx.kind == Kind::Tcp).then(|| tcp_summary(&all_senders, &all_receivers));
+        let udp = (ctx.kind == Kind::Udp)
+            .then(|| udp_summary(&all_senders, &all_receivers, sent_bps, recv_bps));
         ProbeResult {
             kind: ctx.kind,
             direction: ctx.direction,
@@ -393,45 +408,5 @@ impl ProbeResult {
     /// The summary of one direction, if the probe ran it.
     pub fn direction(&self, d: FlowDirection) -> Option<&DirectionSummary> {
         self.directions.iter().find(|x| x.direction == d)
-    }
-}
-
-fn merge_tcp(dirs: &[DirectionSummary]) -> TcpSummary {
-    let all: Vec<&TcpSummary> = dirs.iter().filter_map(|d| d.tcp.as_ref()).collect();
-    TcpSummary {
-        retransmits: all.iter().map(|t| t.retransmits).sum(),
-        rtt_seconds: mean(all.iter().map(|t| t.rtt_seconds)),
-        rttvar_seconds: mean(all.iter().map(|t| t.rttvar_seconds)),
-        min_rtt_seconds: all
-            .iter()
-            .map(|t| t.min_rtt_seconds)
-            .reduce(f64::min)
-            .unwrap_or(0.0),
-        mss_bytes: all.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
-        cwnd_bytes: all.iter().map(|t| t.cwnd_bytes).sum(),
-        congestion: all.iter().find_map(|t| t.congestion.clone()),
-        send_buffer_bytes: all.iter().map(|t| t.send_buffer_bytes).max().unwrap_or(0),
-        receive_buffer_bytes: all
-            .iter()
-            .map(|t| t.receive_buffer_bytes)
-            .max()
-            .unwrap_or(0),
-    }
-}
-
-fn merge_udp(dirs: &[DirectionSummary]) -> UdpSummary {
-    let all: Vec<&UdpSummary> = dirs.iter().filter_map(|d| d.udp.as_ref()).collect();
-    let sent: u64 = all.iter().map(|u| u.packets_sent).sum();
-    let lost: u64 = all.iter().map(|u| u.packets_lost).sum();
-    UdpSummary {
-        packets_sent: sent,
-        packets_received: all.iter().map(|u| u.packets_received).sum(),
-        packets_lost: lost,
-        packets_out_of_order: all.iter().map(|u| u.packets_out_of_order).sum(),
-        packets_duplicated: all.iter().map(|u| u.packets_duplicated).sum(),
-        loss_ratio: ratio(lost as f64, sent as f64),
-        jitter_seconds: mean(all.iter().map(|u| u.jitter_seconds)),
-        sent_bits_per_second: all.iter().map(|u| u.sent_bits_per_second).sum(),
-        received_bits_per_second: all.iter().map(|u| u.received_bits_per_second).sum(),
     }
 }

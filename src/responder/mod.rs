@@ -194,7 +194,8 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, UdpSocket)>
     ))
 }
 
-fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// A TCP listener with SO_REUSEADDR; on `[::]` it also accepts IPv4.
+pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,

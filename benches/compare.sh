@@ -30,12 +30,24 @@ done
 
 json_num() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
-echo "== TCP, 1 stream, ${T}s, loopback =="
-pp_tcp=$($PP probe -J -t "$T" 127.0.0.1:$PORT_PP | json_num 'd["throughput_bits_per_second"]/1e6')
-ip_tcp=$(iperf3 -J -t "$T" -c 127.0.0.1 -p $PORT_IP | json_num 'd["end"]["sum_received"]["bits_per_second"]/1e6')
+median() { python3 -c "import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+
+# A single run lies: the tools take turns, ROUNDS times, and the medians are compared.
+ROUNDS=${ROUNDS:-3}
+echo "== TCP, 1 stream, ${T}s, loopback, median of $ROUNDS rounds =="
+pp=() ip=() nt=()
+for _ in $(seq "$ROUNDS"); do
+  pp+=("$($PP probe -J -t "$T" 127.0.0.1:$PORT_PP | json_num 'd["throughput_bits_per_second"]/1e6')")
+  ip+=("$(iperf3 -J -t "$T" -c 127.0.0.1 -p $PORT_IP | json_num 'd["end"]["sum_received"]["bits_per_second"]/1e6')")
+  if command -v nuttcp >/dev/null; then
+    nt+=("$(nuttcp -P $PORT_NT -p $((PORT_NT + 1)) -T "$T" -fparse 127.0.0.1 | sed -n 's/.*rate_Mbps=\([0-9.]*\).*/\1/p')")
+  fi
+done
+pp_tcp=$(median "${pp[@]}"); ip_tcp=$(median "${ip[@]}")
+echo "runs: pathprobe ${pp[*]} / iperf3 ${ip[*]} ${nt:+/ nuttcp ${nt[*]}}"
 printf "pathprobe %10.1f Mbps\niperf3    %10.1f Mbps   ratio pathprobe/iperf3 = %.2f\n" "$pp_tcp" "$ip_tcp" "$(python3 -c "print($pp_tcp/$ip_tcp)")"
-if command -v nuttcp >/dev/null; then
-  nt_tcp=$(nuttcp -P $PORT_NT -p $((PORT_NT + 1)) -T "$T" -fparse 127.0.0.1 | sed -n 's/.*rate_Mbps=\([0-9.]*\).*/\1/p')
+if [ ${#nt[@]} -gt 0 ]; then
+  nt_tcp=$(median "${nt[@]}")
   printf "nuttcp    %10.1f Mbps   ratio pathprobe/nuttcp = %.2f\n" "$nt_tcp" "$(python3 -c "print($pp_tcp/$nt_tcp)")"
 fi
 

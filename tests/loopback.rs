@@ -217,3 +217,26 @@ async fn loopback_probe_runs_its_own_responder() {
     assert!(r.throughput_bits_per_second > 0.0);
     assert!(r.remote_address.starts_with("127.0.0.1:"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_bitrate_paces_the_sender_without_overrunning_the_time() {
+    let (addr, _stop) = responder(ResponderConfig::default()).await;
+    let spec = ProbeSpec {
+        duration: Duration::from_secs(1),
+        bitrate: Some(50_000_000),
+        ..ProbeSpec::default()
+    };
+    let r = probe::probe(&Target::from_addr(addr), &spec).await.unwrap();
+    assert!(
+        (r.throughput_bits_per_second - 50e6).abs() / 50e6 < 0.03,
+        "{}",
+        r.throughput_bits_per_second
+    );
+    // The sender does not fill its socket buffer ahead of the rate, so the
+    // receiver is done when the time is up, not seconds later.
+    assert!(
+        (r.duration_seconds - 1.0).abs() < 0.05,
+        "{}",
+        r.duration_seconds
+    );
+}

@@ -9,6 +9,8 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`auth`]: the shared secret and the HMAC challenge and response that
+//!   prove both ends hold it.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
 //! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
@@ -19,6 +21,7 @@
 //! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
+pub mod auth;
 pub mod config;
 pub mod control;
 pub mod discovery;

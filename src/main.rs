@@ -206,6 +206,7 @@ impl ProbeArgs {
             affinity,
             remote_affinity,
             connect_timeout: self.connect_timeout,
+            secret: None,
         })
     }
 }

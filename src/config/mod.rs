@@ -67,13 +67,21 @@ pub struct Config {
 impl Config {
     /// Parses and validates `text`; `source_name` (usually the path) starts
     /// every error message.
+    /// Secret files named with relative paths are read from the working
+    /// directory.
     pub fn from_yaml(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, source_name, Path::new(""))
+    }
+
+    fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<Config, ConfigError> {
         // Through Option so that an empty or comment-only file means "all
         // defaults" rather than a type error.
         let config: Option<Config> =
             serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(source_name, &e))?;
-        let config = config.unwrap_or_default();
+        let mut config = config.unwrap_or_default();
         config.validate(source_name)?;
+        config.base_dir = base_dir.to_path_buf();
+        config.load_secrets(source_name)?;
         Ok(config)
     }
 
@@ -83,9 +91,28 @@ impl Config {
             path: path.to_path_buf(),
             error,
         })?;
-        let mut config = Config::from_yaml(&text, &path.display().to_string())?;
-        config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(config)
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::parse(&text, &path.display().to_string(), &base_dir)
+    }
+
+    /// Reads every secret file now, so that a missing or unreadable one
+    /// fails the load (and a reload keeps the old configuration), and a
+    /// rotated secret takes effect at the next reload.
+    fn load_secrets(&mut self, file: &str) -> Result<(), ConfigError> {
+        let base = self.base_dir.clone();
+        let read = |key: String, path: &Path| {
+            crate::auth::Secret::from_file(&base.join(path))
+                .map_err(|e| ConfigError::invalid(file, key, e.to_string()))
+        };
+        if let Some(path) = &self.responder.secret_file {
+            self.responder.secret = Some(read("responder.secret_file".into(), path)?);
+        }
+        for (name, module) in &mut self.modules {
+            if let Some(path) = &module.secret_file {
+                module.secret = Some(read(format!("modules.{name}.secret_file"), path)?);
+            }
+        }
+        Ok(())
     }
 
     /// [`DEFAULT_CONFIG`], parsed.

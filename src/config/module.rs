@@ -3,11 +3,13 @@
 //! [`ProbeSpec`]s.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::quantity;
+use crate::auth::Secret;
 use crate::probe::{Direction, Kind, ProbeSpec};
 
 /// What a module measures, and against whom.
@@ -112,6 +114,13 @@ pub struct Module {
     /// Loopback kinds only: use ::1 instead of 127.0.0.1.
     #[serde(default)]
     pub ipv6: bool,
+    /// File holding the shared secret of the responders this module
+    /// probes; relative paths are taken from the config file's directory.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// The secret read from `secret_file` at load (and at every reload).
+    #[serde(skip)]
+    pub secret: Option<Secret>,
 }
 
 fn default_duration() -> Duration {
@@ -144,6 +153,8 @@ impl Module {
             connect_timeout: default_connect_timeout(),
             timeout: None,
             ipv6: false,
+            secret_file: None,
+            secret: None,
         }
     }
 
@@ -189,6 +200,7 @@ impl Module {
             affinity: self.affinity,
             remote_affinity: self.remote_affinity,
             connect_timeout: self.connect_timeout,
+            secret: self.secret.clone(),
         }
     }
 
@@ -223,6 +235,13 @@ impl Module {
                     "applies to loopback kinds only; a {} probe uses the family of the target's address",
                     self.kind.as_str()
                 ),
+            ));
+        }
+        if self.secret_file.is_some() && self.is_loopback() {
+            return Err((
+                "secret_file",
+                "does not apply to loopback kinds, whose responder lives inside this process"
+                    .to_string(),
             ));
         }
         if self.bind.is_some() && self.is_loopback() {

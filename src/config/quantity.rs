@@ -119,7 +119,7 @@ macro_rules! impl_deserialize {
         }
     )*};
 }
-impl_deserialize!(Seconds, BitsPerSecond, Bytes32);
+impl_deserialize!(Seconds, BitsPerSecond, Bytes, Bytes32);
 
 pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     Seconds::deserialize(d).map(|s| s.0)
@@ -135,6 +135,15 @@ pub fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 pub fn opt_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     Option::<BitsPerSecond>::deserialize(d).map(|o| o.map(|r| r.0))
+}
+
+pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Bytes::deserialize(d).map(|b| b.0)
+}
+
+/// A size that must fit the `u32` of socket buffer and write sizes.
+pub fn size_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    Bytes32::deserialize(d).map(|b| b.0)
 }
 
 /// A size that must fit the `u32` of socket buffer and write sizes.

@@ -4,14 +4,19 @@
 
 use std::fmt;
 use std::net::{Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use regex::Regex;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::quantity;
+use crate::auth::Secret;
 use crate::protocol::DEFAULT_PORT;
+use crate::responder::access::AccessList;
 use crate::responder::ResponderConfig;
 
 /// `responder:` the server side that peers probe.
@@ -27,9 +32,34 @@ pub struct ResponderSection {
     /// Bits per second per direction; 0 for no cap.
     #[serde(deserialize_with = "quantity::rate")]
     pub max_bitrate: u64,
+    /// Largest TCP write or UDP datagram a peer may ask for; more is refused.
+    #[serde(deserialize_with = "quantity::size_u32")]
+    pub max_length: u32,
+    /// Largest socket buffer a peer may ask for; more is clamped.
+    #[serde(deserialize_with = "quantity::size_u32")]
+    pub max_window: u32,
     pub max_concurrent_tests: usize,
+    /// Tests one client (IPv4 address or IPv6 /64) may run per minute; 0
+    /// for no limit.
+    pub max_tests_per_client_per_minute: u32,
+    /// Payload bytes all tests together may move in any hour; 0 for no
+    /// limit.
+    #[serde(deserialize_with = "quantity::size")]
+    pub max_bytes_per_hour: u64,
     #[serde(deserialize_with = "quantity::duration")]
     pub idle_timeout: Duration,
+    /// File holding the shared secret probers must prove they know;
+    /// relative paths are taken from the config file's directory.
+    pub secret_file: Option<PathBuf>,
+    /// The secret read from `secret_file` at load (and at every reload).
+    #[serde(skip)]
+    pub secret: Option<Secret>,
+    /// Client networks served; empty serves everyone not denied.
+    #[serde(deserialize_with = "networks")]
+    pub allow: Vec<IpNet>,
+    /// Client networks refused; wins over `allow`.
+    #[serde(deserialize_with = "networks")]
+    pub deny: Vec<IpNet>,
 }
 
 impl Default for ResponderSection {
@@ -43,8 +73,16 @@ impl Default for ResponderSection {
             max_duration: limits.max_duration,
             max_streams: limits.max_streams,
             max_bitrate: limits.max_bitrate,
+            max_length: limits.max_length,
+            max_window: limits.max_window,
             max_concurrent_tests: limits.max_concurrent_tests,
+            max_tests_per_client_per_minute: limits.max_tests_per_client_per_minute,
+            max_bytes_per_hour: limits.max_bytes_per_hour,
             idle_timeout: limits.idle_timeout,
+            secret_file: None,
+            secret: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
     }
 }
@@ -55,8 +93,17 @@ impl ResponderSection {
             max_duration: self.max_duration,
             max_streams: self.max_streams,
             max_bitrate: self.max_bitrate,
+            max_length: self.max_length,
+            max_window: self.max_window,
             max_concurrent_tests: self.max_concurrent_tests,
+            max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
+            max_bytes_per_hour: self.max_bytes_per_hour,
             idle_timeout: self.idle_timeout,
+            secret: self.secret.clone(),
+            access: AccessList {
+                allow: self.allow.clone(),
+                deny: self.deny.clone(),
+            },
         }
     }
 
@@ -72,6 +119,9 @@ impl ResponderSection {
         }
         if self.max_duration.is_zero() {
             return Err(("max_duration", "must be greater than zero".into()));
+        }
+        if self.max_length == 0 {
+            return Err(("max_length", "must be at least 1 byte".into()));
         }
         Ok(())
     }
@@ -224,6 +274,27 @@ impl<'de> Deserialize<'de> for IrqPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_str(PatternVisitor)
     }
+}
+
+/// Reads a list of client networks. A bare address means that host alone,
+/// as operators often write it.
+fn networks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let items = Vec::<String>::deserialize(d)?;
+    items
+        .iter()
+        .map(|s| parse_network(s).map_err(de::Error::custom))
+        .collect()
+}
+
+/// Parses a CIDR network (`10.0.0.0/8`, `2001:db8::/32`) or a single
+/// address, for config and command line alike.
+pub fn parse_network(s: &str) -> Result<IpNet, String> {
+    let s = s.trim();
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| {
+            format!("invalid network {s:?}: expected a CIDR such as 10.0.0.0/8 or 2001:db8::/32, or an address")
+        })
 }
 
 /// Reads `listen` with a message that shows the expected form; the

@@ -14,7 +14,8 @@ use super::stats::{Role, SideStats};
 use super::tcp::{apply_options, prepare_blocking, TcpOptions};
 use super::ProbeError;
 use crate::control::{read_message, write_message};
-use crate::protocol::message::{token_id, Hello};
+use crate::auth::{self, Nonce, Secret};
+use crate::protocol::message::{token_id, Hello, HelloAuth, WelcomeAuth};
 use crate::protocol::udp::hello_datagram;
 use crate::protocol::{encode_frame, Message, RejectReason, DEFAULT_PORT};
 
@@ -185,20 +186,49 @@ async fn run_test(
     let local_addr = control
         .local_addr()
         .map_err(|e| ProbeError::Io(e.to_string()))?;
-    write_message(&mut control, &Message::Hello(Hello::new()), t).await?;
-    match read_message(&mut control, t).await? {
-        Message::Welcome(_) => {}
+    let client_nonce = match &spec.secret {
+        Some(_) => Some(Nonce::random().map_err(|e| ProbeError::Io(e.to_string()))?),
+        None => None,
+    };
+    let hello = Hello {
+        auth: client_nonce.map(|n| HelloAuth {
+            method: auth::METHOD.into(),
+            client_nonce: n.to_hex(),
+        }),
+        ..Hello::new()
+    };
+    write_message(&mut control, &Message::Hello(hello), t).await?;
+    let welcome = match read_message(&mut control, t).await? {
+        Message::Welcome(w) => w,
         other => return Err(refusal(other, "welcome")),
-    }
+    };
+    let derived_token = match (&spec.secret, client_nonce) {
+        (Some(secret), Some(client)) => {
+            let (proof, token) = answer_challenge(secret, &client, welcome.auth.as_ref())?;
+            write_message(&mut control, &Message::Auth { proof }, t).await?;
+            Some(token)
+        }
+        _ => None,
+    };
     let request = spec.to_request();
     write_message(&mut control, &Message::Request(request.clone()), t).await?;
-    let (token, request) = match read_message(&mut control, t).await? {
+    let (token, request, clamped) = match read_message(&mut control, t).await? {
         Message::Accepted {
             token,
             request: agreed,
-        } => (token, agreed),
+            clamped,
+        } => (derived_token.unwrap_or(token), agreed, clamped),
         other => return Err(refusal(other, "accepted")),
     };
+    if token.is_empty() {
+        return Err(ProbeError::Protocol(
+            "the responder accepted the test without a token, and no secret was set to derive one"
+                .into(),
+        ));
+    }
+    for warning in &clamped {
+        tracing::warn!(target = %target, %warning, "the responder cut the test down to its limits");
+    }
 
     let layout = stream_layout(request.direction, request.streams);
     let per_stream_rate = request.bitrate / request.streams.max(1) as u64;
@@ -340,7 +370,44 @@ async fn run_test(
         requested_seconds: plan.duration.as_secs_f64(),
         omit_seconds: plan.omit.as_secs_f64(),
     };
-    Ok(ProbeResult::combine(ctx, &local, &remote))
+    let mut result = ProbeResult::combine(ctx, &local, &remote);
+    result.warnings = clamped;
+    Ok(result)
+}
+
+/// Checks the responder's proof and returns the prober's proof (hex) and
+/// the test token. A responder that offers no proof is refused: a prober
+/// given a secret wants a peer that holds it, and anyone can answer
+/// without one.
+fn answer_challenge(
+    secret: &Secret,
+    client: &Nonce,
+    offer: Option<&WelcomeAuth>,
+) -> Result<(String, String), ProbeError> {
+    let Some(offer) = offer else {
+        return Err(ProbeError::Auth(
+            "this prober has a shared secret but the responder did not authenticate; set the same --secret-file on the responder".into(),
+        ));
+    };
+    if offer.method != auth::METHOD {
+        return Err(ProbeError::Auth(format!(
+            "the responder offered method {:?}; this prober speaks {}",
+            offer.method,
+            auth::METHOD
+        )));
+    }
+    let server = Nonce::parse(&offer.server_nonce, "server nonce")
+        .map_err(|e| ProbeError::Auth(e.to_string()))?;
+    let proof = auth::unhex(&offer.server_proof).unwrap_or_default();
+    if !secret.verify_responder(client, &server, &proof) {
+        return Err(ProbeError::Auth(
+            "the responder's proof is wrong: the shared secrets differ".into(),
+        ));
+    }
+    Ok((
+        auth::hex(&secret.prober_proof(client, &server)),
+        secret.test_token(client, &server),
+    ))
 }
 
 fn unspecified(peer: SocketAddr) -> IpAddr {

@@ -57,6 +57,10 @@ pub enum ProbeError {
         reason: RejectReason,
         message: String,
     },
+    /// The prober holds a secret and the responder did not prove it holds
+    /// the same one.
+    #[error("authentication failed: {0}")]
+    Auth(String),
     #[error("protocol error: {0}")]
     Protocol(String),
     #[error("the peer ended the test: {0}")]
@@ -76,7 +80,15 @@ impl ProbeError {
             ProbeError::Timeout { .. } => "timeout",
             ProbeError::Busy { .. } => "busy",
             ProbeError::VersionMismatch(_) => "version_mismatch",
-            ProbeError::Rejected { .. } => "rejected",
+            ProbeError::Rejected { reason, .. } => match reason {
+                // Access problems get labels of their own: they call for a
+                // configuration fix, not for asking less.
+                RejectReason::AuthRequired => "auth_required",
+                RejectReason::AuthFailed => "auth_failed",
+                RejectReason::Denied => "denied",
+                _ => "rejected",
+            },
+            ProbeError::Auth(_) => "auth_failed",
             ProbeError::Protocol(_) => "protocol_error",
             ProbeError::Aborted(_) => "aborted",
             ProbeError::Io(_) => "io_error",
@@ -93,7 +105,15 @@ impl ProbeError {
             ProbeError::Timeout { .. } => "check that a firewall lets the responder's TCP and UDP port through",
             ProbeError::Busy { .. } => "try again later; the responder runs one test at a time",
             ProbeError::VersionMismatch(_) => "run the same pathprobe release on both ends",
-            ProbeError::Rejected { .. } => "ask for less (shorter -t, fewer -P streams, lower -b), within the responder's limits",
+            ProbeError::Rejected { reason, .. } => match reason {
+                RejectReason::AuthRequired | RejectReason::AuthFailed => {
+                    "give the responder's shared secret with --secret-file (the same file on both ends)"
+                }
+                RejectReason::Denied => "probe from an address the responder's allow list admits (-B), or ask its operator",
+                RejectReason::RateLimited | RejectReason::BudgetExhausted => "try again after the time the responder gave",
+                _ => "ask for less (fewer -P streams, a smaller -l), within the responder's limits",
+            },
+            ProbeError::Auth(_) => "use the same secret file on both ends; a responder without one cannot prove who it is",
             ProbeError::Protocol(_) => "make sure the target port is a pathprobe responder",
             ProbeError::Aborted(_) => "look at the responder's log",
             ProbeError::Io(_) => "check local resources and permissions",

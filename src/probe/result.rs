@@ -38,6 +38,9 @@ pub struct ProbeResult {
     pub udp: Option<UdpSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
+    /// What the responder cut down to its limits, one sentence each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -402,6 +405,7 @@ impl ProbeResult {
             udp,
             local: side_summary(local),
             remote: side_summary(remote),
+            warnings: Vec::new(),
         }
     }
 

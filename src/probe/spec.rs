@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::Secret;
 use crate::protocol::TestRequest;
 
 /// Transport of a throughput probe.
@@ -132,6 +133,9 @@ pub struct ProbeSpec {
     pub remote_affinity: Option<usize>,
     /// Bound on connecting and on every control exchange.
     pub connect_timeout: Duration,
+    /// Shared secret to authenticate with. With one set, the prober also
+    /// insists that the responder proves it holds the same secret.
+    pub secret: Option<Secret>,
 }
 
 impl Default for ProbeSpec {
@@ -151,6 +155,7 @@ impl Default for ProbeSpec {
             affinity: None,
             remote_affinity: None,
             connect_timeout: Duration::from_secs(5),
+            secret: None,
         }
     }
 }

@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! prober                              responder
-//!   Hello{version}          ─────▶
-//!                           ◀─────    Welcome{limits} | Rejected{version_mismatch}
+//!                                     (a client outside the allow list gets
+//!                                      Rejected{denied} before anything else)
+//!   Hello{version, auth?}   ─────▶
+//!                           ◀─────    Welcome{limits, auth?} | Rejected{version_mismatch | auth_required | auth_failed}
+//!   Auth{proof}             ─────▶    (only when the Welcome carried auth)
 //!   Request{test}           ─────▶
-//!                           ◀─────    Accepted{token} | Busy{retry_after} | Rejected{reason}
+//!                           ◀─────    Accepted{token, clamped} | Busy{retry_after} | Rejected{reason}
 //!   (data connections, each opening with DataHello{token, stream};
 //!    UDP flows, each sending hello datagrams carrying the token)
 //!                           ◀─────    Ready
@@ -14,6 +17,9 @@
 //!   (data moves)
 //!                           ◀─────    Results{responder's figures}
 //! ```
+//!
+//! With authentication (see [`crate::auth`]) the token in `Accepted` is
+//! empty: both ends derive it from the handshake instead.
 //!
 //! Either side may send `Error` and close at any point. Unknown message
 //! types, and unknown fields inside known ones, are tolerated only where the
@@ -37,11 +43,23 @@ pub enum Message {
     Hello(Hello),
     Welcome(Welcome),
     Request(TestRequest),
+    /// The prober's answer to the responder's challenge, when the
+    /// [`Welcome`] carried one.
+    Auth {
+        /// Hex HMAC; see [`crate::auth`].
+        proof: String,
+    },
     Accepted {
-        /// Ties data connections and UDP flows to this test.
+        /// Ties data connections and UDP flows to this test. Empty after an
+        /// authenticated handshake, where both ends derive it.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         token: String,
         /// The test as the responder will run it.
         request: TestRequest,
+        /// What the responder cut down to its limits, one sentence each
+        /// ("duration 120 s clamped to 60 s"); the prober reports them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        clamped: Vec<String>,
     },
     Busy {
         retry_after_ms: u64,
@@ -71,9 +89,27 @@ pub struct Hello {
     pub version: u32,
     /// Software name and version, for logs.
     pub software: String,
-    /// Reserved for authentication: a method name and the prober's nonce.
+    /// Present when the prober holds a secret: its method and challenge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth: Option<serde_json::Value>,
+    pub auth: Option<HelloAuth>,
+}
+
+/// The prober's half of the challenge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloAuth {
+    /// [`crate::auth::METHOD`]; a string so that an unknown method is
+    /// refused by name rather than as a malformed frame.
+    pub method: String,
+    /// Hex, [`crate::auth::NONCE_LEN`] bytes.
+    pub client_nonce: String,
+}
+
+/// The responder's challenge, and its proof that it holds the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WelcomeAuth {
+    pub method: String,
+    pub server_nonce: String,
+    pub server_proof: String,
 }
 
 impl Hello {
@@ -99,18 +135,35 @@ pub struct Welcome {
     pub version: u32,
     pub software: String,
     pub limits: Limits,
-    /// Reserved for authentication: the responder's challenge.
+    /// Present when the responder authenticated the prober's hello.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth: Option<serde_json::Value>,
+    pub auth: Option<WelcomeAuth>,
 }
 
-/// What a responder allows one test to ask for.
+/// What a responder allows, so that a prober can see why it was clamped or
+/// refused. Fields after the first three are 0 for "no limit"; they default
+/// so that a Welcome from an older responder still reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
+    /// Omit included; longer requests are clamped.
     pub max_duration_ms: u64,
+    /// Per direction; more is refused.
     pub max_streams: u32,
-    /// Bits per second summed over streams; 0 means no cap.
+    /// Bits per second summed over streams; 0 means no cap. Higher (or
+    /// unpaced) requests are clamped.
     pub max_bitrate: u64,
+    /// Write or datagram size; larger is refused.
+    #[serde(default)]
+    pub max_length: u32,
+    /// Socket buffer size; larger is clamped.
+    #[serde(default)]
+    pub max_window: u32,
+    #[serde(default)]
+    pub max_concurrent_tests: u32,
+    #[serde(default)]
+    pub max_tests_per_client_per_minute: u32,
+    #[serde(default)]
+    pub max_bytes_per_hour: u64,
 }
 
 /// The test a prober asks for. Durations travel as milliseconds so that the
@@ -159,6 +212,10 @@ pub enum RejectReason {
     AuthRequired,
     AuthFailed,
     Denied,
+    /// The client ran its allowance of tests for the last minute.
+    RateLimited,
+    /// The responder moved its allowance of bytes for the last hour.
+    BudgetExhausted,
 }
 
 impl RejectReason {
@@ -170,6 +227,8 @@ impl RejectReason {
             RejectReason::AuthRequired => "auth_required",
             RejectReason::AuthFailed => "auth_failed",
             RejectReason::Denied => "denied",
+            RejectReason::RateLimited => "rate_limited",
+            RejectReason::BudgetExhausted => "budget_exhausted",
         }
     }
 }
@@ -246,7 +305,23 @@ mod tests {
             Message::Accepted {
                 token: new_token(),
                 request: request(),
+                clamped: vec![],
             },
+            Message::Accepted {
+                token: String::new(),
+                request: request(),
+                clamped: vec!["duration 120 s clamped to 60 s".into()],
+            },
+            Message::Auth {
+                proof: "00ff".into(),
+            },
+            Message::Hello(Hello {
+                auth: Some(HelloAuth {
+                    method: "hmac-sha256".into(),
+                    client_nonce: "11".repeat(32),
+                }),
+                ..Hello::new()
+            }),
             Message::Busy {
                 retry_after_ms: 5000,
                 message: "busy".into(),
@@ -280,6 +355,33 @@ mod tests {
         })
         .unwrap();
         assert_eq!(json, r#"{"type":"data_hello","token":"00ff","stream":1}"#);
+        let json = serde_json::to_string(&Message::Auth {
+            proof: "ab".into(),
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"type":"auth","proof":"ab"}"#);
+        // An authenticated Accepted carries no token, and a pre-limits
+        // Welcome (three limit fields) still reads.
+        let json = serde_json::to_string(&Message::Accepted {
+            token: String::new(),
+            request: request(),
+            clamped: vec!["x".into()],
+        })
+        .unwrap();
+        assert!(json.starts_with(r#"{"type":"accepted","request":"#), "{json}");
+        assert!(json.ends_with(r#""clamped":["x"]}"#), "{json}");
+        let old: Message = serde_json::from_str(
+            r#"{"type":"welcome","version":1,"software":"pathprobe/0.1.0","limits":{"max_duration_ms":60000,"max_streams":16,"max_bitrate":0}}"#,
+        )
+        .unwrap();
+        match old {
+            Message::Welcome(w) => {
+                assert_eq!(w.limits.max_duration_ms, 60_000);
+                assert_eq!(w.limits.max_bytes_per_hour, 0);
+                assert_eq!(w.auth, None);
+            }
+            other => panic!("expected welcome, got {other:?}"),
+        }
         assert_eq!(total(Direction::Bidir), 4);
         assert_eq!(total(Direction::Send), 2);
     }

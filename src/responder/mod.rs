@@ -6,9 +6,15 @@
 //! apart by their first frame (`Hello` or `DataHello`). The responder runs a
 //! limited number of tests at once (one by default) and answers any further
 //! prober with `Busy` and a retry hint.
+//!
+//! Access control happens in layers, cheapest first: the allow and deny
+//! lists at accept, before anything is read; the shared secret at the
+//! handshake; then the test's own limits, the byte budget, the test slots
+//! and the per-client allowance (see [`access`] and `session.rs`).
 
+pub mod access;
 mod session;
-pub use session::{check_limits, DRAIN_GRACE};
+pub use session::{check_limits, Admission, DRAIN_GRACE};
 mod udp;
 
 use std::collections::{HashMap, HashSet};
@@ -21,21 +27,44 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 
-use crate::control::{read_message, ControlError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use self::access::{AccessList, ByteBudget, ClientRate};
+use crate::auth::Secret;
+use crate::control::{read_message, write_message, ControlError};
 use crate::probe::datapath::DataSocket;
 use crate::protocol::message::Limits;
-use crate::protocol::Message;
+use crate::protocol::{Message, RejectReason};
 
-/// Limits and timeouts of a responder.
+/// The largest TCP write size any responder accepts: a test's buffers are
+/// allocated from it, per stream.
+pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
+
+/// Limits, timeouts and access control of a responder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponderConfig {
+    /// Omit included. Longer requests are clamped to it.
     pub max_duration: Duration,
+    /// Per direction. More is refused.
     pub max_streams: u32,
-    /// Bits per second per direction; 0 for no cap.
+    /// Bits per second per direction; 0 for no cap. Higher or unpaced
+    /// requests are clamped to it.
     pub max_bitrate: u64,
+    /// TCP write size or UDP payload size. Larger is refused.
+    pub max_length: u32,
+    /// SO_SNDBUF/SO_RCVBUF. Larger is clamped.
+    pub max_window: u32,
     pub max_concurrent_tests: usize,
+    /// Tests one client (an IPv4 address or an IPv6 /64) may run in any
+    /// minute; 0 for no limit.
+    pub max_tests_per_client_per_minute: u32,
+    /// Payload bytes all tests may move in any hour; 0 for no limit.
+    pub max_bytes_per_hour: u64,
     /// Bound on every wait for the prober outside the data transfer.
     pub idle_timeout: Duration,
+    /// When set, probers must prove they hold it.
+    pub secret: Option<Secret>,
+    pub access: AccessList,
 }
 
 impl Default for ResponderConfig {
@@ -44,8 +73,16 @@ impl Default for ResponderConfig {
             max_duration: Duration::from_secs(60),
             max_streams: 16,
             max_bitrate: 0,
+            max_length: TCP_LENGTH_CEILING,
+            max_window: 256 << 20,
             max_concurrent_tests: 1,
+            // A scheduler probing every few seconds stays well within this;
+            // a client looping on the responder does not.
+            max_tests_per_client_per_minute: 60,
+            max_bytes_per_hour: 0,
             idle_timeout: Duration::from_secs(10),
+            secret: None,
+            access: AccessList::default(),
         }
     }
 }
@@ -56,6 +93,11 @@ impl ResponderConfig {
             max_duration_ms: self.max_duration.as_millis() as u64,
             max_streams: self.max_streams,
             max_bitrate: self.max_bitrate,
+            max_length: self.max_length,
+            max_window: self.max_window,
+            max_concurrent_tests: self.max_concurrent_tests.try_into().unwrap_or(u32::MAX),
+            max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
+            max_bytes_per_hour: self.max_bytes_per_hour,
         }
     }
 }
@@ -68,6 +110,13 @@ pub struct ResponderCounters {
     pub rejected_busy: AtomicU64,
     pub rejected_limit: AtomicU64,
     pub rejected_version: AtomicU64,
+    pub rejected_auth_required: AtomicU64,
+    pub rejected_auth_failed: AtomicU64,
+    pub rejected_denied: AtomicU64,
+    pub rejected_rate_limited: AtomicU64,
+    pub rejected_budget: AtomicU64,
+    /// Accepted tests that asked for more than a limit and were cut down.
+    pub tests_clamped: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub timeouts: AtomicU64,
     pub udp_ignored: AtomicU64,
@@ -78,6 +127,20 @@ pub struct ResponderCounters {
 impl ResponderCounters {
     fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a refusal under its reason.
+    fn reject(&self, reason: RejectReason) {
+        ResponderCounters::inc(match reason {
+            RejectReason::VersionMismatch => &self.rejected_version,
+            RejectReason::Limit => &self.rejected_limit,
+            RejectReason::BadRequest => &self.protocol_errors,
+            RejectReason::AuthRequired => &self.rejected_auth_required,
+            RejectReason::AuthFailed => &self.rejected_auth_failed,
+            RejectReason::Denied => &self.rejected_denied,
+            RejectReason::RateLimited => &self.rejected_rate_limited,
+            RejectReason::BudgetExhausted => &self.rejected_budget,
+        });
     }
 }
 
@@ -109,6 +172,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<ResponderCounters>,
     pending: Mutex<HashMap<String, PendingTest>>,
     running: Mutex<Vec<Instant>>,
+    client_rate: Mutex<ClientRate>,
+    bytes: Mutex<ByteBudget>,
 }
 
 impl Shared {
@@ -133,6 +198,30 @@ impl Shared {
             shared: self,
             end: expected_end,
         })
+    }
+
+    /// Records a test for `ip` against the per-client allowance.
+    fn admit_client(&self, ip: IpAddr, per_minute: u32) -> Result<(), Duration> {
+        self.client_rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(ip, per_minute, Instant::now())
+    }
+
+    /// Whether the hour's byte budget has room for another test.
+    fn check_budget(&self, per_hour: u64) -> Result<(), Duration> {
+        self.bytes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(per_hour, Instant::now())
+    }
+
+    fn spend(&self, bytes: u64) {
+        self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.bytes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(bytes, Instant::now());
     }
 
     fn register(&self, token: &str, peer: IpAddr, stream: u32, socket: DataSocket) -> bool {
@@ -231,6 +320,8 @@ impl Responder {
                 counters: Arc::default(),
                 pending: Mutex::default(),
                 running: Mutex::default(),
+                client_rate: Mutex::default(),
+                bytes: Mutex::new(ByteBudget::new(Instant::now())),
             }),
             tcp,
             udp: Arc::new(udp),
@@ -282,7 +373,23 @@ impl Responder {
 
 async fn handle_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let peer = normalize(peer);
-    let first = read_message(&mut stream, shared.config().idle_timeout).await;
+    let config = shared.config();
+    if !config.access.permits(peer.ip()) {
+        tracing::info!(%peer, "client refused by the allow/deny lists");
+        refuse(
+            &mut stream,
+            &shared.counters,
+            RejectReason::Denied,
+            format!(
+                "this responder does not accept tests from {}",
+                peer.ip()
+            ),
+            config.idle_timeout,
+        )
+        .await;
+        return;
+    }
+    let first = read_message(&mut stream, config.idle_timeout).await;
     match first {
         Ok(Message::Hello(hello)) => session::run(stream, peer, hello, &shared).await,
         Ok(Message::DataHello { token, stream: id }) => {
@@ -312,6 +419,37 @@ async fn handle_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<
             tracing::debug!(%peer, error = %e, "bad first frame");
         }
     }
+}
+
+/// Sends a refusal, counts it by reason, and closes so that the prober
+/// reads it: frames the prober had already sent (a hello, or an `Auth`
+/// pipelined with its request) are drained first, because closing a socket
+/// with unread input sends a reset that can destroy the reply in flight.
+pub(crate) async fn refuse(
+    stream: &mut TcpStream,
+    counters: &ResponderCounters,
+    reason: RejectReason,
+    message: String,
+    timeout: Duration,
+) {
+    counters.reject(reason);
+    let msg = Message::Rejected { reason, message };
+    if write_message(stream, &msg, timeout).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    // Bounded in time and bytes, so a refused client cannot hold the task.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut buf = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 /// IPv4 probers reach a dual-stack listener as ::ffff:a.b.c.d; compare and

@@ -1,22 +1,24 @@
-//! One control session on the responder: handshake, admission against the
-//! limits, collecting the data connections, running the responder's side of
+//! One control session on the responder: handshake (with the shared-secret
+//! challenge when one is set), admission against the limits, collecting the data connections, running the responder's side of
 //! the test and reporting its figures.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::{PendingTest, ResponderCounters, Shared};
+use super::{refuse, PendingTest, ResponderCounters, Shared};
+use crate::auth::{self, unhex, Nonce, Secret};
 use crate::control::{read_message, write_message, ControlError};
 use crate::probe::datapath::{DataSocket, Plan, SideRun, StreamJob};
 use crate::probe::spec::{stream_layout, FlowDirection, Kind};
 use crate::probe::stats::{Role, SideStats};
 use crate::probe::tcp::{apply_options, TcpOptions};
-use crate::protocol::message::{check_hello, new_token, software, token_id, Hello, Welcome};
+use crate::protocol::message::{
+    check_hello, new_token, software, token_id, Hello, Welcome, WelcomeAuth,
+};
 use crate::protocol::{Message, RejectReason, TestRequest};
 
 /// Time allowed after the planned end for data to drain before streams are stopped.
@@ -28,21 +30,23 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     let timeout = config.idle_timeout;
     let counters = &shared.counters;
     if let Err((reason, message)) = check_hello(&hello) {
-        ResponderCounters::inc(&counters.rejected_version);
         tracing::info!(%peer, %message, "prober rejected");
-        let _ = write_message(
-            &mut control,
-            &Message::Rejected { reason, message },
-            timeout,
-        )
-        .await;
+        refuse(&mut control, counters, reason, message, timeout).await;
         return;
     }
+    let auth = match challenge(&hello, config.secret.as_ref()) {
+        Ok(auth) => auth,
+        Err((reason, message)) => {
+            tracing::info!(%peer, %message, "prober not authenticated");
+            refuse(&mut control, counters, reason, message, timeout).await;
+            return;
+        }
+    };
     let welcome = Welcome {
         version: crate::protocol::PROTOCOL_VERSION,
         software: software(),
         limits: config.limits(),
-        auth: None,
+        auth: auth.as_ref().map(|a| a.welcome.clone()),
     };
     if write_message(&mut control, &Message::Welcome(welcome), timeout)
         .await
@@ -50,6 +54,43 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     {
         return;
     }
+    let token = match &auth {
+        None => None,
+        Some(a) => match read_message(&mut control, timeout).await {
+            Ok(Message::Auth { proof }) => match a.verify(&proof) {
+                Some(token) => Some(token),
+                None => {
+                    tracing::info!(%peer, "prober's proof is wrong");
+                    refuse(
+                        &mut control,
+                        counters,
+                        RejectReason::AuthFailed,
+                        AUTH_FAILED.into(),
+                        timeout,
+                    )
+                    .await;
+                    return;
+                }
+            },
+            Ok(other) => {
+                tracing::info!(%peer, message = ?other, "expected the prober's proof");
+                refuse(
+                    &mut control,
+                    counters,
+                    RejectReason::AuthFailed,
+                    "authentication failed: expected the prober's proof (auth) after the challenge"
+                        .into(),
+                    timeout,
+                )
+                .await;
+                return;
+            }
+            Err(e) => {
+                count_control_error(shared, &e);
+                return;
+            }
+        },
+    };
     let request = match read_message(&mut control, timeout).await {
         Ok(Message::Request(r)) => r,
         Ok(other) => {
@@ -62,20 +103,32 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             return;
         }
     };
-    if let Err(message) = check_limits(&request, &config) {
-        ResponderCounters::inc(&counters.rejected_limit);
-        tracing::info!(%peer, %message, "test refused");
-        let _ = write_message(
+    let admission = match check_limits(&request, &config) {
+        Ok(a) => a,
+        Err(message) => {
+            tracing::info!(%peer, %message, "test refused");
+            refuse(&mut control, counters, RejectReason::Limit, message, timeout).await;
+            return;
+        }
+    };
+    if let Err(wait) = shared.check_budget(config.max_bytes_per_hour) {
+        tracing::info!(%peer, "test refused: the hour's byte budget is spent");
+        let message = format!(
+            "this responder has moved its allowance of {} bytes for the last hour; retry in {}",
+            config.max_bytes_per_hour,
+            whole_seconds(wait)
+        );
+        refuse(
             &mut control,
-            &Message::Rejected {
-                reason: RejectReason::Limit,
-                message,
-            },
+            counters,
+            RejectReason::BudgetExhausted,
+            message,
             timeout,
         )
         .await;
         return;
     }
+    let request = admission.request;
     let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
     let slot = match shared.try_claim(Instant::now() + planned + DRAIN_GRACE) {
         Ok(slot) => slot,
@@ -93,7 +146,41 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             return;
         }
     };
-    let ok = match run_test(&mut control, peer, &request, shared).await {
+    // Counted only once a slot is won, so that "busy" answers, which cost
+    // the responder nothing, do not use up a client's allowance.
+    if let Err(wait) = shared.admit_client(peer.ip(), config.max_tests_per_client_per_minute) {
+        drop(slot);
+        tracing::info!(%peer, "test refused: client over its tests per minute");
+        let message = format!(
+            "{} has run its allowance of {} tests in the last minute; retry in {}",
+            peer.ip(),
+            config.max_tests_per_client_per_minute,
+            whole_seconds(wait)
+        );
+        refuse(
+            &mut control,
+            counters,
+            RejectReason::RateLimited,
+            message,
+            timeout,
+        )
+        .await;
+        return;
+    }
+    if !admission.clamped.is_empty() {
+        ResponderCounters::inc(&counters.tests_clamped);
+        tracing::info!(%peer, clamped = ?admission.clamped, "test clamped to the limits");
+    }
+    let ok = match run_test(
+        &mut control,
+        peer,
+        &request,
+        admission.clamped,
+        token,
+        shared,
+    )
+    .await
+    {
         Ok(()) => {
             ResponderCounters::inc(&counters.tests_succeeded);
             true
@@ -121,6 +208,74 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     }
 }
 
+const AUTH_REQUIRED: &str =
+    "authentication required: this responder needs a shared secret (--secret-file)";
+const AUTH_FAILED: &str = "authentication failed: the shared secrets differ";
+
+/// "12 s", rounded up so that a prober waiting that long is never early.
+fn whole_seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
+/// The responder's side of one authenticated handshake.
+struct Challenge {
+    secret: Secret,
+    client: Nonce,
+    server: Nonce,
+    welcome: WelcomeAuth,
+}
+
+impl Challenge {
+    /// The test token if `proof` (hex) is the prober's proof.
+    fn verify(&self, proof: &str) -> Option<String> {
+        let proof = unhex(proof)?;
+        self.secret
+            .verify_prober(&self.client, &self.server, &proof)
+            .then(|| self.secret.test_token(&self.client, &self.server))
+    }
+}
+
+/// Answers the prober's hello under `secret`: nothing to do without one,
+/// a challenge when the hello offers a usable one, a refusal otherwise.
+fn challenge(
+    hello: &Hello,
+    secret: Option<&Secret>,
+) -> Result<Option<Challenge>, (RejectReason, String)> {
+    let Some(secret) = secret else {
+        // A prober that offered auth to a responder without a secret gets
+        // a Welcome without a proof, and decides for itself (it refuses).
+        return Ok(None);
+    };
+    let Some(offer) = &hello.auth else {
+        return Err((RejectReason::AuthRequired, AUTH_REQUIRED.into()));
+    };
+    if offer.method != auth::METHOD {
+        return Err((
+            RejectReason::AuthFailed,
+            format!(
+                "authentication failed: unsupported method {:?}; this responder speaks {}",
+                offer.method,
+                auth::METHOD
+            ),
+        ));
+    }
+    let client = Nonce::parse(&offer.client_nonce, "client nonce")
+        .map_err(|e| (RejectReason::AuthFailed, format!("authentication failed: {e}")))?;
+    let server = Nonce::random()
+        .map_err(|e| (RejectReason::AuthFailed, format!("authentication failed: {e}")))?;
+    let welcome = WelcomeAuth {
+        method: auth::METHOD.into(),
+        server_nonce: server.to_hex(),
+        server_proof: auth::hex(&secret.responder_proof(&client, &server)),
+    };
+    Ok(Some(Challenge {
+        secret: secret.clone(),
+        client,
+        server,
+        welcome,
+    }))
+}
+
 fn count_control_error(shared: &Shared, e: &ControlError) {
     match e {
         ControlError::Timeout(_) => ResponderCounters::inc(&shared.counters.timeouts),
@@ -129,18 +284,51 @@ fn count_control_error(shared: &Shared, e: &ControlError) {
     }
 }
 
-/// Refuses a request beyond the responder's limits, saying which.
-pub fn check_limits(r: &TestRequest, c: &super::ResponderConfig) -> Result<(), String> {
-    let asked = Duration::from_millis(r.duration_ms.saturating_add(r.omit_ms));
-    if asked > c.max_duration {
-        return Err(format!(
-            "duration {:.1} s (with omit) exceeds this responder's maximum of {:.0} s",
-            asked.as_secs_f64(),
-            c.max_duration.as_secs_f64()
-        ));
-    }
+/// A request as the responder will run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub request: TestRequest,
+    /// One sentence per value cut down to a limit; empty if none was.
+    pub clamped: Vec<String>,
+}
+
+/// Holds a request to the responder's limits. Values that only make the
+/// test smaller while leaving it the same kind of measurement are clamped
+/// and said so: the duration, the rate, the socket buffer. Values that
+/// would change what is measured, or that no responder could run, are
+/// refused with the reason: the stream count, the write or datagram size,
+/// a zero duration, an omit longer than the maximum.
+pub fn check_limits(r: &TestRequest, c: &super::ResponderConfig) -> Result<Admission, String> {
+    let mut request = r.clone();
+    let mut clamped = Vec::new();
     if r.duration_ms == 0 {
         return Err("duration must be greater than zero".into());
+    }
+    let max_ms = c.max_duration.as_millis().min(u64::MAX as u128) as u64;
+    if r.omit_ms >= max_ms {
+        return Err(format!(
+            "omit {} leaves no measured time within this responder's maximum of {}",
+            seconds(r.omit_ms),
+            seconds(max_ms)
+        ));
+    }
+    if r.duration_ms.saturating_add(r.omit_ms) > max_ms {
+        request.duration_ms = max_ms - r.omit_ms;
+        clamped.push(if r.omit_ms > 0 {
+            format!(
+                "duration {} clamped to {} (with {} omit, this responder's maximum is {})",
+                seconds(r.duration_ms),
+                seconds(request.duration_ms),
+                seconds(r.omit_ms),
+                seconds(max_ms)
+            )
+        } else {
+            format!(
+                "duration {} clamped to {}",
+                seconds(r.duration_ms),
+                seconds(request.duration_ms)
+            )
+        });
     }
     if r.streams == 0 || r.streams > c.max_streams {
         return Err(format!(
@@ -150,26 +338,44 @@ pub fn check_limits(r: &TestRequest, c: &super::ResponderConfig) -> Result<(), S
     }
     if c.max_bitrate > 0 && (r.bitrate == 0 || r.bitrate > c.max_bitrate) {
         let asked = if r.bitrate == 0 {
-            "an unlimited rate".to_string()
+            "unlimited rate".to_string()
         } else {
-            format!("{} bit/s", r.bitrate)
+            format!("rate {} bit/s", r.bitrate)
         };
-        return Err(format!(
-            "{asked} requested; this responder allows at most {} bit/s",
+        request.bitrate = c.max_bitrate;
+        clamped.push(format!(
+            "{asked} clamped to {} bit/s per direction",
             c.max_bitrate
         ));
     }
-    let len_ok = match r.kind {
-        Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&r.length),
-        Kind::Tcp => (1..=16 << 20).contains(&r.length),
+    let (min_len, ceiling) = match r.kind {
+        Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
+        Kind::Tcp => (1, super::TCP_LENGTH_CEILING),
     };
-    if !len_ok {
-        return Err(format!("buffer length {} is out of range", r.length));
+    let max_len = c.max_length.min(ceiling);
+    if !(min_len..=max_len).contains(&r.length) {
+        return Err(format!(
+            "buffer length {} is out of range; this responder allows {min_len} to {max_len} bytes",
+            r.length
+        ));
     }
-    if r.window.is_some_and(|w| w > 256 << 20) {
-        return Err("window above 256 MiB".into());
+    if let Some(w) = r.window.filter(|w| *w > c.max_window) {
+        request.window = Some(c.max_window);
+        clamped.push(format!(
+            "window {w} bytes clamped to {} bytes",
+            c.max_window
+        ));
     }
-    Ok(())
+    Ok(Admission { request, clamped })
+}
+
+/// Milliseconds as "60 s" or "2.5 s".
+fn seconds(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 /// Why a test failed after it was accepted.
@@ -193,10 +399,19 @@ async fn run_test(
     control: &mut TcpStream,
     peer: SocketAddr,
     request: &TestRequest,
+    clamped: Vec<String>,
+    derived_token: Option<String>,
     shared: &Shared,
 ) -> Result<(), TestError> {
     let timeout = shared.config().idle_timeout;
-    let token = new_token();
+    // A derived token never travels on the control connection.
+    let (token, sent_token) = match derived_token {
+        Some(t) => (t, String::new()),
+        None => {
+            let t = new_token();
+            (t.clone(), t)
+        }
+    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let total = request.total_streams();
     shared
@@ -228,8 +443,9 @@ async fn run_test(
     write_message(
         control,
         &Message::Accepted {
-            token: token.clone(),
+            token: sent_token,
             request: request.clone(),
+            clamped,
         },
         timeout,
     )
@@ -325,7 +541,7 @@ async fn run_test(
         }
     };
     let bytes: u64 = streams.iter().map(|s| s.bytes).sum();
-    shared.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+    shared.spend(bytes);
     let stats = SideStats {
         streams,
         host,

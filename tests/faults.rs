@@ -253,3 +253,77 @@ fn slow_and_garbage_clients_are_cut_off_and_counted() {
         .unwrap();
     assert!(again.status.success());
 }
+
+#[test]
+fn a_connection_flood_leaves_memory_flat_and_probes_served() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("flood").unwrap();
+    let b = Serve::start(&lab, "b", RESPONDER);
+    let target: SocketAddr = (lab.addr_b(), 5301).into();
+    let ns_a = format!("{}-a", lab.name());
+    let before = b.rss_kib();
+    let mut peak = before;
+    // 10,000 connections from 8 threads, each keeping up to 100 open with a
+    // half-sent frame before dropping them.
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let ns = ns_a.clone();
+            std::thread::spawn(move || {
+                in_netns(&ns, move || {
+                    let mut open = Vec::new();
+                    let mut made = 0;
+                    for _ in 0..1250 {
+                        if let Ok(mut s) =
+                            TcpStream::connect_timeout(&target, Duration::from_secs(2))
+                        {
+                            let _ = s.write_all(&[0, 0, 0x3e, 0x80, b'{']);
+                            open.push(s);
+                            made += 1;
+                        }
+                        if open.len() >= 100 {
+                            open.clear();
+                        }
+                    }
+                    made
+                })
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while workers.iter().any(|w| !w.is_finished()) {
+        peak = peak.max(b.rss_kib());
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "flood did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let made: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(made >= 9_000, "only {made} connections were made");
+    peak = peak.max(b.rss_kib());
+    eprintln!("flood: {made} connections; responder RSS {before} KiB before, {peak} KiB peak");
+    assert!(
+        peak < before + 24 * 1024,
+        "RSS grew from {before} KiB to {peak} KiB"
+    );
+    // Still serving metrics and probes.
+    let probe = lab
+        .exec_a(env!("CARGO_BIN_EXE_pathprobe"))
+        .args(["probe", "-J", "-t", "1", &target.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        probe.status.success(),
+        "{}",
+        String::from_utf8_lossy(&probe.stdout)
+    );
+    b.wait_for(Duration::from_secs(10), "probe counted", |m| {
+        sample(
+            m,
+            "pathprobe_responder_tests_total",
+            &["result=\"success\""],
+        ) == Some(1.0)
+    });
+}

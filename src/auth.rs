@@ -257,7 +257,8 @@ mod tests {
         assert_eq!(secret().test_token(&c, &s), TOKEN_VECTOR, "token");
     }
 
-    const RESPONDER_VECTOR: &str = "f58adbd3f2eaa1f9e52cb9f24a9136de60063301d83956be23d8de08616cb58f";
+    const RESPONDER_VECTOR: &str =
+        "f58adbd3f2eaa1f9e52cb9f24a9136de60063301d83956be23d8de08616cb58f";
     const PROBER_VECTOR: &str = "df4d540b54cc36fba44e40cf06ab5ff766088d3ceb721adedc70c8ef6dada146";
     const TOKEN_VECTOR: &str = "fc300fd7f34f88ea595120073034bce6";
 
@@ -310,7 +311,12 @@ mod tests {
             Nonce::parse(&"AB".repeat(NONCE_LEN), "x").unwrap(),
             Nonce([0xab; NONCE_LEN])
         );
-        for bad in ["", "abc", &"zz".repeat(NONCE_LEN), &"ab".repeat(NONCE_LEN - 1)] {
+        for bad in [
+            "",
+            "abc",
+            &"zz".repeat(NONCE_LEN),
+            &"ab".repeat(NONCE_LEN - 1),
+        ] {
             assert!(Nonce::parse(bad, "client nonce").is_err(), "{bad:?}");
         }
         assert_eq!(unhex("00ff"), Some(vec![0, 255]));

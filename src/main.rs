@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use ipnet::IpNet;
 
+use pathprobe::auth::Secret;
 use pathprobe::probe::{self, Direction, Kind, ProbeError, ProbeSpec, Target};
 use pathprobe::protocol::DEFAULT_PORT;
 use pathprobe::report;
-use pathprobe::responder::{self, Responder, ResponderConfig};
+use pathprobe::responder::access::AccessList;
+use pathprobe::responder::{self, LimitPolicy, Responder, ResponderConfig};
 use pathprobe::units;
 
 #[derive(Parser)]
@@ -76,6 +79,33 @@ struct RespondArgs {
     /// Tests run at once; further probers are told the responder is busy.
     #[arg(long, default_value_t = 1)]
     max_concurrent: usize,
+    /// Largest TCP write or UDP datagram (-l) accepted.
+    #[arg(long, default_value = "16M", value_parser = parse_size_u32)]
+    max_length: u32,
+    /// Largest socket buffer (-w) accepted.
+    #[arg(long, default_value = "256M", value_parser = parse_size_u32)]
+    max_window: u32,
+    /// What to do with a request over --max-duration, --max-streams,
+    /// --max-bitrate, --max-length or --max-window: clamp (run it cut down,
+    /// and tell the prober) or refuse (refuse it, naming the limit).
+    #[arg(long, default_value = "clamp")]
+    limit_policy: LimitPolicy,
+    /// Tests one client (IPv4 address or IPv6 /64) may run per minute; 0 for no limit.
+    #[arg(long, default_value_t = 60)]
+    max_tests_per_client_per_minute: u32,
+    /// Payload bytes all tests may move in any hour (e.g. 100G); 0 for no limit.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    max_bytes_per_hour: u64,
+    /// File holding the shared secret probers must prove they know.
+    #[arg(long = "auth.secret-file", value_name = "FILE")]
+    auth_secret_file: Option<PathBuf>,
+    /// Client network (CIDR or address) to serve; repeatable. Without any,
+    /// every client not denied is served.
+    #[arg(long = "allow", value_name = "CIDR", value_parser = parse_network)]
+    allow: Vec<IpNet>,
+    /// Client network (CIDR or address) to refuse; repeatable; wins over --allow.
+    #[arg(long = "deny", value_name = "CIDR", value_parser = parse_network)]
+    deny: Vec<IpNet>,
 }
 
 #[derive(Args)]
@@ -141,6 +171,9 @@ struct ProbeArgs {
     /// Per-stream and per-host detail.
     #[arg(short, long)]
     verbose: bool,
+    /// File holding the responder's shared secret, to authenticate with.
+    #[arg(long = "auth.secret-file", value_name = "FILE")]
+    auth_secret_file: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -152,6 +185,12 @@ fn parse_rate(s: &str) -> Result<u64, String> {
 fn parse_size_u32(s: &str) -> Result<u32, String> {
     let v = units::parse_size(s).map_err(|e| e.to_string())?;
     u32::try_from(v).map_err(|_| format!("size {s:?} is too large: expected at most 4G"))
+}
+fn parse_size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+fn parse_network(s: &str) -> Result<IpNet, String> {
+    pathprobe::config::sections::parse_network(s)
 }
 fn parse_tos(s: &str) -> Result<u8, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -206,7 +245,12 @@ impl ProbeArgs {
             affinity,
             remote_affinity,
             connect_timeout: self.connect_timeout,
-            secret: None,
+            secret: self
+                .auth_secret_file
+                .as_deref()
+                .map(Secret::from_file)
+                .transpose()
+                .map_err(|e| ProbeError::BadArgument(format!("--auth.secret-file: {e}")))?,
         })
     }
 }
@@ -337,6 +381,21 @@ async fn run_respond(args: RespondArgs) -> anyhow::Result<()> {
         max_streams: args.max_streams,
         max_bitrate: args.max_bitrate,
         max_concurrent_tests: args.max_concurrent.max(1),
+        max_length: args.max_length.max(1),
+        max_window: args.max_window,
+        limit_policy: args.limit_policy,
+        max_tests_per_client_per_minute: args.max_tests_per_client_per_minute,
+        max_bytes_per_hour: args.max_bytes_per_hour,
+        secret: args
+            .auth_secret_file
+            .as_deref()
+            .map(Secret::from_file)
+            .transpose()
+            .context("--auth.secret-file")?,
+        access: AccessList {
+            allow: args.allow,
+            deny: args.deny,
+        },
         ..ResponderConfig::default()
     };
     let responder = Responder::new(tcp, udp, config).context("starting the responder")?;

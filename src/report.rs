@@ -64,6 +64,11 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
         out.push_str(&summary_line(r, d));
         out.push('\n');
     }
+    // Always shown: a figure from a cut-down test must not pass for the
+    // one that was asked for.
+    for c in &r.clamped {
+        let _ = writeln!(out, "note: the responder clamped this test: {c}");
+    }
     if verbose {
         let _ = writeln!(
             out,

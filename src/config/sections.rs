@@ -17,7 +17,7 @@ use super::quantity;
 use crate::auth::Secret;
 use crate::protocol::DEFAULT_PORT;
 use crate::responder::access::AccessList;
-use crate::responder::ResponderConfig;
+use crate::responder::{LimitPolicy, ResponderConfig};
 
 /// `responder:` the server side that peers probe.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -38,6 +38,9 @@ pub struct ResponderSection {
     /// Largest socket buffer a peer may ask for; more is clamped.
     #[serde(deserialize_with = "quantity::size_u32")]
     pub max_window: u32,
+    /// `clamp` (run the test cut down to the limits above, and say so) or
+    /// `refuse` (refuse it, naming the limit).
+    pub limit_policy: LimitPolicy,
     pub max_concurrent_tests: usize,
     /// Tests one client (IPv4 address or IPv6 /64) may run per minute; 0
     /// for no limit.
@@ -75,6 +78,7 @@ impl Default for ResponderSection {
             max_bitrate: limits.max_bitrate,
             max_length: limits.max_length,
             max_window: limits.max_window,
+            limit_policy: limits.limit_policy,
             max_concurrent_tests: limits.max_concurrent_tests,
             max_tests_per_client_per_minute: limits.max_tests_per_client_per_minute,
             max_bytes_per_hour: limits.max_bytes_per_hour,
@@ -95,6 +99,7 @@ impl ResponderSection {
             max_bitrate: self.max_bitrate,
             max_length: self.max_length,
             max_window: self.max_window,
+            limit_policy: self.limit_policy,
             max_concurrent_tests: self.max_concurrent_tests,
             max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
             max_bytes_per_hour: self.max_bytes_per_hour,

@@ -134,7 +134,7 @@ pub static PROBES: MetricDef = def(
     Counter,
     "pathprobe_probes_total",
     &[RESULT],
-    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_mismatch, rejected, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
+    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_mismatch, rejected, auth_required, auth_failed, denied, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
 );
 pub static PROBE_FAILURE_INFO: MetricDef = def(
     Probe,
@@ -385,7 +385,14 @@ pub static RESPONDER_REJECTIONS: MetricDef = def(
     Counter,
     "pathprobe_responder_rejections_total",
     &[REASON],
-    "Connections the responder turned away without a test, by reason (busy, limit, version_mismatch, protocol_error, timeout).",
+    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test), overload (closed at once: 256 connections were already waiting for a first message).",
+);
+pub static RESPONDER_CLAMPED_TESTS: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_clamped_tests_total",
+    &[],
+    "Tests the responder accepted cut down to its limits (limit_policy clamp); the prober is told which limits in its reply.",
 );
 pub static RESPONDER_IGNORED_DATAGRAMS: MetricDef = def(
     Responder,
@@ -488,6 +495,7 @@ pub static ALL: &[&MetricDef] = &[
     &HOST_COLLECTOR_SUCCESS,
     &RESPONDER_TESTS,
     &RESPONDER_REJECTIONS,
+    &RESPONDER_CLAMPED_TESTS,
     &RESPONDER_IGNORED_DATAGRAMS,
     &RESPONDER_ACTIVE_TESTS,
     &RESPONDER_BYTES,
@@ -575,7 +583,7 @@ mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 47);
+        assert_eq!(ALL.len(), 48);
     }
 
     #[test]

@@ -130,6 +130,13 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
         ("version_mismatch", &c.rejected_version),
         ("protocol_error", &c.protocol_errors),
         ("timeout", &c.timeouts),
+        ("auth_required", &c.rejected_auth_required),
+        ("auth_failed", &c.rejected_auth_failed),
+        ("denied", &c.rejected_denied),
+        ("rate_limited", &c.rejected_rate_limited),
+        ("budget_exhausted", &c.rejected_budget),
+        ("bad_token", &c.rejected_bad_token),
+        ("overload", &c.overload),
     ] {
         out.add(
             &names::RESPONDER_REJECTIONS,
@@ -142,6 +149,7 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
         &[],
         get(&c.udp_ignored),
     );
+    out.add(&names::RESPONDER_CLAMPED_TESTS, &[], get(&c.tests_clamped));
     out.add(&names::RESPONDER_ACTIVE_TESTS, &[], get(&c.active_tests));
     out.add(&names::RESPONDER_BYTES, &[], get(&c.bytes));
 }

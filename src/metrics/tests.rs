@@ -202,7 +202,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
-        warnings: Vec::new(),
+        clamped: Vec::new(),
     }
 }
 
@@ -948,6 +948,14 @@ fn responder_counters_are_exported() {
     c.protocol_errors.store(6, Ordering::Relaxed);
     c.timeouts.store(7, Ordering::Relaxed);
     c.udp_ignored.store(8, Ordering::Relaxed);
+    c.rejected_auth_required.store(9, Ordering::Relaxed);
+    c.rejected_auth_failed.store(10, Ordering::Relaxed);
+    c.rejected_denied.store(11, Ordering::Relaxed);
+    c.rejected_rate_limited.store(12, Ordering::Relaxed);
+    c.rejected_budget.store(13, Ordering::Relaxed);
+    c.rejected_bad_token.store(14, Ordering::Relaxed);
+    c.overload.store(15, Ordering::Relaxed);
+    c.tests_clamped.store(16, Ordering::Relaxed);
     c.bytes.store(123_456_789, Ordering::Relaxed);
     c.active_tests.store(1, Ordering::Relaxed);
     let mut out = Exposition::default();
@@ -963,9 +971,20 @@ fn responder_counters_are_exported() {
         ("version_mismatch", 4.0),
         ("protocol_error", 6.0),
         ("timeout", 7.0),
+        ("auth_required", 9.0),
+        ("auth_failed", 10.0),
+        ("denied", 11.0),
+        ("rate_limited", 12.0),
+        ("budget_exhausted", 13.0),
+        ("bad_token", 14.0),
+        ("overload", 15.0),
     ] {
         assert_eq!(value(&s, rej, &[("reason", reason)]), n, "{reason}");
     }
+    assert_eq!(
+        value(&s, "pathprobe_responder_clamped_tests_total", &[]),
+        16.0
+    );
     assert_eq!(
         value(&s, "pathprobe_responder_ignored_datagrams_total", &[]),
         8.0

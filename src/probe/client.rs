@@ -202,14 +202,34 @@ async fn run_test(
         Message::Welcome(w) => w,
         other => return Err(refusal(other, "welcome")),
     };
+    let mut responder_proven = true;
     let derived_token = match (&spec.secret, client_nonce) {
         (Some(secret), Some(client)) => {
-            let (proof, token) = answer_challenge(secret, &client, welcome.auth.as_ref())?;
-            write_message(&mut control, &Message::Auth { proof }, t).await?;
-            Some(token)
+            let answer = answer_challenge(secret, &client, welcome.auth.as_ref())?;
+            responder_proven = answer.responder_proven;
+            write_message(
+                &mut control,
+                &Message::Auth {
+                    proof: answer.proof,
+                },
+                t,
+            )
+            .await?;
+            Some(answer.token)
         }
         _ => None,
     };
+    if !responder_proven {
+        // The proof was still sent, so that the responder counts the
+        // failure and says it in its own words; nothing more is sent to a
+        // responder that could not prove itself.
+        return Err(match read_message(&mut control, t).await {
+            Ok(reply @ Message::Rejected { .. }) => refusal(reply, "rejected"),
+            _ => {
+                ProbeError::Auth("the responder's proof is wrong: the shared secrets differ".into())
+            }
+        });
+    }
     let request = spec.to_request();
     write_message(&mut control, &Message::Request(request.clone()), t).await?;
     let (token, request, clamped) = match read_message(&mut control, t).await? {
@@ -220,14 +240,21 @@ async fn run_test(
         } => (derived_token.unwrap_or(token), agreed, clamped),
         other => return Err(refusal(other, "accepted")),
     };
+    // A responder that changed the test without saying so (an older or a
+    // broken one) must not pass its figures off as those asked for.
+    let clamped = if clamped.is_empty() && request != spec.to_request() {
+        vec!["the responder changed the test without saying which limit applied".to_string()]
+    } else {
+        clamped
+    };
     if token.is_empty() {
         return Err(ProbeError::Protocol(
             "the responder accepted the test without a token, and no secret was set to derive one"
                 .into(),
         ));
     }
-    for warning in &clamped {
-        tracing::warn!(target = %target, %warning, "the responder cut the test down to its limits");
+    for limit in &clamped {
+        tracing::warn!(target = %target, %limit, "the responder cut the test down to its limits");
     }
 
     let layout = stream_layout(request.direction, request.streams);
@@ -376,22 +403,31 @@ async fn run_test(
         omit_seconds: plan.omit.as_secs_f64(),
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
-    result.warnings = clamped;
+    result.clamped = clamped;
     Ok(result)
 }
 
-/// Checks the responder's proof and returns the prober's proof (hex) and
-/// the test token. A responder that offers no proof is refused: a prober
-/// given a secret wants a peer that holds it, and anyone can answer
+/// The prober's answer to the responder's challenge.
+struct Answer {
+    /// Hex, for `Auth`.
+    proof: String,
+    token: String,
+    /// Whether the responder's own proof checked out.
+    responder_proven: bool,
+}
+
+/// Checks the responder's proof and computes the prober's proof (hex) and
+/// the test token. A responder that offers no challenge is refused: a
+/// prober given a secret wants a peer that holds it, and anyone can answer
 /// without one.
 fn answer_challenge(
     secret: &Secret,
     client: &Nonce,
     offer: Option<&WelcomeAuth>,
-) -> Result<(String, String), ProbeError> {
+) -> Result<Answer, ProbeError> {
     let Some(offer) = offer else {
         return Err(ProbeError::Auth(
-            "this prober has a shared secret but the responder did not authenticate; set the same --secret-file on the responder".into(),
+            "this prober has a shared secret but the responder did not authenticate; give the responder the same secret file".into(),
         ));
     };
     if offer.method != auth::METHOD {
@@ -404,15 +440,11 @@ fn answer_challenge(
     let server = Nonce::parse(&offer.server_nonce, "server nonce")
         .map_err(|e| ProbeError::Auth(e.to_string()))?;
     let proof = auth::unhex(&offer.server_proof).unwrap_or_default();
-    if !secret.verify_responder(client, &server, &proof) {
-        return Err(ProbeError::Auth(
-            "the responder's proof is wrong: the shared secrets differ".into(),
-        ));
-    }
-    Ok((
-        auth::hex(&secret.prober_proof(client, &server)),
-        secret.test_token(client, &server),
-    ))
+    Ok(Answer {
+        proof: auth::hex(&secret.prober_proof(client, &server)),
+        token: secret.test_token(client, &server),
+        responder_proven: secret.verify_responder(client, &server, &proof),
+    })
 }
 
 fn unspecified(peer: SocketAddr) -> IpAddr {

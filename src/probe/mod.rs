@@ -107,7 +107,7 @@ impl ProbeError {
             ProbeError::VersionMismatch(_) => "run the same pathprobe release on both ends",
             ProbeError::Rejected { reason, .. } => match reason {
                 RejectReason::AuthRequired | RejectReason::AuthFailed => {
-                    "give the responder's shared secret with --secret-file (the same file on both ends)"
+                    "give the responder's shared secret with --auth.secret-file (or secret_file in the module), the same secret on both ends"
                 }
                 RejectReason::Denied => "probe from an address the responder's allow list admits (-B), or ask its operator",
                 RejectReason::RateLimited | RejectReason::BudgetExhausted => "try again after the time the responder gave",

@@ -38,9 +38,10 @@ pub struct ProbeResult {
     pub udp: Option<UdpSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
-    /// What the responder cut down to its limits, one sentence each.
+    /// What the responder cut down to its limits, one sentence each
+    /// naming the limit; empty when the test ran as asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub clamped: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -405,7 +406,7 @@ impl ProbeResult {
             udp,
             local: side_summary(local),
             remote: side_summary(remote),
-            warnings: Vec::new(),
+            clamped: Vec::new(),
         }
     }
 

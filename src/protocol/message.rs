@@ -164,6 +164,9 @@ pub struct Limits {
     pub max_tests_per_client_per_minute: u32,
     #[serde(default)]
     pub max_bytes_per_hour: u64,
+    /// "clamp" or "refuse": what happens to a request over the first five.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub limit_policy: String,
 }
 
 /// The test a prober asks for. Durations travel as milliseconds so that the
@@ -355,10 +358,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(json, r#"{"type":"data_hello","token":"00ff","stream":1}"#);
-        let json = serde_json::to_string(&Message::Auth {
-            proof: "ab".into(),
-        })
-        .unwrap();
+        let json = serde_json::to_string(&Message::Auth { proof: "ab".into() }).unwrap();
         assert_eq!(json, r#"{"type":"auth","proof":"ab"}"#);
         // An authenticated Accepted carries no token, and a pre-limits
         // Welcome (three limit fields) still reads.
@@ -368,7 +368,10 @@ mod tests {
             clamped: vec!["x".into()],
         })
         .unwrap();
-        assert!(json.starts_with(r#"{"type":"accepted","request":"#), "{json}");
+        assert!(
+            json.starts_with(r#"{"type":"accepted","request":"#),
+            "{json}"
+        );
         assert!(json.ends_with(r#""clamped":["x"]}"#), "{json}");
         let old: Message = serde_json::from_str(
             r#"{"type":"welcome","version":1,"software":"pathprobe/0.1.0","limits":{"max_duration_ms":60000,"max_streams":16,"max_bitrate":0}}"#,

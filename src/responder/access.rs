@@ -64,7 +64,10 @@ impl ClientRate {
             self.make_room(now);
         }
         let times = self.clients.entry(key).or_default();
-        while times.front().is_some_and(|t| now.duration_since(*t) >= MINUTE) {
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
             times.pop_front();
         }
         if times.len() >= per_minute as usize {
@@ -81,8 +84,11 @@ impl ClientRate {
     /// legitimate probers out; it can only reset someone's count, which
     /// the flood could equally spend from its own addresses.
     fn make_room(&mut self, now: Instant) {
-        self.clients
-            .retain(|_, times| times.back().is_some_and(|t| now.duration_since(*t) < MINUTE));
+        self.clients.retain(|_, times| {
+            times
+                .back()
+                .is_some_and(|t| now.duration_since(*t) < MINUTE)
+        });
         if self.clients.len() >= MAX_TRACKED_CLIENTS {
             let idlest = self
                 .clients

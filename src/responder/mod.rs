@@ -40,6 +40,40 @@ use crate::protocol::{Message, RejectReason};
 /// allocated from it, per stream.
 pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
 
+/// What the responder does with a request over one of its per-test limits
+/// (duration, rate, streams, length, window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitPolicy {
+    /// Run the test cut down to the limits, and tell the prober what was cut.
+    #[default]
+    Clamp,
+    /// Refuse the test, naming the limit.
+    Refuse,
+}
+
+impl LimitPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitPolicy::Clamp => "clamp",
+            LimitPolicy::Refuse => "refuse",
+        }
+    }
+}
+
+impl std::str::FromStr for LimitPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LimitPolicy, String> {
+        match s {
+            "clamp" => Ok(LimitPolicy::Clamp),
+            "refuse" => Ok(LimitPolicy::Refuse),
+            _ => Err(format!(
+                "invalid limit policy {s:?}: expected clamp or refuse"
+            )),
+        }
+    }
+}
+
 /// Limits, timeouts and access control of a responder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponderConfig {
@@ -54,6 +88,8 @@ pub struct ResponderConfig {
     pub max_length: u32,
     /// SO_SNDBUF/SO_RCVBUF. Larger is clamped.
     pub max_window: u32,
+    /// What happens to a request over one of the five limits above.
+    pub limit_policy: LimitPolicy,
     pub max_concurrent_tests: usize,
     /// Tests one client (an IPv4 address or an IPv6 /64) may run in any
     /// minute; 0 for no limit.
@@ -75,6 +111,7 @@ impl Default for ResponderConfig {
             max_bitrate: 0,
             max_length: TCP_LENGTH_CEILING,
             max_window: 256 << 20,
+            limit_policy: LimitPolicy::Clamp,
             max_concurrent_tests: 1,
             // A scheduler probing every few seconds stays well within this;
             // a client looping on the responder does not.
@@ -98,6 +135,7 @@ impl ResponderConfig {
             max_concurrent_tests: self.max_concurrent_tests.try_into().unwrap_or(u32::MAX),
             max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
             max_bytes_per_hour: self.max_bytes_per_hour,
+            limit_policy: self.limit_policy.as_str().into(),
         }
     }
 }
@@ -115,6 +153,9 @@ pub struct ResponderCounters {
     pub rejected_denied: AtomicU64,
     pub rejected_rate_limited: AtomicU64,
     pub rejected_budget: AtomicU64,
+    /// Data connections whose hello named no pending test of that client:
+    /// a wrong or guessed token.
+    pub rejected_bad_token: AtomicU64,
     /// Accepted tests that asked for more than a limit and were cut down.
     pub tests_clamped: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -401,10 +442,7 @@ async fn handle_connection(
             &mut stream,
             &shared.counters,
             RejectReason::Denied,
-            format!(
-                "this responder does not accept tests from {}",
-                peer.ip()
-            ),
+            format!("this responder does not accept tests from {}", peer.ip()),
             config.idle_timeout,
         )
         .await;
@@ -425,7 +463,7 @@ async fn handle_connection(
                 })
                 .map(|s| shared.register(&token, peer.ip(), id, DataSocket::Tcp(s)));
             if !matches!(registered, Ok(true)) {
-                ResponderCounters::inc(&shared.counters.protocol_errors);
+                ResponderCounters::inc(&shared.counters.rejected_bad_token);
                 tracing::debug!(%peer, stream = id, "data connection for no pending test");
             }
         }

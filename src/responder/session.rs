@@ -188,12 +188,24 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
     )
     .await
     {
-        Ok(()) => {
+        Ok(stats) => {
+            // The slot is freed and the test counted before the results
+            // go out: the prober's next probe may follow at once, and must
+            // find the responder free and the count current.
             ResponderCounters::inc(&counters.tests_succeeded);
-            true
+            drop(slot);
+            let results = Message::Results(Box::new(stats));
+            match write_message(&mut control, &results, timeout).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::info!(%peer, error = %e, "could not send the results");
+                    false
+                }
+            }
         }
         Err(e) => {
             ResponderCounters::inc(&counters.tests_failed);
+            drop(slot);
             tracing::info!(%peer, error = %e, "test failed");
             let _ = write_message(
                 &mut control,
@@ -206,9 +218,6 @@ pub(super) async fn run(mut control: TcpStream, peer: SocketAddr, hello: Hello, 
             false
         }
     };
-    // Free the slot before waiting for the prober to hang up, so that its
-    // next probe, perhaps already on the way, is not told "busy".
-    drop(slot);
     tracing::debug!(%peer, ok, "test finished");
     if ok {
         let _ = read_message(&mut control, Duration::from_secs(2)).await;
@@ -441,7 +450,7 @@ async fn run_test(
     clamped: Vec<String>,
     derived_token: Option<String>,
     shared: &Shared,
-) -> Result<(), TestError> {
+) -> Result<SideStats, TestError> {
     let timeout = shared.config().idle_timeout;
     // A derived token never travels on the control connection.
     let (token, sent_token) = match derived_token {
@@ -587,8 +596,7 @@ async fn run_test(
         kernel_release: crate::host::kernel_release(),
         interface,
     };
-    write_message(control, &Message::Results(Box::new(stats)), timeout).await?;
-    Ok(())
+    Ok(stats)
 }
 
 #[cfg(test)]

@@ -236,3 +236,117 @@ fn busy_responder_is_reported() {
     assert!(seen_busy, "a second prober was never told busy");
     assert!(long.wait().unwrap().success());
 }
+
+/// Writes `secret` to a private file in `dir`.
+fn secret_file(dir: &tempfile::TempDir, name: &str, secret: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path().join(name);
+    std::fs::write(&path, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn secrets_come_from_files_and_failures_say_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = secret_file(&dir, "good", "a secret both ends hold");
+    let bad = secret_file(&dir, "bad", "a secret only the prober holds");
+    let r = Responder::start(&["--auth.secret-file", &good]);
+    let probe = |extra: &[&str]| {
+        run(
+            bin().args(["probe", "-t", "0.3"]).args(extra).arg(&r.1),
+            Duration::from_secs(20),
+        )
+    };
+
+    let out = probe(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with(
+            "pathprobe: responder refused the test (auth_required): authentication required:"
+        ),
+        "{err}"
+    );
+    let out = probe(&["-J"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "auth_required");
+
+    let out = probe(&["--auth.secret-file", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("pathprobe: responder refused the test (auth_failed): authentication failed: the shared secrets differ"),
+        "{err}"
+    );
+
+    let out = probe(&["--auth.secret-file", &good]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8(out.stdout).unwrap().contains(" Mbps "));
+
+    let missing = dir.path().join("missing");
+    let out = probe(&["--auth.secret-file", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("pathprobe: bad argument: --auth.secret-file: cannot read secret file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn clamping_is_printed_and_the_allow_list_refuses() {
+    let r = Responder::start(&["--max-duration", "0.5s", "--max-streams", "1"]);
+    let out = run(
+        bin().args(["probe", "-t", "2", "-P", "2", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "note: the responder clamped this test: max_duration: duration 2 s clamped to 0.5 s\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "note: the responder clamped this test: max_streams: 2 streams clamped to 1 streams\n"
+        ),
+        "{text}"
+    );
+
+    let r = Responder::start(&["--max-duration", "0.5s", "--limit-policy", "refuse"]);
+    let out = run(
+        bin().args(["probe", "-t", "2", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("(limit): max_duration: duration 2 s exceeds this responder's maximum of 0.5 s (limit_policy: refuse)"),
+        "{err}"
+    );
+
+    let r = Responder::start(&["--allow", "10.0.0.0/8", "--deny", "192.0.2.1"]);
+    let out = run(
+        bin().args(["probe", "-J", "-t", "0.3", &r.1]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "denied");
+    assert_eq!(
+        v["error"]["message"],
+        "responder refused the test (denied): this responder does not accept tests from 127.0.0.1"
+    );
+}

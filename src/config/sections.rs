@@ -284,11 +284,25 @@ impl<'de> Deserialize<'de> for IrqPattern {
 /// Reads a list of client networks. A bare address means that host alone,
 /// as operators often write it.
 fn networks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
-    let items = Vec::<String>::deserialize(d)?;
-    items
-        .iter()
-        .map(|s| parse_network(s).map_err(de::Error::custom))
-        .collect()
+    // Each item is checked as it is read, so that an error points at it.
+    struct Network(IpNet);
+    impl<'de> Deserialize<'de> for Network {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
+            struct NetworkVisitor;
+            impl Visitor<'_> for NetworkVisitor {
+                type Value = Network;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a CIDR network such as 10.0.0.0/8, or an address")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Network, E> {
+                    parse_network(v).map(Network).map_err(E::custom)
+                }
+            }
+            d.deserialize_str(NetworkVisitor)
+        }
+    }
+    let items = Vec::<Network>::deserialize(d)?;
+    Ok(items.into_iter().map(|n| n.0).collect())
 }
 
 /// Parses a CIDR network (`10.0.0.0/8`, `2001:db8::/32`) or a single

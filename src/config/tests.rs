@@ -349,3 +349,56 @@ fn commented_examples_in_the_shipped_file_are_valid() {
     );
     assert_eq!(c.discovery.dns.len(), 2);
 }
+
+#[test]
+fn access_control_keys_are_read_and_secret_files_loaded_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), "sixteen or more bytes\n").unwrap();
+    let path = dir.path().join("c.yml");
+    std::fs::write(
+        &path,
+        "responder:\n  secret_file: secret\n  allow: [10.0.0.0/8, \"2001:db8::1\"]\n  deny: [10.9.0.0/16]\n  \
+         limit_policy: refuse\n  max_length: 64K\n  max_window: 4M\n  max_tests_per_client_per_minute: 5\n  \
+         max_bytes_per_hour: 10G\n\
+         modules:\n  t: {kind: tcp, secret_file: secret}\n",
+    )
+    .unwrap();
+    let c = Config::load(&path).unwrap();
+    let rc = c.responder.to_responder_config();
+    let want = crate::auth::Secret::new(b"sixteen or more bytes").unwrap();
+    assert_eq!(rc.secret.as_ref(), Some(&want));
+    assert_eq!(c.modules["t"].secret.as_ref(), Some(&want));
+    assert_eq!(
+        rc.access.allow,
+        [
+            "10.0.0.0/8".parse().unwrap(),
+            "2001:db8::1/128".parse().unwrap()
+        ]
+    );
+    assert_eq!(rc.access.deny, ["10.9.0.0/16".parse().unwrap()]);
+    assert_eq!(rc.limit_policy, crate::responder::LimitPolicy::Refuse);
+    assert_eq!(rc.max_length, 64 * 1024);
+    assert_eq!(rc.max_window, 4 << 20);
+    assert_eq!(rc.max_tests_per_client_per_minute, 5);
+    assert_eq!(rc.max_bytes_per_hour, 10 << 30);
+
+    let err = |text: &str| Config::from_yaml(text, "c.yml").unwrap_err().to_string();
+    assert_eq!(
+        err("responder:\n  allow: [10.0.0.0/33]\n"),
+        "c.yml:2:11: responder.allow[0]: invalid network \"10.0.0.0/33\": expected a CIDR such as 10.0.0.0/8 or 2001:db8::/32, or an address"
+    );
+    assert_eq!(
+        err("responder:\n  limit_policy: maybe\n"),
+        "c.yml:2:17: responder.limit_policy: unknown variant `maybe`, expected `clamp` or `refuse`"
+    );
+    let e = err("responder:\n  secret_file: /nonexistent/secret\n");
+    assert!(
+        e.starts_with("c.yml: responder.secret_file: cannot read secret file /nonexistent/secret:"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join("short"), "short").unwrap();
+    std::fs::write(&path, "modules:\n  t: {kind: tcp, secret_file: short}\n").unwrap();
+    let e = Config::load(&path).unwrap_err().to_string();
+    assert!(e.contains("modules.t.secret_file: secret file"), "{e}");
+    assert!(e.contains("holds 5 bytes after trimming"), "{e}");
+}

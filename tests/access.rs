@@ -304,42 +304,42 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
 
     // The flow's hello comes from the victim r, not from the control
     // connection's peer: the responder must send r nothing.
-    let received = in_netns(&ns_r, move || {
+    let victim = in_netns(&ns_r, move || {
         let victim = UdpSocket::bind("0.0.0.0:0").unwrap();
         let hello = pathprobe::protocol::udp::hello_datagram(&token, 0);
         for _ in 0..3 {
             victim.send_to(&hello, target).unwrap();
         }
-        // Past the test's whole length: anything sent would have arrived.
-        let until = Instant::now() + Duration::from_secs(4);
-        let mut received = 0usize;
-        let mut buf = [0u8; 65536];
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            victim
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            match victim.recv_from(&mut buf) {
-                Ok((n, _)) => received += n,
-                Err(_) => break,
-            }
-        }
-        received
+        victim
     });
+    // The attacker plays its part to the end: had the responder taken the
+    // flow, it would say Ready, and Start would aim the test at r.
+    let verdict = read_msg(&mut control);
+    if verdict == Message::Ready {
+        control
+            .write_all(&encode_frame(&Message::Start).unwrap())
+            .unwrap();
+    }
+    // Past the test's whole length: anything sent would have arrived.
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut received = 0usize;
+    let mut buf = [0u8; 65536];
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        victim
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match victim.recv_from(&mut buf) {
+            Ok((n, _)) => received += n,
+            Err(_) => break,
+        }
+    }
     assert_eq!(
         received, 0,
         "the responder sent {received} bytes to the victim"
     );
 
     // The test got no flow from its prober, so the responder gave up on it.
-    let m = b.wait_for(Duration::from_secs(10), "spoofed test failed", |m| {
-        tests_total(m, "failure") == 1.0
-    });
-    assert_eq!(
-        sample(&m, "pathprobe_responder_ignored_datagrams_total", &[]),
-        Some(3.0)
-    );
-    assert_eq!(tests_total(&m, "success"), 0.0);
-    match read_msg(&mut control) {
+    match verdict {
         Message::Error { message } => {
             assert!(
                 message.starts_with("only 0 of 1 data streams arrived"),
@@ -348,6 +348,14 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
         }
         other => panic!("expected an error, got {other:?}"),
     }
+    let m = b.wait_for(Duration::from_secs(10), "spoofed test failed", |m| {
+        tests_total(m, "failure") == 1.0
+    });
+    assert_eq!(
+        sample(&m, "pathprobe_responder_ignored_datagrams_total", &[]),
+        Some(3.0)
+    );
+    assert_eq!(tests_total(&m, "success"), 0.0);
     drop(control);
 
     // A genuine reverse UDP probe is still served.

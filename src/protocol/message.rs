@@ -219,6 +219,10 @@ pub enum RejectReason {
     RateLimited,
     /// The responder moved its allowance of bytes for the last hour.
     BudgetExhausted,
+    /// A reason added by a later release; the message still says what it
+    /// is, so the refusal reads as a refusal rather than a protocol error.
+    #[serde(other)]
+    Other,
 }
 
 impl RejectReason {
@@ -232,6 +236,7 @@ impl RejectReason {
             RejectReason::Denied => "denied",
             RejectReason::RateLimited => "rate_limited",
             RejectReason::BudgetExhausted => "budget_exhausted",
+            RejectReason::Other => "other",
         }
     }
 }
@@ -385,6 +390,17 @@ mod tests {
             }
             other => panic!("expected welcome, got {other:?}"),
         }
+        let later: Message = serde_json::from_str(
+            r#"{"type":"rejected","reason":"reason_from_the_future","message":"m"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            later,
+            Message::Rejected {
+                reason: RejectReason::Other,
+                message: "m".into()
+            }
+        );
         assert_eq!(total(Direction::Bidir), 4);
         assert_eq!(total(Direction::Send), 2);
     }

@@ -178,7 +178,7 @@ impl ResponderCounters {
         ResponderCounters::inc(match reason {
             RejectReason::VersionMismatch => &self.rejected_version,
             RejectReason::Limit => &self.rejected_limit,
-            RejectReason::BadRequest => &self.protocol_errors,
+            RejectReason::BadRequest | RejectReason::Other => &self.protocol_errors,
             RejectReason::AuthRequired => &self.rejected_auth_required,
             RejectReason::AuthFailed => &self.rejected_auth_failed,
             RejectReason::Denied => &self.rejected_denied,

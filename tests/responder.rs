@@ -569,3 +569,30 @@ async fn a_client_over_its_tests_per_minute_is_refused_with_a_retry_time() {
     }
     assert_eq!(counters.rejected_rate_limited.load(Ordering::Relaxed), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hourly_byte_budget_stops_further_tests_once_spent() {
+    let config = ResponderConfig {
+        max_bytes_per_hour: 1,
+        ..Default::default()
+    };
+    let (addr, counters, _stop) = responder(config).await;
+    let target = Target::from_addr(addr);
+    // The first test starts with the budget untouched, and spends it.
+    let r = probe::probe(&target, &short_probe()).await.unwrap();
+    assert!(r.bytes > 1);
+    match probe::probe(&target, &short_probe()).await {
+        Err(ProbeError::Rejected { reason, message }) => {
+            assert_eq!(reason, RejectReason::BudgetExhausted);
+            assert!(
+                message.starts_with(
+                    "this responder has moved its allowance of 1 bytes for the last hour; retry in "
+                ),
+                "{message}"
+            );
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(counters.rejected_budget.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.tests_succeeded.load(Ordering::Relaxed), 1);
+}

@@ -15,11 +15,13 @@
 # buffers above net.core.[rw]mem_max are only attempted (SO_*BUFFORCE) and
 # fall back to the sysctl limits, so `--cap-drop ALL` is fine.
 
-# The build image's Rust must be at least the crate's rust-version
-# (Cargo.toml). Its Debian release must match the runtime image's, so that
-# the binary finds the glibc it was linked against.
-ARG RUST_VERSION=1.85
-ARG DEBIAN_RELEASE=bookworm
+# The build image's Rust must be at least the highest rust-version among the
+# crate and the dependencies Cargo.lock pins for the build (1.89 today, set
+# by uuid through hickory-resolver; tests/deploy.rs checks it); 1.95 is the
+# toolchain the tests run with. The Debian release must be the runtime
+# image's, so that the binary finds the glibc it was linked against.
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=trixie
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
 WORKDIR /build

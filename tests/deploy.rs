@@ -399,6 +399,12 @@ mod dockerfile {
                     end_word(&mut word, &mut words);
                     words.push(c.to_string());
                 }
+                // A comment runs to the end of the line.
+                '#' if word.is_none() => {
+                    while chars.peek().is_some_and(|&c| c != '\n') {
+                        chars.next();
+                    }
+                }
                 c if c.is_whitespace() => end_word(&mut word, &mut words),
                 c => word.get_or_insert_with(String::new).push(c),
             }
@@ -422,7 +428,10 @@ fn dockerfile_parser_handles_continuations_comments_and_stages() {
     assert_eq!(df.stages[0].base, "img:1.2-deb");
     assert_eq!(df.stages[0].name.as_deref(), Some("one"));
     let run = &df.stages[0].instructions[0];
-    assert_eq!((run.keyword.as_str(), run.args.as_str()), ("RUN", "a   && b"));
+    assert_eq!(
+        (run.keyword.as_str(), run.args.as_str()),
+        ("RUN", "a   && b")
+    );
     assert_eq!(run.line, 5);
     let copy = &df.stages[1].instructions[0];
     let (flags, rest) = dockerfile::flags(&copy.args);
@@ -432,6 +441,10 @@ fn dockerfile_parser_handles_continuations_comments_and_stages() {
     assert!(dockerfile::parse("FROM a\nRUNN x\n").is_err());
     assert!(dockerfile::parse("FROM a:$NOPE\n").is_err());
     assert!(dockerfile::parse("RUN x\nFROM a\n").is_err());
+    assert_eq!(
+        dockerfile::simple_commands("# it's\nx a#b # c\n"),
+        vec![vec!["x", "a#b"]]
+    );
     assert_eq!(
         dockerfile::simple_commands("mkdir -p s && echo 'fn main() {}' > s/m.rs; x \"a b\"|y"),
         vec![
@@ -444,7 +457,8 @@ fn dockerfile_parser_handles_continuations_comments_and_stages() {
 }
 
 fn load_dockerfile() -> dockerfile::Dockerfile {
-    dockerfile::parse(&read(&repo().join("Dockerfile"))).unwrap_or_else(|e| panic!("Dockerfile: {e}"))
+    dockerfile::parse(&read(&repo().join("Dockerfile")))
+        .unwrap_or_else(|e| panic!("Dockerfile: {e}"))
 }
 
 fn final_stage(df: &dockerfile::Dockerfile) -> &dockerfile::Stage {
@@ -473,8 +487,8 @@ fn exec_of(stage: &dockerfile::Stage, keyword: &str) -> Vec<String> {
 /// (sources, destination) of a COPY, and its flags.
 fn copy_parts(args: &str) -> (BTreeMap<String, String>, Vec<String>, String) {
     let (flags, rest) = dockerfile::flags(args);
-    let mut words =
-        dockerfile::exec_form(rest).unwrap_or_else(|| rest.split_whitespace().map(String::from).collect());
+    let mut words = dockerfile::exec_form(rest)
+        .unwrap_or_else(|| rest.split_whitespace().map(String::from).collect());
     let dest = words.pop().expect("COPY has a destination");
     assert!(!words.is_empty(), "COPY {args} has no source");
     (flags, words, dest)
@@ -590,7 +604,11 @@ fn dockerfile_final_stage_runs_as_non_root_and_exposes_the_ports() {
         .collect();
     assert_eq!(from_copies.len(), 1, "{from_copies:?}");
     let (flags, _, bin_dest) = &from_copies[0];
-    assert!(names.contains(&flags["from"].as_str()), "--from={} names no stage", flags["from"]);
+    assert!(
+        names.contains(&flags["from"].as_str()),
+        "--from={} names no stage",
+        flags["from"]
+    );
 
     let user = *all(last, "USER").last().expect("the final stage sets USER");
     let uid = user.split(':').next().unwrap();
@@ -604,7 +622,13 @@ fn dockerfile_final_stage_runs_as_non_root_and_exposes_the_ports() {
     let exposed: BTreeSet<String> = all(last, "EXPOSE")
         .iter()
         .flat_map(|a| a.split_whitespace())
-        .map(|p| if p.contains('/') { p.to_string() } else { format!("{p}/tcp") })
+        .map(|p| {
+            if p.contains('/') {
+                p.to_string()
+            } else {
+                format!("{p}/tcp")
+            }
+        })
         .collect();
     let want: BTreeSet<String> = [
         format!("{}/tcp", metrics_port()),
@@ -662,10 +686,16 @@ fn dockerfile_copies_only_paths_in_the_build_context() {
             }
         }
     }
-    assert!(copied >= 4, "Cargo.toml, Cargo.lock, src and config at least");
+    assert!(
+        copied >= 4,
+        "Cargo.toml, Cargo.lock, src and config at least"
+    );
     // The context stays small: none of the large or irrelevant trees.
     for heavy in ["target", ".git", "tests", "deploy"] {
-        assert!(ignore.excludes(Path::new(heavy)), "{heavy} is in the build context");
+        assert!(
+            ignore.excludes(Path::new(heavy)),
+            "{heavy} is in the build context"
+        );
     }
 }
 
@@ -711,7 +741,9 @@ fn dockerfile_builds_with_the_cargo_command_ci_uses() {
 
 /// (major, minor, patch) of "1.89" or "1.89.0".
 fn rust_version(s: &str) -> (u32, u32, u32) {
-    let mut parts = s.split('.').map(|p| p.parse::<u32>().unwrap_or_else(|_| panic!("version {s:?}")));
+    let mut parts = s
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or_else(|_| panic!("version {s:?}")));
     (
         parts.next().unwrap(),
         parts.next().unwrap_or(0),
@@ -720,7 +752,10 @@ fn rust_version(s: &str) -> (u32, u32, u32) {
 }
 
 fn cargo_host() -> String {
-    let out = run_bounded(Command::new(env!("CARGO")).arg("-vV"), Duration::from_secs(30));
+    let out = run_bounded(
+        Command::new(env!("CARGO")).arg("-vV"),
+        Duration::from_secs(30),
+    );
     text(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
@@ -733,8 +768,16 @@ fn cargo_host() -> String {
 fn dockerfile_rust_is_new_enough_for_the_locked_dependencies() {
     let df = load_dockerfile();
     let image_rust = df.args.get("RUST_VERSION").expect("ARG RUST_VERSION");
-    let build = df.stages.iter().find(|s| s.base.starts_with("rust:")).expect("a rust:* build stage");
-    assert!(build.base.starts_with(&format!("rust:{image_rust}")), "{}", build.base);
+    let build = df
+        .stages
+        .iter()
+        .find(|s| s.base.starts_with("rust:"))
+        .expect("a rust:* build stage");
+    assert!(
+        build.base.starts_with(&format!("rust:{image_rust}")),
+        "{}",
+        build.base
+    );
 
     let out = run_bounded(
         Command::new(env!("CARGO"))
@@ -743,7 +786,11 @@ fn dockerfile_rust_is_new_enough_for_the_locked_dependencies() {
             .args(["--filter-platform", &cargo_host()]),
         Duration::from_secs(60),
     );
-    assert!(out.status.success(), "cargo metadata: {}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        text(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let packages: BTreeMap<&str, &serde_json::Value> = meta["packages"]
         .as_array()
@@ -781,7 +828,10 @@ fn dockerfile_rust_is_new_enough_for_the_locked_dependencies() {
         .iter()
         .filter_map(|id| {
             let p = packages[id];
-            Some((rust_version(p["rust_version"].as_str()?), p["name"].as_str().unwrap()))
+            Some((
+                rust_version(p["rust_version"].as_str()?),
+                p["name"].as_str().unwrap(),
+            ))
         })
         .max()
         .expect("some package states a rust-version");
@@ -796,13 +846,25 @@ fn dockerfile_runtime_and_build_images_share_a_debian_release() {
     let df = load_dockerfile();
     const RELEASES: &[&str] = &["bullseye", "bookworm", "trixie", "forky"];
     let release = |image: &str| -> Vec<&str> {
-        RELEASES.iter().copied().filter(|r| image.contains(r)).collect()
+        RELEASES
+            .iter()
+            .copied()
+            .filter(|r| image.contains(r))
+            .collect()
     };
-    let build = df.stages.iter().find(|s| s.base.starts_with("rust:")).unwrap();
+    let build = df
+        .stages
+        .iter()
+        .find(|s| s.base.starts_with("rust:"))
+        .unwrap();
     let runtime = final_stage(&df);
     assert!(runtime.base.starts_with("debian:"), "{}", runtime.base);
     assert_eq!(release(&build.base).len(), 1, "{}", build.base);
-    assert_eq!(release(&build.base), release(&runtime.base), "glibc of build and runtime differ");
+    assert_eq!(
+        release(&build.base),
+        release(&runtime.base),
+        "glibc of build and runtime differ"
+    );
 }
 
 /// Copies `src` (relative to the repository) to `dest`, leaving out what
@@ -825,16 +887,21 @@ fn copy_context(src: &Path, dest: &Path, ignore: &DockerIgnore) {
 }
 
 /// Commands a replayed RUN may use: they touch only the working directory.
-const REPLAYABLE: &[&str] = &["mkdir", "echo", "touch", "rm", "cargo", "cp", "mv", "test", "true"];
+const REPLAYABLE: &[&str] = &[
+    "mkdir", "echo", "touch", "rm", "cargo", "cp", "mv", "test", "true",
+];
 
 /// Stands in for cargo in the replay: checks the arguments, has the real
-/// cargo resolve the manifest and lock file as they are at this point of
-/// the build (saving its view and the file list), and puts the binary these
-/// tests run where the build would leave it.
+/// cargo load the manifest and lock file as they are at this point of the
+/// build (`fetch` is as strict as `build` about declared targets, where
+/// `metadata` quietly drops a missing bench; `metadata` gives the target
+/// list, saved with the file list), and puts the binary these tests run
+/// where the build would leave it.
 const CARGO_SHIM: &str = r#"#!/bin/sh
 echo "$*" >> "$SHIM_DIR/log"
 n=$(wc -l < "$SHIM_DIR/log")
 [ "$*" = "build --release --locked" ] || { echo "unexpected: cargo $*" >&2; exit 97; }
+"$REAL_CARGO" fetch --locked --offline --target "$CARGO_HOST" || exit 98
 "$REAL_CARGO" metadata --locked --offline --format-version 1 \
     --filter-platform "$CARGO_HOST" > "$SHIM_DIR/metadata.$n" || exit 98
 find . -path ./target -prune -o -type f -print > "$SHIM_DIR/files.$n"
@@ -872,12 +939,20 @@ fn dockerfile_build_stage_replays() {
     for ins in &build.instructions {
         match ins.keyword.as_str() {
             "WORKDIR" => {
-                workdir = if ins.args.starts_with('/') { in_root(&ins.args) } else { workdir.join(&ins.args) };
+                workdir = if ins.args.starts_with('/') {
+                    in_root(&ins.args)
+                } else {
+                    workdir.join(&ins.args)
+                };
                 std::fs::create_dir_all(&workdir).unwrap();
             }
             "COPY" => {
                 let (_, sources, dest) = copy_parts(&ins.args);
-                let dest_path = if dest.starts_with('/') { in_root(&dest) } else { workdir.join(&dest) };
+                let dest_path = if dest.starts_with('/') {
+                    in_root(&dest)
+                } else {
+                    workdir.join(&dest)
+                };
                 let into_dir = dest.ends_with('/') || sources.len() > 1 || dest == ".";
                 for src in &sources {
                     let rel = normalize(Path::new(src));
@@ -911,7 +986,11 @@ fn dockerfile_build_stage_replays() {
                         .current_dir(&workdir)
                         .env(
                             "PATH",
-                            format!("{}:{}", shim.display(), std::env::var("PATH").unwrap_or_default()),
+                            format!(
+                                "{}:{}",
+                                shim.display(),
+                                std::env::var("PATH").unwrap_or_default()
+                            ),
                         )
                         .env("SHIM_DIR", &shim)
                         .env("REAL_CARGO", env!("CARGO"))
@@ -940,7 +1019,8 @@ fn dockerfile_build_stage_replays() {
     let log = read(&shim.join("log"));
     assert_eq!(log.lines().count(), 2, "{log}");
     for n in 1..=2 {
-        let meta: serde_json::Value = serde_json::from_str(&read(&shim.join(format!("metadata.{n}")))).unwrap();
+        let meta: serde_json::Value =
+            serde_json::from_str(&read(&shim.join(format!("metadata.{n}")))).unwrap();
         let files: BTreeSet<PathBuf> = read(&shim.join(format!("files.{n}")))
             .lines()
             .map(|l| workdir.join(normalize(Path::new(l))))
@@ -954,7 +1034,12 @@ fn dockerfile_build_stage_replays() {
             .unwrap();
         for target in package["targets"].as_array().unwrap() {
             let src = PathBuf::from(target["src_path"].as_str().unwrap());
-            assert!(files.contains(&src), "build {n}: target {} has no source {}", target["name"], src.display());
+            assert!(
+                files.contains(&src),
+                "build {n}: target {} has no source {}",
+                target["name"],
+                src.display()
+            );
         }
     }
 
@@ -974,7 +1059,11 @@ fn dockerfile_build_stage_replays() {
                     let rest = &source[i + macro_.len()..];
                     let file = &rest[..rest.find('"').unwrap()];
                     let target = path.parent().unwrap().join(file);
-                    assert!(target.exists(), "{} embeds {file}, which the image build lacks", path.display());
+                    assert!(
+                        target.exists(),
+                        "{} embeds {file}, which the image build lacks",
+                        path.display()
+                    );
                     embedded += 1;
                 }
             }
@@ -1004,7 +1093,9 @@ fn serve_flags(args: &[String]) -> Vec<(String, String)> {
         match name.split_once('=') {
             Some((k, v)) => out.push((k.to_string(), v.to_string())),
             None => {
-                let v = it.next().unwrap_or_else(|| panic!("--{name} has no value in {args:?}"));
+                let v = it
+                    .next()
+                    .unwrap_or_else(|| panic!("--{name} has no value in {args:?}"));
                 out.push((name.to_string(), v.clone()));
             }
         }
@@ -1013,14 +1104,21 @@ fn serve_flags(args: &[String]) -> Vec<(String, String)> {
 }
 
 fn flag<'a>(flags: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    flags.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    flags
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// Every flag of a deployment's `serve` command line exists, with a value
 /// it accepts; then the binary starts with them, config file and listen
 /// address swapped for a quiet config and port 0.
 fn check_serve_command(args: &[String], origin: &str) {
-    let out = run_bounded(Command::new(BIN).args(["serve", "--help"]), Duration::from_secs(10));
+    let out = run_bounded(
+        Command::new(BIN).args(["serve", "--help"]),
+        Duration::from_secs(10),
+    );
     assert!(out.status.success());
     let help = text(&out.stdout);
     let flags = serve_flags(args);
@@ -1045,10 +1143,16 @@ fn check_serve_command(args: &[String], origin: &str) {
         }
     }
     if let Some(addr) = flag(&flags, "web.listen-address") {
-        assert!(addr.parse::<SocketAddr>().is_ok(), "{origin}: bad listen address {addr}");
+        assert!(
+            addr.parse::<SocketAddr>().is_ok(),
+            "{origin}: bad listen address {addr}"
+        );
     }
     if let Some(file) = flag(&flags, "config.file") {
-        assert!(file.starts_with('/'), "{origin}: the config path {file} should be absolute");
+        assert!(
+            file.starts_with('/'),
+            "{origin}: the config path {file} should be absolute"
+        );
     }
     let keep: Vec<(String, String)> = flags
         .into_iter()
@@ -1108,7 +1212,11 @@ impl Serve {
                 }
             }
         };
-        Serve { child, http, _dir: dir }
+        Serve {
+            child,
+            http,
+            _dir: dir,
+        }
     }
 }
 
@@ -1123,10 +1231,18 @@ impl Drop for Serve {
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    let status = out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, out)
 }
 
@@ -1138,19 +1254,27 @@ fn dockerfile_healthcheck_passes_on_a_live_service_and_fails_otherwise() {
     let (flags, rest) = dockerfile::flags(args);
     let rest = rest.strip_prefix("CMD").expect("HEALTHCHECK CMD").trim();
     let cmd = dockerfile::exec_form(rest).expect("HEALTHCHECK CMD in exec form");
-    let timeout = flags.get("timeout").map(|t| pathprobe::units::parse_duration(t).unwrap());
+    let timeout = flags
+        .get("timeout")
+        .map(|t| pathprobe::units::parse_duration(t).unwrap());
     let timeout = timeout.expect("HEALTHCHECK --timeout");
     assert!(cmd.join(" ").contains("/-/healthy"), "{cmd:?}");
     // The check dials the metrics port on loopback; here that port is
     // whatever the test's listener got.
     let dial = format!("/dev/tcp/127.0.0.1/{}", metrics_port());
-    assert!(cmd.iter().any(|a| a.contains(&dial)), "{cmd:?} dials {dial}");
+    assert!(
+        cmd.iter().any(|a| a.contains(&dial)),
+        "{cmd:?} dials {dial}"
+    );
     let run = |port: u16| {
         let cmd: Vec<String> = cmd
             .iter()
             .map(|a| a.replace(&dial, &format!("/dev/tcp/127.0.0.1/{port}")))
             .collect();
-        run_bounded(Command::new(&cmd[0]).args(&cmd[1..]), timeout + Duration::from_secs(5))
+        run_bounded(
+            Command::new(&cmd[0]).args(&cmd[1..]),
+            timeout + Duration::from_secs(5),
+        )
     };
 
     let serve = Serve::start(&[]);
@@ -1165,8 +1289,11 @@ fn dockerfile_healthcheck_passes_on_a_live_service_and_fails_otherwise() {
         let (mut s, _) = listener.accept().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut line = String::new();
-        BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
-        s.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n").unwrap();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        s.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
         line
     });
     let out = run(port);
@@ -1175,8 +1302,15 @@ fn dockerfile_healthcheck_passes_on_a_live_service_and_fails_otherwise() {
     assert!(request.starts_with("GET /-/healthy "), "{request:?}");
 
     // Nothing listening fails it too.
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    assert!(!run(closed).status.success(), "a closed port passed the health check");
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    assert!(
+        !run(closed).status.success(),
+        "a closed port passed the health check"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1188,7 +1322,8 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
         .map(|doc| {
             let mut v = <Value as serde::Deserialize>::deserialize(doc)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            v.apply_merge().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            v.apply_merge()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             v
         })
         .filter(|v| !v.is_null())
@@ -1202,11 +1337,14 @@ fn yaml(path: &Path) -> Value {
 }
 
 fn s<'a>(v: &'a Value, what: &str) -> &'a str {
-    v.as_str().unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
 }
 
 fn seq<'a>(v: &'a Value, what: &str) -> &'a [Value] {
-    v.as_sequence().map(Vec::as_slice).unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
+    v.as_sequence()
+        .map(Vec::as_slice)
+        .unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
 }
 
 #[test]
@@ -1218,7 +1356,10 @@ fn every_deploy_yaml_file_parses() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
-            } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yml" | "yaml")) {
+            } else if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yml" | "yaml")
+            ) {
                 let docs = yaml_docs(&path);
                 assert!(!docs.is_empty(), "{}: empty", path.display());
                 for d in docs {
@@ -1243,7 +1384,10 @@ fn volume_parts(v: &Value) -> (String, String) {
     let spec = s(v, "volume");
     let mut parts = spec.split(':');
     let src = parts.next().unwrap().to_string();
-    let dst = parts.next().unwrap_or_else(|| panic!("volume {spec} has no target")).to_string();
+    let dst = parts
+        .next()
+        .unwrap_or_else(|| panic!("volume {spec} has no target"))
+        .to_string();
     (src, dst)
 }
 
@@ -1253,7 +1397,9 @@ fn is_bind(src: &str) -> bool {
 
 impl Compose {
     fn load() -> Compose {
-        Compose { doc: yaml(&repo().join("deploy/docker-compose.yml")) }
+        Compose {
+            doc: yaml(&repo().join("deploy/docker-compose.yml")),
+        }
     }
 
     fn services(&self) -> Vec<(&str, &Value)> {
@@ -1275,8 +1421,9 @@ impl Compose {
             .into_iter()
             .filter(|(_, v)| {
                 v["build"].is_mapping()
-                    && normalize(&Path::new("deploy").join(s(&v["build"]["context"], "build.context")))
-                        == Path::new("")
+                    && normalize(
+                        &Path::new("deploy").join(s(&v["build"]["context"], "build.context")),
+                    ) == Path::new("")
             })
             .collect()
     }
@@ -1303,19 +1450,31 @@ impl Compose {
 #[test]
 fn compose_names_only_paths_that_exist() {
     let compose = Compose::load();
-    let volumes = compose.doc["volumes"].as_mapping().cloned().unwrap_or_default();
+    let volumes = compose.doc["volumes"]
+        .as_mapping()
+        .cloned()
+        .unwrap_or_default();
     for (name, svc) in compose.services() {
         if svc["build"].is_mapping() {
             let context = Path::new("deploy").join(s(&svc["build"]["context"], "context"));
             let dockerfile = svc["build"]["dockerfile"].as_str().unwrap_or("Dockerfile");
-            require(&context.join(dockerfile), &format!("compose service {name}"));
+            require(
+                &context.join(dockerfile),
+                &format!("compose service {name}"),
+            );
         }
         for v in svc["volumes"].as_sequence().into_iter().flatten() {
             let (src, _) = volume_parts(v);
             if is_bind(&src) {
-                require(&Path::new("deploy").join(&src), &format!("compose service {name}"));
+                require(
+                    &Path::new("deploy").join(&src),
+                    &format!("compose service {name}"),
+                );
             } else {
-                assert!(volumes.contains_key(src.as_str()), "{name}: volume {src} undeclared");
+                assert!(
+                    volumes.contains_key(src.as_str()),
+                    "{name}: volume {src} undeclared"
+                );
             }
         }
     }
@@ -1333,7 +1492,10 @@ fn compose_pathprobe_hosts_have_valid_configs_and_probe_each_other() {
     for (name, svc) in &hosts {
         // The image's own command runs, so the mounted file replaces the
         // baked-in default.
-        assert!(svc["command"].is_null() && svc["entrypoint"].is_null(), "{name}");
+        assert!(
+            svc["command"].is_null() && svc["entrypoint"].is_null(),
+            "{name}"
+        );
         let src = compose
             .mount_source(name, &config_path)
             .unwrap_or_else(|| panic!("{name} mounts no config at {config_path}"));
@@ -1370,7 +1532,9 @@ fn compose_prometheus_scrapes_both_hosts_and_loads_the_rules() {
         .iter()
         .find_map(|a| a.strip_prefix("--config.file="))
         .expect("--config.file");
-    let config_src = compose.mount_source(prom, config_in).expect("prometheus.yml mounted");
+    let config_src = compose
+        .mount_source(prom, config_in)
+        .expect("prometheus.yml mounted");
     let config = yaml(&repo().join(&config_src));
 
     let scrape = seq(&config["scrape_configs"], "scrape_configs");
@@ -1396,13 +1560,21 @@ fn compose_prometheus_scrapes_both_hosts_and_loads_the_rules() {
     let rule_mount = seq(&compose.service(prom)["volumes"], "volumes")
         .iter()
         .map(volume_parts)
-        .find(|(src, _)| normalize(&Path::new("deploy").join(src)) == Path::new("config/alerts.yml"))
+        .find(|(src, _)| {
+            normalize(&Path::new("deploy").join(src)) == Path::new("config/alerts.yml")
+        })
         .expect("config/alerts.yml is mounted");
     let rule_target = Path::new(&rule_mount.1);
     let covered = seq(&config["rule_files"], "rule_files").iter().any(|g| {
         let pattern = config_dir.join(s(g, "rule_files"));
-        let p: Vec<String> = pattern.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
-        let t: Vec<String> = rule_target.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let p: Vec<String> = pattern
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let t: Vec<String> = rule_target
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
         match_parts(&p, &t)
     });
     assert!(covered, "rule_files do not load {}", rule_target.display());
@@ -1419,7 +1591,9 @@ fn compose_prometheus_scrapes_both_hosts_and_loads_the_rules() {
         std::fs::copy(&alerts, tmp.path().join(rel)).unwrap();
     }
     let out = run_bounded(
-        Command::new("promtool").args(["check", "config"]).arg(&copy),
+        Command::new("promtool")
+            .args(["check", "config"])
+            .arg(&copy),
         Duration::from_secs(60),
     );
     let report = text(&out.stdout) + &text(&out.stderr);
@@ -1432,7 +1606,8 @@ fn compose_prometheus_scrapes_both_hosts_and_loads_the_rules() {
 /// Every `datasource` reference in a dashboard names either a datasource
 /// template variable or the provisioned uid.
 fn check_dashboard_datasources(path: &Path, provisioned_uid: &str) {
-    let dash: serde_json::Value = serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let dash: serde_json::Value =
+        serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let variables: BTreeSet<String> = dash["templating"]["list"]
         .as_array()
         .into_iter()
@@ -1440,7 +1615,11 @@ fn check_dashboard_datasources(path: &Path, provisioned_uid: &str) {
         .filter(|v| v["type"] == "datasource" && v["query"] == "prometheus")
         .map(|v| v["name"].as_str().unwrap().to_string())
         .collect();
-    assert!(!variables.is_empty(), "{}: no prometheus datasource variable", path.display());
+    assert!(
+        !variables.is_empty(),
+        "{}: no prometheus datasource variable",
+        path.display()
+    );
     let mut refs = 0;
     let mut stack = vec![&dash];
     while let Some(v) = stack.pop() {
@@ -1449,7 +1628,10 @@ fn check_dashboard_datasources(path: &Path, provisioned_uid: &str) {
                 if let Some(ds) = m.get("datasource") {
                     if ds["type"] == "prometheus" || ds.is_string() {
                         let uid = ds["uid"].as_str().or(ds.as_str()).unwrap_or_default();
-                        let var = uid.trim_start_matches('$').trim_start_matches('{').trim_end_matches('}');
+                        let var = uid
+                            .trim_start_matches('$')
+                            .trim_start_matches('{')
+                            .trim_end_matches('}');
                         assert!(
                             uid == provisioned_uid || (uid.starts_with('$') && variables.contains(var)),
                             "{}: datasource {uid:?} resolves under provisioning neither to a variable nor to uid {provisioned_uid:?}",
@@ -1482,7 +1664,11 @@ fn compose_grafana_provisions_the_datasource_and_the_dashboards() {
         for ds in seq(&doc["datasources"], "datasources") {
             assert_eq!(s(&ds["type"], "type"), "prometheus");
             assert_eq!(s(&ds["url"], "url"), format!("http://{prom}:9090"));
-            assert_eq!(ds["isDefault"].as_bool(), Some(true), "the default, so that a datasource variable starts on it");
+            assert_eq!(
+                ds["isDefault"].as_bool(),
+                Some(true),
+                "the default, so that a datasource variable starts on it"
+            );
             uids.push(s(&ds["uid"], "uid").to_string());
         }
     }
@@ -1518,7 +1704,10 @@ fn compose_grafana_provisions_the_datasource_and_the_dashboards() {
 fn kubernetes_objects() -> Vec<Value> {
     let dir = repo().join("deploy/kubernetes");
     let kustomization = yaml(&dir.join("kustomization.yaml"));
-    let resources: Vec<&str> = seq(&kustomization["resources"], "resources").iter().map(|r| s(r, "resource")).collect();
+    let resources: Vec<&str> = seq(&kustomization["resources"], "resources")
+        .iter()
+        .map(|r| s(r, "resource"))
+        .collect();
     // Every manifest in the directory is applied, and only those.
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -1529,11 +1718,17 @@ fn kubernetes_objects() -> Vec<Value> {
     let mut listed: Vec<String> = resources.iter().map(|r| r.to_string()).collect();
     listed.sort();
     assert_eq!(listed, files);
-    resources.iter().flat_map(|r| yaml_docs(&dir.join(r))).collect()
+    resources
+        .iter()
+        .flat_map(|r| yaml_docs(&dir.join(r)))
+        .collect()
 }
 
 fn object<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
-    let found: Vec<_> = objects.iter().filter(|o| o["kind"].as_str() == Some(kind)).collect();
+    let found: Vec<_> = objects
+        .iter()
+        .filter(|o| o["kind"].as_str() == Some(kind))
+        .collect();
     assert_eq!(found.len(), 1, "one {kind}");
     found[0]
 }
@@ -1541,10 +1736,18 @@ fn object<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 #[test]
 fn kubernetes_daemonset_mesh_via_headless_service() {
     let objects = kubernetes_objects();
-    let namespace = s(&object(&objects, "Namespace")["metadata"]["name"], "namespace");
+    let namespace = s(
+        &object(&objects, "Namespace")["metadata"]["name"],
+        "namespace",
+    );
     for o in &objects {
         if o["kind"] != "Namespace" {
-            assert_eq!(o["metadata"]["namespace"].as_str(), Some(namespace), "{:?}", o["metadata"]["name"]);
+            assert_eq!(
+                o["metadata"]["namespace"].as_str(),
+                Some(namespace),
+                "{:?}",
+                o["metadata"]["name"]
+            );
         }
     }
     let ds = object(&objects, "DaemonSet");
@@ -1557,7 +1760,10 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
     let c = &containers[0];
 
     // The command line, and the config file it names, from the ConfigMap.
-    let args: Vec<String> = seq(&c["args"], "args").iter().map(|a| s(a, "arg").to_string()).collect();
+    let args: Vec<String> = seq(&c["args"], "args")
+        .iter()
+        .map(|a| s(a, "arg").to_string())
+        .collect();
     assert!(c["command"].is_null(), "the image's ENTRYPOINT runs");
     check_serve_command(&args, "DaemonSet args");
     let flags = serve_flags(&args);
@@ -1568,7 +1774,10 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
         .iter()
         .find(|m| Path::new(s(&m["mountPath"], "mountPath")) == config_file.parent().unwrap())
         .expect("the config file's directory is mounted");
-    assert!(mount["subPath"].is_null(), "subPath mounts never see ConfigMap updates");
+    assert!(
+        mount["subPath"].is_null(),
+        "subPath mounts never see ConfigMap updates"
+    );
     let volume = seq(&spec["volumes"], "volumes")
         .iter()
         .find(|v| v["name"] == mount["name"])
@@ -1576,18 +1785,25 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
     assert_eq!(volume["configMap"]["name"], cm["metadata"]["name"]);
     let key = config_file.file_name().unwrap().to_str().unwrap();
     let config_text = s(&cm["data"][key], "ConfigMap data");
-    let config = Config::from_yaml(config_text, "ConfigMap pathprobe.yml").unwrap_or_else(|e| panic!("{e}"));
+    let config =
+        Config::from_yaml(config_text, "ConfigMap pathprobe.yml").unwrap_or_else(|e| panic!("{e}"));
 
     // The image's user, not root.
     let df = load_dockerfile();
     let user = *all(final_stage(&df), "USER").last().unwrap();
     let uid: u64 = user.split(':').next().unwrap().parse().unwrap();
-    assert_eq!(spec["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(
+        spec["securityContext"]["runAsNonRoot"].as_bool(),
+        Some(true)
+    );
     assert_eq!(spec["securityContext"]["runAsUser"].as_u64(), Some(uid));
     let sc = &c["securityContext"];
     assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    assert_eq!(seq(&sc["capabilities"]["drop"], "drop"), &[Value::from("ALL")]);
+    assert_eq!(
+        seq(&sc["capabilities"]["drop"], "drop"),
+        &[Value::from("ALL")]
+    );
     assert!(sc["capabilities"]["add"].is_null());
 
     // Container ports: what the image exposes, and what the config uses.
@@ -1597,18 +1813,30 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
         .map(|p| {
             (
                 s(&p["name"], "port name"),
-                (p["containerPort"].as_u64().unwrap(), p["protocol"].as_str().unwrap_or("TCP")),
+                (
+                    p["containerPort"].as_u64().unwrap(),
+                    p["protocol"].as_str().unwrap_or("TCP"),
+                ),
             )
         })
         .collect();
     let set: BTreeSet<(u64, &str)> = ports.values().copied().collect();
-    let want: BTreeSet<(u64, &str)> =
-        [(responder as u64, "TCP"), (responder as u64, "UDP"), (web_port as u64, "TCP")].into();
+    let want: BTreeSet<(u64, &str)> = [
+        (responder as u64, "TCP"),
+        (responder as u64, "UDP"),
+        (web_port as u64, "TCP"),
+    ]
+    .into();
     assert_eq!(set, want);
-    for (probe, path) in [("livenessProbe", "/-/healthy"), ("readinessProbe", "/-/ready")] {
+    for (probe, path) in [
+        ("livenessProbe", "/-/healthy"),
+        ("readinessProbe", "/-/ready"),
+    ] {
         let get = &c[probe]["httpGet"];
         assert_eq!(s(&get["path"], probe), path);
-        let port = get["port"].as_u64().unwrap_or_else(|| ports[s(&get["port"], probe)].0);
+        let port = get["port"]
+            .as_u64()
+            .unwrap_or_else(|| ports[s(&get["port"], probe)].0);
         assert_eq!(port, web_port as u64, "{probe}");
     }
 
@@ -1621,18 +1849,36 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
     }
     let svc_ports: BTreeSet<(u64, &str)> = seq(&svc["spec"]["ports"], "ports")
         .iter()
-        .map(|p| (p["port"].as_u64().unwrap(), p["protocol"].as_str().unwrap_or("TCP")))
+        .map(|p| {
+            (
+                p["port"].as_u64().unwrap(),
+                p["protocol"].as_str().unwrap_or("TCP"),
+            )
+        })
         .collect();
-    assert!(svc_ports.contains(&(responder as u64, "TCP")) && svc_ports.contains(&(responder as u64, "UDP")));
-    assert!(config.discovery.mesh, "mesh mode, so pods do not probe themselves");
-    let fqdn = format!("{}.{namespace}.svc.cluster.local", s(&svc["metadata"]["name"], "name"));
+    assert!(
+        svc_ports.contains(&(responder as u64, "TCP"))
+            && svc_ports.contains(&(responder as u64, "UDP"))
+    );
+    assert!(
+        config.discovery.mesh,
+        "mesh mode, so pods do not probe themselves"
+    );
+    let fqdn = format!(
+        "{}.{namespace}.svc.cluster.local",
+        s(&svc["metadata"]["name"], "name")
+    );
     let dns = config
         .discovery
         .dns
         .iter()
         .find(|d| d.names.iter().any(|n| n.trim_end_matches('.') == fqdn))
         .unwrap_or_else(|| panic!("discovery.dns resolves {fqdn}"));
-    assert_ne!(dns.record_type, pathprobe::config::DnsRecordType::Srv, "a headless Service gives A/AAAA");
+    assert_ne!(
+        dns.record_type,
+        pathprobe::config::DnsRecordType::Srv,
+        "a headless Service gives A/AAAA"
+    );
     assert_eq!(dns.port(), responder, "peers answer on the responder port");
 }
 
@@ -1647,7 +1893,8 @@ fn parse_unit(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
     let mut pending = String::new();
     for raw in text.lines() {
         let line = raw.trim();
-        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with(';')) {
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with(';'))
+        {
             continue;
         }
         if let Some(head) = line.strip_suffix('\\') {
@@ -1660,9 +1907,15 @@ fn parse_unit(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
             section = Some(name.to_string());
             continue;
         }
-        let (k, v) = line.split_once('=').unwrap_or_else(|| panic!("not key=value: {line}"));
-        let section = section.clone().unwrap_or_else(|| panic!("{line} outside a section"));
-        out.entry(section).or_default().push((k.trim().to_string(), v.trim().to_string()));
+        let (k, v) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("not key=value: {line}"));
+        let section = section
+            .clone()
+            .unwrap_or_else(|| panic!("{line} outside a section"));
+        out.entry(section)
+            .or_default()
+            .push((k.trim().to_string(), v.trim().to_string()));
     }
     out
 }
@@ -1671,23 +1924,67 @@ fn parse_unit(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
 fn systemd_unit_is_hardened_and_its_command_line_runs() {
     let unit = parse_unit(&read(&repo().join("deploy/systemd/pathprobe.service")));
     let service = &unit["Service"];
-    let last = |k: &str| service.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    let last = |k: &str| {
+        service
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
 
     // A misspelt directive is only a warning to systemd, and the hardening
     // silently goes; every key must be one systemd knows.
     const KNOWN: &[&str] = &[
-        "Type", "ExecStart", "ExecReload", "Restart", "RestartSec", "KillSignal", "TimeoutStopSec",
-        "ConfigurationDirectory", "DynamicUser", "NoNewPrivileges", "CapabilityBoundingSet",
-        "AmbientCapabilities", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "UMask",
-        "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
-        "ProtectClock", "ProtectHostname", "ProtectProc", "ProcSubset", "RestrictAddressFamilies",
-        "RestrictNamespaces", "RestrictRealtime", "RestrictSUIDSGID", "LockPersonality",
-        "MemoryDenyWriteExecute", "RemoveIPC", "PrivateUsers", "SystemCallArchitectures",
-        "SystemCallFilter", "SystemCallErrorNumber", "DevicePolicy", "KeyringMode", "LimitNOFILE",
-        "Environment", "IPAddressDeny", "IPAddressAllow", "PrivateIPC", "ExecStartPre",
+        "Type",
+        "ExecStart",
+        "ExecReload",
+        "Restart",
+        "RestartSec",
+        "KillSignal",
+        "TimeoutStopSec",
+        "ConfigurationDirectory",
+        "DynamicUser",
+        "NoNewPrivileges",
+        "CapabilityBoundingSet",
+        "AmbientCapabilities",
+        "ProtectSystem",
+        "ProtectHome",
+        "PrivateTmp",
+        "PrivateDevices",
+        "UMask",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+        "ProtectClock",
+        "ProtectHostname",
+        "ProtectProc",
+        "ProcSubset",
+        "RestrictAddressFamilies",
+        "RestrictNamespaces",
+        "RestrictRealtime",
+        "RestrictSUIDSGID",
+        "LockPersonality",
+        "MemoryDenyWriteExecute",
+        "RemoveIPC",
+        "PrivateUsers",
+        "SystemCallArchitectures",
+        "SystemCallFilter",
+        "SystemCallErrorNumber",
+        "DevicePolicy",
+        "KeyringMode",
+        "LimitNOFILE",
+        "Environment",
+        "IPAddressDeny",
+        "IPAddressAllow",
+        "PrivateIPC",
+        "ExecStartPre",
     ];
     for (k, _) in service {
-        assert!(KNOWN.contains(&k.as_str()), "unknown or unexpected directive {k}");
+        assert!(
+            KNOWN.contains(&k.as_str()),
+            "unknown or unexpected directive {k}"
+        );
     }
     for (k, v) in [
         ("DynamicUser", "yes"),
@@ -1709,22 +2006,39 @@ fn systemd_unit_is_hardened_and_its_command_line_runs() {
     ] {
         assert_eq!(last(k), Some(v), "{k}");
     }
-    assert!(last("User").is_none() && last("Group").is_none(), "DynamicUser picks the user");
-    let families: BTreeSet<&str> = last("RestrictAddressFamilies").unwrap().split_whitespace().collect();
+    assert!(
+        last("User").is_none() && last("Group").is_none(),
+        "DynamicUser picks the user"
+    );
+    let families: BTreeSet<&str> = last("RestrictAddressFamilies")
+        .unwrap()
+        .split_whitespace()
+        .collect();
     let allowed: BTreeSet<&str> = ["AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"].into();
     assert!(families.contains("AF_INET") && families.contains("AF_INET6"));
     assert!(families.is_subset(&allowed), "{families:?}");
-    assert!(service.iter().any(|(k, v)| k == "SystemCallFilter" && v == "@system-service"));
+    assert!(service
+        .iter()
+        .any(|(k, v)| k == "SystemCallFilter" && v == "@system-service"));
     // Host figures come from /proc/stat and friends: ProcSubset=pid would
     // hide them.
     assert_ne!(last("ProcSubset"), Some("pid"));
 
     let exec = last("ExecStart").expect("ExecStart");
-    assert!(!exec.contains(['"', '\'']), "quoting is not checked here: {exec}");
+    assert!(
+        !exec.contains(['"', '\'']),
+        "quoting is not checked here: {exec}"
+    );
     let words: Vec<String> = exec.split_whitespace().map(String::from).collect();
     assert!(words[0].starts_with('/'), "{}", words[0]);
     assert!(words[0].ends_with("/pathprobe"));
     check_serve_command(&words[1..], "ExecStart");
-    assert!(last("ExecReload").is_some_and(|r| r.contains("-HUP $MAINPID")), "reload is SIGHUP");
-    assert_eq!(unit["Install"][0], ("WantedBy".to_string(), "multi-user.target".to_string()));
+    assert!(
+        last("ExecReload").is_some_and(|r| r.contains("-HUP $MAINPID")),
+        "reload is SIGHUP"
+    );
+    assert_eq!(
+        unit["Install"][0],
+        ("WantedBy".to_string(), "multi-user.target".to_string())
+    );
 }

@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::dashboards::{
-    dashboard_files, default_values, load, metric_names, panel_queries, panels,
-    substitute_variables, variable_promql,
+    dashboard_files, default_values, load, may_be_empty, metric_names, panel_queries, panels,
+    substitute_variables, variable_promql, MAY_BE_EMPTY,
 };
 use serde_json::{json, Value};
 
@@ -743,4 +743,36 @@ fn kernel_release_table_computes_what_its_description_says() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every entry of MAY_BE_EMPTY names a real query, and exactly the queries
+/// it means: a stale entry would let an end-to-end test skip a query that
+/// must return data.
+#[test]
+fn may_be_empty_names_real_queries() {
+    let queries = all_queries();
+    for (title, piece) in MAY_BE_EMPTY {
+        let matching: Vec<_> = queries
+            .iter()
+            .filter(|(_, t, e)| t == title && piece.is_none_or(|p| e.contains(p)))
+            .collect();
+        assert!(
+            !matching.is_empty(),
+            "MAY_BE_EMPTY: no query {title:?} {piece:?}"
+        );
+        if piece.is_some() {
+            assert_eq!(matching.len(), 1, "{title:?} {piece:?}: {matching:?}");
+        }
+    }
+    let kernel_table: Vec<_> = queries
+        .iter()
+        .filter(|(_, t, e)| t == "Throughput per kernel release" && may_be_empty(t, e))
+        .collect();
+    assert_eq!(kernel_table.len(), 1, "{kernel_table:?}");
+    assert!(kernel_table[0].2.contains("topk without (release)"));
+    let must = queries
+        .iter()
+        .filter(|(_, t, e)| !may_be_empty(t, e))
+        .count();
+    assert!(must > 45, "only {must} queries must return data");
 }

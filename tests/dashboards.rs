@@ -610,14 +610,17 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 
 /// The "Throughput per kernel release" table and the kernel-change
 /// annotation, on synthetic series through `promtool test rules`: one path,
-/// 20 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
-/// 50, erratic) and C (25), evaluated at the end with a 1 h range and 1 m
+/// 40 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
+/// 50, erratic) and C (25), evaluated at the end with a 2 h range and 1 m
 /// steps. Figures chosen so that results are exact in binary floating point.
 #[test]
 fn kernel_release_table_computes_what_its_description_says() {
     let promtool = promtool();
     let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
-    let values = default_values();
+    let values: Vec<(&str, &str)> = default_values()
+        .into_iter()
+        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
+        .collect();
     let table = panels(&kernel)
         .into_iter()
         .find(|p| p["title"] == "Throughput per kernel release")
@@ -638,7 +641,7 @@ fn kernel_release_table_computes_what_its_description_says() {
 
     let path =
         r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
-    let minutes = 60;
+    let minutes = 120;
     // Present in [from, to) minutes, stale at `to`, absent otherwise.
     let present = |from: usize, to: usize| -> String {
         (0..minutes)
@@ -652,9 +655,9 @@ fn kernel_release_table_computes_what_its_description_says() {
     };
     let throughput: Vec<&str> = (0..minutes)
         .map(|i| match i {
-            0..20 => "100",
-            20..40 if i % 2 == 0 => "80",
-            20..40 => "20",
+            0..40 => "100",
+            40..80 if i % 2 == 0 => "80",
+            40..80 => "20",
             _ => "25",
         })
         .collect();
@@ -662,7 +665,7 @@ fn kernel_release_table_computes_what_its_description_says() {
         "series": format!("pathprobe_throughput_bytes_per_second{{{path},flow=\"send\"}}"),
         "values": throughput.join(" "),
     })];
-    for (release, from, to) in [("A", 0, 20), ("B", 20, 40), ("C", 40, 60)] {
+    for (release, from, to) in [("A", 0, 40), ("B", 40, 80), ("C", 80, 120)] {
         series.push(json!({
             "series": format!("pathprobe_probe_kernel_info{{{path},side=\"local\",release=\"{release}\"}}"),
             "values": present(from, to),
@@ -676,7 +679,7 @@ fn kernel_release_table_computes_what_its_description_says() {
     let samples = |rec: &str, per_release: &[(&str, f64)]| -> Value {
         json!({
             "expr": rec,
-            "eval_time": "59m",
+            "eval_time": "119m",
             "exp_samples": per_release.iter().map(|(r, v)| json!({
                 "labels": format!("{rec}{{{out_labels},release=\"{r}\"}}"),
                 "value": v,
@@ -707,17 +710,18 @@ fn kernel_release_table_computes_what_its_description_says() {
                 samples("table:D", &[("A", 0.0), ("B", 240.0), ("C", 0.0)]),
                 // CV: B is erratic
                 samples("table:E", &[("A", 0.0), ("B", 0.6), ("C", 0.0)]),
-                samples("table:F", &[("A", 20.0), ("B", 20.0), ("C", 20.0)]),
+                samples("table:F", &[("A", 40.0), ("B", 40.0), ("C", 40.0)]),
                 // % vs previous: only the current release, C against B
                 samples("table:G", &[("C", -0.5)]),
                 // % vs first: every release against A
                 samples("table:H", &[("A", 0.0), ("B", -0.5), ("C", -0.75)]),
-                // No mark when a host first appears, one for 10 minutes
+                // No mark when a host first appears, one for 30 minutes
                 // after each change, none after that.
                 anno_at("5m", None),
-                anno_at("25m", Some("B")),
-                anno_at("31m", None),
-                anno_at("45m", Some("C")),
+                anno_at("40m", Some("B")),
+                anno_at("69m", Some("B")),
+                anno_at("70m", None),
+                anno_at("95m", Some("C")),
             ],
         }],
     });

@@ -120,7 +120,7 @@ fn every_dashboard_imports_as_a_file_and_by_provisioning() {
             assert_eq!(v["multi"], true, "{file}: {name} multi");
             assert_eq!(v["includeAll"], true, "{file}: {name} includeAll");
             // `.*` keeps the query short with many values; every use of the
-            // variable is a `=~` matcher, checked below.
+            // variable is a `=~` matcher (every_variable_in_every_query_is_known).
             assert_eq!(v["allValue"], ".*", "{file}: {name} allValue");
             assert_eq!(v["datasource"]["uid"], "${datasource}", "{file}: {name}");
             let q = v["query"]["query"].as_str().unwrap_or_default();
@@ -315,6 +315,25 @@ fn every_variable_in_every_query_is_known() {
             "{file}: {title}: unsubstituted variable in {expr}"
         );
     }
+    // Several values (or All) become a regex alternation, which only a `=~`
+    // matcher takes.
+    let mut uses = 0;
+    for (file, d) in all_dashboards() {
+        for (title, expr) in panel_queries(&d) {
+            for name in ["instance", "target", "module"] {
+                for form in [format!("${name}"), format!("${{{name}}}")] {
+                    let all = expr.matches(&form).count();
+                    let as_regex = expr.matches(&format!("=~\"{form}\"")).count();
+                    assert_eq!(
+                        all, as_regex,
+                        "{file}: {title}: {form} outside =~\"...\": {expr}"
+                    );
+                    uses += all;
+                }
+            }
+        }
+    }
+    assert!(uses > 100, "{uses}");
 }
 
 /// `promtool check rules` parses every expression: each becomes a recording

@@ -21,10 +21,27 @@ pub enum ControlError {
     Frame(#[from] FrameError),
 }
 
-/// Reads one message, waiting at most `timeout` for all of it.
+/// The largest frame read by [`read_message`]: every message but the
+/// responder's results is far smaller, and a responder that buffered the
+/// protocol maximum for each of many junk connections would be a memory
+/// lever.
+pub const SMALL_FRAME_LEN: usize = 16 * 1024;
+
+/// Reads one message of at most [`SMALL_FRAME_LEN`] bytes, waiting at most
+/// `timeout` for all of it.
 pub async fn read_message<R: AsyncRead + Unpin>(
     r: &mut R,
     timeout: Duration,
+) -> Result<Message, ControlError> {
+    read_message_max(r, timeout, SMALL_FRAME_LEN).await
+}
+
+/// Reads one message of at most `max_len` bytes (capped at the protocol's
+/// maximum), waiting at most `timeout` for all of it.
+pub async fn read_message_max<R: AsyncRead + Unpin>(
+    r: &mut R,
+    timeout: Duration,
+    max_len: usize,
 ) -> Result<Message, ControlError> {
     tokio::time::timeout(timeout, async {
         let mut header = [0u8; 4];
@@ -36,6 +53,9 @@ pub async fn read_message<R: AsyncRead + Unpin>(
             });
         }
         let len = frame_len(header)?;
+        if len > max_len {
+            return Err(FrameError::Oversized { len }.into());
+        }
         let mut payload = vec![0u8; len];
         r.read_exact(&mut payload).await.map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -89,6 +109,39 @@ mod tests {
         assert!(
             matches!(err, ControlError::Timeout(d) if d == Duration::from_secs(3)),
             "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_over_the_caller_limit_are_refused_before_buffering() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        // Only the header is sent: the refusal must not wait for the payload.
+        a.write_all(&((SMALL_FRAME_LEN + 1) as u32).to_be_bytes())
+            .await
+            .unwrap();
+        let err = read_message(&mut b, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ControlError::Frame(FrameError::Oversized { len }) if len == SMALL_FRAME_LEN + 1),
+            "{err}"
+        );
+        let big = Message::Error {
+            message: "x".repeat(SMALL_FRAME_LEN),
+        };
+        let (mut c, mut d) = tokio::io::duplex(1 << 20);
+        write_message(&mut c, &big, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_message_max(
+                &mut d,
+                Duration::from_secs(1),
+                crate::protocol::MAX_FRAME_LEN
+            )
+            .await
+            .unwrap(),
+            big
         );
     }
 

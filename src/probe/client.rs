@@ -13,7 +13,7 @@ use super::spec::{stream_layout, FlowDirection, Kind, ProbeSpec};
 use super::stats::{Role, SideStats};
 use super::tcp::{apply_options, prepare_blocking, TcpOptions};
 use super::ProbeError;
-use crate::control::{read_message, write_message};
+use crate::control::{read_message, read_message_max, write_message};
 use crate::protocol::message::{token_id, Hello};
 use crate::protocol::udp::hello_datagram;
 use crate::protocol::{encode_frame, Message, RejectReason, DEFAULT_PORT};
@@ -307,7 +307,12 @@ async fn run_test(
     let results_timeout = plan.omit + plan.duration + grace + Duration::from_secs(5) + t;
     let local_run = side.run(grace);
     let remote = async {
-        let msg = read_message(&mut control, results_timeout).await;
+        let msg = read_message_max(
+            &mut control,
+            results_timeout,
+            crate::protocol::MAX_FRAME_LEN,
+        )
+        .await;
         if msg.is_err() {
             stop.stop();
         }

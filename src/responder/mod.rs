@@ -71,6 +71,9 @@ pub struct ResponderCounters {
     pub protocol_errors: AtomicU64,
     pub timeouts: AtomicU64,
     pub udp_ignored: AtomicU64,
+    /// Connections closed at once because too many were already waiting
+    /// for their first message.
+    pub overload: AtomicU64,
     pub bytes: AtomicU64,
     pub active_tests: AtomicU64,
 }
@@ -255,16 +258,25 @@ impl Responder {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         tracing::debug!(addr = ?self.tcp.local_addr().ok(), "responder listening");
         let mut tasks = tokio::task::JoinSet::new();
+        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_CONNECTIONS));
         let udp_task = tokio::spawn(udp::serve_hellos(self.udp.clone(), self.shared.clone()));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = self.tcp.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let shared = self.shared.clone();
-                        tasks.spawn(async move { handle_connection(stream, peer, shared).await });
-                    }
+                    Ok((stream, peer)) => match pending.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            let shared = self.shared.clone();
+                            tasks.spawn(async move { handle_connection(stream, peer, shared, permit).await });
+                        }
+                        Err(_) => {
+                            // A flood: close at once rather than queue
+                            // without bound; real probers retry.
+                            ResponderCounters::inc(&self.shared.counters.overload);
+                            drop(stream);
+                        }
+                    },
                     Err(e) => {
                         // Out of descriptors and the like: back off rather than spin.
                         tracing::warn!(error = %e, "accept failed");
@@ -280,9 +292,21 @@ impl Responder {
     }
 }
 
-async fn handle_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+/// Connections that may wait for their first message at once. Each holds at
+/// most one small frame, so junk connections cost bounded memory.
+pub const MAX_PENDING_CONNECTIONS: usize = 256;
+
+async fn handle_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    pending: tokio::sync::OwnedSemaphorePermit,
+) {
     let peer = normalize(peer);
     let first = read_message(&mut stream, shared.config().idle_timeout).await;
+    // Past its first message a connection is a session or a data stream,
+    // both bounded by the test slots.
+    drop(pending);
     match first {
         Ok(Message::Hello(hello)) => session::run(stream, peer, hello, &shared).await,
         Ok(Message::DataHello { token, stream: id }) => {

@@ -219,7 +219,10 @@ cmd_drop() {
             if (v > 100000) exit 1; printf "%.0f\n", v; next } { exit 1 }') \
         || die "bad drop percentage '$pct' (0-100)"
     nsx "$r" nft flush chain inet lab forward
-    if [ "$n" -gt 0 ]; then
+    if [ "$n" -ge 100000 ]; then
+        # A blackhole: everything goes, so batching does not matter.
+        nsx "$r" nft add rule inet lab forward counter drop
+    elif [ "$n" -gt 0 ]; then
         set_end_gso_segs "$name" 1
         nsx "$r" nft add rule inet lab forward numgen random mod 100000 '<' "$n" counter drop
     else

@@ -35,10 +35,7 @@ fn all_dashboards() -> Vec<(String, Value)> {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     for want in EXPECTED {
-        assert!(
-            names.iter().any(|n| n == want),
-            "dashboards/{want} missing"
-        );
+        assert!(names.iter().any(|n| n == want), "dashboards/{want} missing");
     }
     files
         .iter()
@@ -81,7 +78,9 @@ fn every_dashboard_imports_as_a_file_and_by_provisioning() {
     let mut titles = HashSet::new();
     for (file, d) in all_dashboards() {
         // Import as a file: Grafana asks for the inputs.
-        let inputs = d["__inputs"].as_array().unwrap_or_else(|| panic!("{file}: no __inputs"));
+        let inputs = d["__inputs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{file}: no __inputs"));
         assert!(
             inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS"
                 && i["type"] == "datasource"
@@ -89,7 +88,10 @@ fn every_dashboard_imports_as_a_file_and_by_provisioning() {
             "{file}: no DS_PROMETHEUS datasource input"
         );
         let schema = d["schemaVersion"].as_u64().unwrap_or(0);
-        assert!((36..=41).contains(&schema), "{file}: schemaVersion {schema}");
+        assert!(
+            (36..=41).contains(&schema),
+            "{file}: schemaVersion {schema}"
+        );
         let uid = d["uid"].as_str().unwrap_or_default();
         assert!(
             !uid.is_empty() && uid.len() <= 40 && uids.insert(uid.to_string()),
@@ -142,23 +144,40 @@ fn every_dashboard_imports_as_a_file_and_by_provisioning() {
         for p in all {
             let t = p["title"].as_str().unwrap_or_default();
             assert!(!t.is_empty(), "{file}: panel without title");
-            assert!(ids.insert(p["id"].as_u64().expect("panel id")), "{file}: {t}: id repeats");
+            assert!(
+                ids.insert(p["id"].as_u64().expect("panel id")),
+                "{file}: {t}: id repeats"
+            );
             let desc = p["description"].as_str().unwrap_or_default();
-            assert!(desc.len() >= 40, "{file}: {t}: description missing or too short");
+            assert!(
+                desc.len() >= 40,
+                "{file}: {t}: description missing or too short"
+            );
             assert_eq!(p["datasource"]["uid"], "${datasource}", "{file}: {t}");
-            let targets = p["targets"].as_array().unwrap_or_else(|| panic!("{file}: {t}: no targets"));
+            let targets = p["targets"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{file}: {t}: no targets"));
             assert!(!targets.is_empty(), "{file}: {t}: no targets");
             for tg in targets {
                 assert_eq!(tg["datasource"]["uid"], "${datasource}", "{file}: {t}");
-                assert!(tg["expr"].as_str().is_some_and(|e| !e.trim().is_empty()), "{file}: {t}");
+                assert!(
+                    tg["expr"].as_str().is_some_and(|e| !e.trim().is_empty()),
+                    "{file}: {t}"
+                );
             }
             let g = &p["gridPos"];
             let (x, w) = (g["x"].as_u64().unwrap(), g["w"].as_u64().unwrap());
-            assert!(x + w <= 24 && g["h"].as_u64().unwrap() > 0, "{file}: {t}: gridPos {g}");
+            assert!(
+                x + w <= 24 && g["h"].as_u64().unwrap() > 0,
+                "{file}: {t}: gridPos {g}"
+            );
         }
         for a in d["annotations"]["list"].as_array().unwrap() {
             if a.get("expr").is_some() {
-                assert_eq!(a["datasource"]["uid"], "${datasource}", "{file}: annotation");
+                assert_eq!(
+                    a["datasource"]["uid"], "${datasource}",
+                    "{file}: annotation"
+                );
             }
         }
     }
@@ -175,7 +194,9 @@ fn units_make_throughput_bits_and_ratios_percent() {
                 continue;
             }
             let t = p["title"].as_str().unwrap();
-            let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or_default();
+            let unit = p["fieldConfig"]["defaults"]["unit"]
+                .as_str()
+                .unwrap_or_default();
             for tg in p["targets"].as_array().unwrap() {
                 let e = tg["expr"].as_str().unwrap();
                 let bytes_rate = e.contains("pathprobe_throughput_bytes_per_second")
@@ -264,14 +285,21 @@ fn each_dashboard_covers_its_list() {
         .iter()
         .map(|t| t["expr"].as_str().unwrap().to_string())
         .collect();
-    for f in ["avg_over_time", "min_over_time", "max_over_time", "stddev_over_time"] {
+    for f in [
+        "avg_over_time",
+        "min_over_time",
+        "max_over_time",
+        "stddev_over_time",
+    ] {
         assert!(exprs.contains(f), "release table lacks {f}");
     }
     assert!(kernel["annotations"]["list"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|a| a["expr"].as_str().is_some_and(|e| e.contains("kernel_release"))));
+        .any(|a| a["expr"]
+            .as_str()
+            .is_some_and(|e| e.contains("kernel_release"))));
     let fleet = load(&common::dashboards::dashboards_dir().join("fleet.json")).unwrap();
     assert!(
         fleet.to_string().contains("\"groupingToMatrix\""),
@@ -282,7 +310,10 @@ fn each_dashboard_covers_its_list() {
 #[test]
 fn every_variable_in_every_query_is_known() {
     for (file, title, expr) in all_queries() {
-        assert!(!expr.contains('$'), "{file}: {title}: unsubstituted variable in {expr}");
+        assert!(
+            !expr.contains('$'),
+            "{file}: {title}: unsubstituted variable in {expr}"
+        );
     }
 }
 
@@ -306,7 +337,11 @@ fn every_expression_parses_with_promtool() {
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dashboards.rules.yml");
-    std::fs::write(&path, serde_yaml::to_string(&json!({ "groups": groups })).unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        serde_yaml::to_string(&json!({ "groups": groups })).unwrap(),
+    )
+    .unwrap();
     let out = Command::new(promtool)
         .args(["check", "rules"])
         .arg(&path)
@@ -335,18 +370,34 @@ fn metric_name_extractor() {
         ),
         ["a_bucket", "b_info", "c:rec:ratio", "d"]
     );
-    assert_eq!(names("max_over_time((x * y)[1h:1m]) unless z offset -5m"), ["x", "y", "z"]);
-    assert_eq!(names("count(up == 0) by (job) + 1.5e-3 + 0x1f + inf"), ["up"]);
-    assert_eq!(names("histogram_quantile(0.9, sum without (a) (h_bucket))"), ["h_bucket"]);
+    assert_eq!(
+        names("max_over_time((x * y)[1h:1m]) unless z offset -5m"),
+        ["x", "y", "z"]
+    );
+    assert_eq!(
+        names("count(up == 0) by (job) + 1.5e-3 + 0x1f + inf"),
+        ["up"]
+    );
+    assert_eq!(
+        names("histogram_quantile(0.9, sum without (a) (h_bucket))"),
+        ["h_bucket"]
+    );
     assert!(metric_names(r#"x{a="b"#).is_err());
-    assert!(metric_names("sum(x").is_ok(), "the extractor does not parse, promtool does");
+    assert!(
+        metric_names("sum(x").is_ok(),
+        "the extractor does not parse, promtool does"
+    );
     assert!(metric_names("x[5m").is_err());
     assert!(metric_names("rate(x[$__rate_interval])").is_err());
 }
 
 #[test]
 fn variable_substitution() {
-    let v = [("target", "loopback"), ("__range", "1h"), ("__range_s", "3600")];
+    let v = [
+        ("target", "loopback"),
+        ("__range", "1h"),
+        ("__range_s", "3600"),
+    ];
     assert_eq!(
         substitute_variables(
             r#"x{target=~"$target", t2="${target}", t3="${target:regex}"}[$__range] * $__range_s + $unknown"#,
@@ -360,7 +411,10 @@ fn variable_substitution() {
         variable_promql(r#"label_values(m{a=~"$x", b="p,q"}, target)"#).as_deref(),
         Some(r#"m{a=~"$x", b="p,q"}"#)
     );
-    assert_eq!(variable_promql("query_result(up == 1)").as_deref(), Some("up == 1"));
+    assert_eq!(
+        variable_promql("query_result(up == 1)").as_deref(),
+        Some("up == 1")
+    );
     assert_eq!(variable_promql("label_values(target)"), None);
 }
 
@@ -369,7 +423,11 @@ fn variable_substitution() {
 fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -384,7 +442,12 @@ struct Serve {
 impl Serve {
     fn start(config: &Path) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
-            .args(["serve", "--web.listen-address", "127.0.0.1:0", "--config.file"])
+            .args([
+                "serve",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--config.file",
+            ])
             .arg(config)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -450,7 +513,11 @@ fn every_metric_name_is_exported_by_a_live_serve() {
     // The default config, with the responder on a free port so that tests
     // run side by side.
     let default = pathprobe::config::DEFAULT_CONFIG.replace("\"[::]:5301\"", "\"127.0.0.1:0\"");
-    assert_ne!(default, pathprobe::config::DEFAULT_CONFIG, "responder listen not found");
+    assert_ne!(
+        default,
+        pathprobe::config::DEFAULT_CONFIG,
+        "responder listen not found"
+    );
     std::fs::write(&config, default).unwrap();
     let serve = Serve::start(&config);
 
@@ -472,7 +539,10 @@ fn every_metric_name_is_exported_by_a_live_serve() {
         std::thread::sleep(Duration::from_millis(250));
     };
     let exposed = exposed_names(&body);
-    assert!(exposed.contains("pathprobe_scheduler_lag_seconds_bucket"), "{exposed:?}");
+    assert!(
+        exposed.contains("pathprobe_scheduler_lag_seconds_bucket"),
+        "{exposed:?}"
+    );
 
     let mut missing = Vec::new();
     let mut checked = 0;
@@ -521,9 +591,11 @@ fn kernel_release_table_computes_what_its_description_says() {
         .find(|(t, _)| t == "annotation Kernel release changed")
         .expect("kernel annotation")
         .1;
-    rules.push(json!({"record": "annotation:kernel", "expr": substitute_variables(&anno, &values)}));
+    rules
+        .push(json!({"record": "annotation:kernel", "expr": substitute_variables(&anno, &values)}));
 
-    let path = r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
+    let path =
+        r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
     let minutes = 60;
     // Present in [from, to) minutes, stale at `to`, absent otherwise.
     let present = |from: usize, to: usize| -> String {
@@ -613,7 +685,11 @@ fn kernel_release_table_computes_what_its_description_says() {
         serde_yaml::to_string(&json!({"groups": [{"name": "table", "rules": rules}]})).unwrap(),
     )
     .unwrap();
-    std::fs::write(dir.path().join("table.test.yml"), serde_yaml::to_string(&tests).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("table.test.yml"),
+        serde_yaml::to_string(&tests).unwrap(),
+    )
+    .unwrap();
     let out = Command::new(promtool)
         .current_dir(dir.path())
         .args(["test", "rules", "table.test.yml"])

@@ -49,7 +49,9 @@ pub fn panels(dashboard: &Value) -> Vec<&Value> {
     }
     let mut out = Vec::new();
     walk(
-        dashboard["panels"].as_array().map_or(&[][..], Vec::as_slice),
+        dashboard["panels"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice),
         &mut out,
     );
     out
@@ -247,13 +249,16 @@ pub fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
                     i += 1;
                 }
             }
-            c if c.is_ascii_digit() || (c == '.' && s.get(i + 1).is_some_and(char::is_ascii_digit)) => {
+            c if c.is_ascii_digit()
+                || (c == '.' && s.get(i + 1).is_some_and(char::is_ascii_digit)) =>
+            {
                 // Numbers, including 1e9, 1e-3, 0x1f, and durations (5m, 1h30m).
                 i += 1;
                 while i < s.len() {
                     let d = s[i];
-                    let exponent_sign =
-                        (d == '+' || d == '-') && matches!(s[i - 1], 'e' | 'E') && s[i - 2].is_ascii_digit();
+                    let exponent_sign = (d == '+' || d == '-')
+                        && matches!(s[i - 1], 'e' | 'E')
+                        && s[i - 2].is_ascii_digit();
                     if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exponent_sign {
                         i += 1;
                     } else {

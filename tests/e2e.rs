@@ -2,10 +2,10 @@
 //! network-namespace lab, and the shipped dashboards and rules are checked
 //! against what it stored.
 //!
-//! Namespace `a` runs `pathprobe serve` probing loopback (TCP, UDP) and the
-//! `pathprobe serve` in `b` (TCP, UDP) through the router `r`, plus a
-//! Prometheus (1 s scrapes, 1 s rule evaluation, temporary storage) that
-//! scrapes both services. The test then
+//! Namespace `a` runs `pathprobe serve` probing loopback (TCP, UDP), the
+//! `pathprobe serve` in `b` (TCP, UDP) through the router `r`, and a port
+//! of `b` where nothing listens; and a Prometheus (1 s scrapes, 1 s rule
+//! evaluation, temporary storage) that scrapes both services. The test then
 //! 1. evaluates every query of every dashboard in dashboards/, with the
 //!    template variables filled in, and requires data from each;
 //! 2. loads config/alerts.yml as it is and requires every rule to evaluate
@@ -297,9 +297,11 @@ fn prometheus_config(targets: &[SocketAddr]) -> String {
 /// real rules. As in docs/ALERTS.md ("Shortening the windows"), the drop
 /// must stay shorter than half of the baseline window.
 fn fast_rules(real: &str) -> String {
-    let subquery = regex::Regex::new(r"\[\d+[smhdwy]:\d+[smhdwy]\]").unwrap();
-    let range = regex::Regex::new(r"\[\d+[smhdwy]\]").unwrap();
-    let for_ = regex::Regex::new(r"(?m)^(\s*for:\s*)\d+[smhdwy]\s*$").unwrap();
+    // A PromQL duration: 1h, 90s, 1h30m, 500ms.
+    const DURATION: &str = r"(?:\d+(?:ms|[smhdwy]))+";
+    let subquery = regex::Regex::new(&format!(r"\[{DURATION}:(?:{DURATION})?\]")).unwrap();
+    let range = regex::Regex::new(&format!(r"\[{DURATION}\]")).unwrap();
+    let for_ = regex::Regex::new(&format!(r"(?m)^(\s*for:\s*){DURATION}\s*$")).unwrap();
     let fast = subquery.replace_all(real, "[5m:2s]");
     let fast = range.replace_all(&fast, "[30s]");
     for_.replace_all(&fast, "${1}1m").into_owned()
@@ -399,7 +401,7 @@ fn prometheus_dashboards_and_alerts_against_the_lab() {
     // Both services scraped, and every path has at least two runs stored,
     // so that rates, changes and deltas have two points to work with.
     poll(
-        Duration::from_secs(60),
+        Duration::from_secs(40),
         "two stored runs of every path",
         |last| {
             let up = prom.vector("up == 1");
@@ -489,7 +491,7 @@ fn throughput_drop_alert(lab: &Lab, prom: &Prometheus, instance: &str) {
     // It rests on at least 30 s of hourly (30 s here) medians, so that the
     // low ones the drop brings stay a minority while the alert comes up.
     let baseline = poll(
-        Duration::from_secs(60),
+        Duration::from_secs(45),
         "a baseline for the path to b",
         |last| {
             let history = prom.vector(&format!(
@@ -530,15 +532,15 @@ fn throughput_drop_alert(lab: &Lab, prom: &Prometheus, instance: &str) {
         );
         (!states.is_empty()).then_some(states)
     });
+    let latest = throughput_of_b(prom, instance).expect("a successful probe after the drop");
     eprintln!(
-        "{DROP_ALERT} {states:?} {:?} after the drop",
+        "{DROP_ALERT} {states:?} {:?} after the drop; latest {latest:.0} B/s",
         dropped.elapsed()
     );
     assert!(
         states.iter().all(|s| s == "pending" || s == "firing"),
         "{states:?}"
     );
-    let latest = throughput_of_b(prom, instance).expect("a successful probe after the drop");
     let rate_after = f64::from(RATE_AFTER) * 1e6 / 8.0;
     assert!(
         latest < 1.05 * rate_after,
@@ -675,4 +677,31 @@ fn check_dashboards(prom: &Prometheus) {
         "dashboard queries without data:\n{}",
         missing.join("\n\n")
     );
+}
+
+/// The fast copy keeps every group and rule of alerts.yml, and no window
+/// or `for` of it is longer than the test can wait for. Needs no root.
+#[test]
+fn fast_rules_shorten_every_window() {
+    let real = std::fs::read_to_string(repo().join("config/alerts.yml")).unwrap();
+    let fast = fast_rules(&real);
+    assert_eq!(rule_groups(&fast), rule_groups(&real));
+    let v: serde_yaml::Value = serde_yaml::from_str(&fast).unwrap();
+    let bracket = regex::Regex::new(r"\[[0-9a-z:]+\]").unwrap();
+    let mut windows = BTreeSet::new();
+    let mut fors = BTreeSet::new();
+    for g in v["groups"].as_sequence().unwrap() {
+        for r in g["rules"].as_sequence().unwrap() {
+            let expr = r["expr"].as_str().unwrap();
+            windows.extend(bracket.find_iter(expr).map(|m| m.as_str().to_string()));
+            if let Some(f) = r["for"].as_str() {
+                fors.insert(f.to_string());
+            }
+        }
+    }
+    assert_eq!(
+        windows,
+        BTreeSet::from(["[30s]".to_string(), "[5m:2s]".to_string()])
+    );
+    assert_eq!(fors, BTreeSet::from(["1m".to_string()]));
 }

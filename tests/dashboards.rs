@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::dashboards::{
-    dashboard_files, default_values, load, metric_names, panel_queries, panels,
-    substitute_variables, variable_promql,
+    dashboard_files, default_values, load, may_be_empty, metric_names, panel_queries, panels,
+    substitute_variables, variable_promql, MAY_BE_EMPTY,
 };
 use serde_json::{json, Value};
 
@@ -120,7 +120,7 @@ fn every_dashboard_imports_as_a_file_and_by_provisioning() {
             assert_eq!(v["multi"], true, "{file}: {name} multi");
             assert_eq!(v["includeAll"], true, "{file}: {name} includeAll");
             // `.*` keeps the query short with many values; every use of the
-            // variable is a `=~` matcher, checked below.
+            // variable is a `=~` matcher (every_variable_in_every_query_is_known).
             assert_eq!(v["allValue"], ".*", "{file}: {name} allValue");
             assert_eq!(v["datasource"]["uid"], "${datasource}", "{file}: {name}");
             let q = v["query"]["query"].as_str().unwrap_or_default();
@@ -213,7 +213,7 @@ fn units_make_throughput_bits_and_ratios_percent() {
             }
         }
     }
-    assert!(throughput_panels >= 5, "{throughput_panels}");
+    assert!(throughput_panels >= 4, "{throughput_panels}");
 }
 
 /// Each dashboard shows what the issue lists for it; checked through the
@@ -315,6 +315,25 @@ fn every_variable_in_every_query_is_known() {
             "{file}: {title}: unsubstituted variable in {expr}"
         );
     }
+    // Several values (or All) become a regex alternation, which only a `=~`
+    // matcher takes.
+    let mut uses = 0;
+    for (file, d) in all_dashboards() {
+        for (title, expr) in panel_queries(&d) {
+            for name in ["instance", "target", "module"] {
+                for form in [format!("${name}"), format!("${{{name}}}")] {
+                    let all = expr.matches(&form).count();
+                    let as_regex = expr.matches(&format!("=~\"{form}\"")).count();
+                    assert_eq!(
+                        all, as_regex,
+                        "{file}: {title}: {form} outside =~\"...\": {expr}"
+                    );
+                    uses += all;
+                }
+            }
+        }
+    }
+    assert!(uses > 100, "{uses}");
 }
 
 /// `promtool check rules` parses every expression: each becomes a recording
@@ -389,6 +408,8 @@ fn metric_name_extractor() {
     );
     assert!(metric_names("x[5m").is_err());
     assert!(metric_names("rate(x[$__rate_interval])").is_err());
+    assert!(metric_names("x{a=~\"${target}\"} + $y").is_err());
+    assert_eq!(names(r#"x{a=~"b$"}"#), ["x"]);
 }
 
 #[test]
@@ -430,7 +451,10 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    out
+    // The body only; /metrics is sent with a Content-Length, not chunked.
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
 }
 
 /// `pathprobe serve`, killed on drop.
@@ -457,14 +481,23 @@ impl Serve {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("serving metrics on http://").nth(1) {
-                    let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
-                }
+                let addr = line
+                    .split("serving metrics on http://")
+                    .nth(1)
+                    .map(|rest| rest.split('/').next().unwrap_or_default().to_string());
+                let _ = tx.send((line, addr));
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("serve logged its address");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut log = Vec::new();
+        let addr = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((_, Some(addr))) => break addr,
+                Ok((line, None)) => log.push(line),
+                Err(e) => panic!("serve did not log its address ({e}):\n{}", log.join("\n")),
+            }
+        };
         Serve {
             child,
             http: addr.parse().unwrap(),
@@ -504,40 +537,68 @@ fn exposed_names(body: &str) -> BTreeSet<String> {
 
 /// Every metric name the dashboards read is one a real `pathprobe serve`
 /// exports: compared against /metrics of the default configuration after
-/// its first loopback probes, plus one target that fails at once (a closed
-/// port), so that the failure series exist too.
+/// its first loopback probes. One target is added that cannot work (a closed
+/// port, probed every second while the loopback probes hold the only probe
+/// slot for 5 s), so that the series of failures and skipped runs, which a
+/// healthy host does not have, exist too.
 #[test]
 fn every_metric_name_is_exported_by_a_live_serve() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pathprobe.yml");
-    // The default config, with the responder on a free port so that tests
-    // run side by side.
-    let default = pathprobe::config::DEFAULT_CONFIG.replace("\"[::]:5301\"", "\"127.0.0.1:0\"");
-    assert_ne!(
-        default,
-        pathprobe::config::DEFAULT_CONFIG,
-        "responder listen not found"
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(pathprobe::config::DEFAULT_CONFIG).unwrap();
+    // A section left empty (only comments) reads as null here but as
+    // "defaults" to pathprobe, which would refuse the null written back.
+    config
+        .as_mapping_mut()
+        .expect("a mapping")
+        .retain(|_, v| !v.is_null());
+    // The responder on a free port, so that tests can run side by side.
+    config["responder"]["listen"] = "127.0.0.1:0".into();
+    config["modules"]["quick_tcp"] =
+        serde_yaml::from_str("{kind: tcp, duration: 1s, connect_timeout: 1s}").unwrap();
+    let targets = config["targets"]
+        .as_sequence_mut()
+        .expect("default targets");
+    assert_eq!(targets.len(), 1, "the default config changed: {targets:?}");
+    targets.push(
+        serde_yaml::from_str(&format!(
+            "{{name: closed, address: \"127.0.0.1:{closed_port}\", modules: [quick_tcp], interval: 1s}}"
+        ))
+        .unwrap(),
     );
-    std::fs::write(&config, default).unwrap();
-    let serve = Serve::start(&config);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pathprobe.yml");
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    let serve = Serve::start(&path);
 
+    let want = [
+        "pathprobe_probe_success{target=\"loopback\",module=\"loopback_tcp\"",
+        "pathprobe_probe_success{target=\"loopback\",module=\"loopback_udp\"",
+        "pathprobe_probe_failure_info{target=\"closed\"",
+        "pathprobe_scheduler_runs_skipped_total{",
+    ];
     let start = Instant::now();
     let body = loop {
         let body = http_get(serve.http, "/metrics");
-        let ready = ["loopback_tcp", "loopback_udp"].iter().all(|m| {
-            body.contains(&format!(
-                "pathprobe_probe_success{{target=\"loopback\",module=\"{m}\""
-            ))
-        });
-        if ready {
+        if want.iter().all(|w| body.contains(w)) {
             break body;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "no loopback probe results after 60 s:\n{body}"
+            "after 60 s, /metrics still lacks one of {want:?}:\n{body}"
         );
         std::thread::sleep(Duration::from_millis(250));
     };
+    // The loopback probes of the default config really worked.
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("pathprobe_probe_success{target=\"loopback\""))
+    {
+        assert!(line.ends_with(" 1"), "{line}");
+    }
     let exposed = exposed_names(&body);
     assert!(
         exposed.contains("pathprobe_scheduler_lag_seconds_bucket"),
@@ -568,14 +629,17 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 
 /// The "Throughput per kernel release" table and the kernel-change
 /// annotation, on synthetic series through `promtool test rules`: one path,
-/// 20 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
-/// 50, erratic) and C (25), evaluated at the end with a 1 h range and 1 m
+/// 40 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
+/// 50, erratic) and C (25), evaluated at the end with a 2 h range and 1 m
 /// steps. Figures chosen so that results are exact in binary floating point.
 #[test]
 fn kernel_release_table_computes_what_its_description_says() {
     let promtool = promtool();
     let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
-    let values = default_values();
+    let values: Vec<(&str, &str)> = default_values()
+        .into_iter()
+        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
+        .collect();
     let table = panels(&kernel)
         .into_iter()
         .find(|p| p["title"] == "Throughput per kernel release")
@@ -596,7 +660,7 @@ fn kernel_release_table_computes_what_its_description_says() {
 
     let path =
         r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
-    let minutes = 60;
+    let minutes = 120;
     // Present in [from, to) minutes, stale at `to`, absent otherwise.
     let present = |from: usize, to: usize| -> String {
         (0..minutes)
@@ -610,9 +674,9 @@ fn kernel_release_table_computes_what_its_description_says() {
     };
     let throughput: Vec<&str> = (0..minutes)
         .map(|i| match i {
-            0..20 => "100",
-            20..40 if i % 2 == 0 => "80",
-            20..40 => "20",
+            0..40 => "100",
+            40..80 if i % 2 == 0 => "80",
+            40..80 => "20",
             _ => "25",
         })
         .collect();
@@ -620,7 +684,7 @@ fn kernel_release_table_computes_what_its_description_says() {
         "series": format!("pathprobe_throughput_bytes_per_second{{{path},flow=\"send\"}}"),
         "values": throughput.join(" "),
     })];
-    for (release, from, to) in [("A", 0, 20), ("B", 20, 40), ("C", 40, 60)] {
+    for (release, from, to) in [("A", 0, 40), ("B", 40, 80), ("C", 80, 120)] {
         series.push(json!({
             "series": format!("pathprobe_probe_kernel_info{{{path},side=\"local\",release=\"{release}\"}}"),
             "values": present(from, to),
@@ -634,7 +698,7 @@ fn kernel_release_table_computes_what_its_description_says() {
     let samples = |rec: &str, per_release: &[(&str, f64)]| -> Value {
         json!({
             "expr": rec,
-            "eval_time": "59m",
+            "eval_time": "119m",
             "exp_samples": per_release.iter().map(|(r, v)| json!({
                 "labels": format!("{rec}{{{out_labels},release=\"{r}\"}}"),
                 "value": v,
@@ -665,17 +729,18 @@ fn kernel_release_table_computes_what_its_description_says() {
                 samples("table:D", &[("A", 0.0), ("B", 240.0), ("C", 0.0)]),
                 // CV: B is erratic
                 samples("table:E", &[("A", 0.0), ("B", 0.6), ("C", 0.0)]),
-                samples("table:F", &[("A", 20.0), ("B", 20.0), ("C", 20.0)]),
+                samples("table:F", &[("A", 40.0), ("B", 40.0), ("C", 40.0)]),
                 // % vs previous: only the current release, C against B
                 samples("table:G", &[("C", -0.5)]),
                 // % vs first: every release against A
                 samples("table:H", &[("A", 0.0), ("B", -0.5), ("C", -0.75)]),
-                // No mark when a host first appears, one for 10 minutes
+                // No mark when a host first appears, one for 30 minutes
                 // after each change, none after that.
                 anno_at("5m", None),
-                anno_at("25m", Some("B")),
-                anno_at("31m", None),
-                anno_at("45m", Some("C")),
+                anno_at("40m", Some("B")),
+                anno_at("69m", Some("B")),
+                anno_at("70m", None),
+                anno_at("95m", Some("C")),
             ],
         }],
     });
@@ -701,4 +766,36 @@ fn kernel_release_table_computes_what_its_description_says() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every entry of MAY_BE_EMPTY names a real query, and exactly the queries
+/// it means: a stale entry would let an end-to-end test skip a query that
+/// must return data.
+#[test]
+fn may_be_empty_names_real_queries() {
+    let queries = all_queries();
+    for (title, piece) in MAY_BE_EMPTY {
+        let matching: Vec<_> = queries
+            .iter()
+            .filter(|(_, t, e)| t == title && piece.is_none_or(|p| e.contains(p)))
+            .collect();
+        assert!(
+            !matching.is_empty(),
+            "MAY_BE_EMPTY: no query {title:?} {piece:?}"
+        );
+        if piece.is_some() {
+            assert_eq!(matching.len(), 1, "{title:?} {piece:?}: {matching:?}");
+        }
+    }
+    let kernel_table: Vec<_> = queries
+        .iter()
+        .filter(|(_, t, e)| t == "Throughput per kernel release" && may_be_empty(t, e))
+        .collect();
+    assert_eq!(kernel_table.len(), 1, "{kernel_table:?}");
+    assert!(kernel_table[0].2.contains("topk without (release)"));
+    let must = queries
+        .iter()
+        .filter(|(_, t, e)| !may_be_empty(t, e))
+        .count();
+    assert!(must > 45, "only {must} queries must return data");
 }

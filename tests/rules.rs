@@ -771,3 +771,189 @@ fn group_names() -> Vec<String> {
         .map(|g| g["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+// ---- The quiet tests can tell ----------------------------------------------
+
+/// A naive version of one alert, and the quiet test it must fail.
+struct Naive {
+    alert: &'static str,
+    quiet_test: &'static str,
+    expr: Option<&'static str>,
+    for_: Option<&'static str>,
+}
+
+const NAIVE: &[Naive] = &[
+    // The hour's median alone fires late on a drop that has recovered.
+    Naive {
+        alert: "PathprobeThroughputBelowBaseline",
+        quiet_test: "throughput below baseline stays quiet",
+        expr: Some("pathprobe:throughput_bytes_per_second:baseline_ratio < 0.7"),
+        for_: None,
+    },
+    // The latest probe alone fires on a single bad probe.
+    Naive {
+        alert: "PathprobeThroughputBelowBaseline",
+        quiet_test: "throughput below baseline stays quiet",
+        expr: Some(
+            "pathprobe:throughput_bytes_per_second:successful \
+             < 0.7 * pathprobe:throughput_bytes_per_second:median7d",
+        ),
+        for_: Some("0s"),
+    },
+    // Half an hour of high variation is what a single step causes.
+    Naive {
+        alert: "PathprobeThroughputErratic",
+        quiet_test: "throughput erratic stays quiet",
+        expr: None,
+        for_: Some("30m"),
+    },
+    Naive {
+        alert: "PathprobeProbeFailing",
+        quiet_test: "probe failing stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeUDPLossHigh",
+        quiet_test: "udp loss stays quiet",
+        expr: Some("pathprobe:udp_loss_ratio:median15m > 0.01"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeUDPLossHigh",
+        quiet_test: "udp loss stays quiet",
+        expr: Some("pathprobe_udp_loss_ratio > 0.01"),
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeTCPRetransmitsHigh",
+        quiet_test: "tcp retransmits stays quiet",
+        expr: Some("pathprobe:tcp_retransmitted_segments:ratio_median30m > 0.01"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeTCPRetransmitsHigh",
+        quiet_test: "tcp retransmits stays quiet",
+        expr: Some("pathprobe:tcp_retransmitted_segments:ratio > 0.01"),
+        for_: Some("0s"),
+    },
+    // Without hours of data on the new release, its first hour decides.
+    Naive {
+        alert: "PathprobeKernelThroughputRegression",
+        quiet_test: "kernel regression stays quiet",
+        expr: Some(
+            "(pathprobe_release:throughput_bytes_per_second:median7d \
+               and pathprobe_release:throughput_bytes_per_second:median1h) \
+             < ignoring (release) group_left () 0.8 * max without (release) (\
+               (pathprobe_release:throughput_bytes_per_second:median7d \
+                 and pathprobe_release:throughput_bytes_per_second:hours7d >= 6) \
+               unless pathprobe_release:throughput_bytes_per_second:median1h)",
+        ),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeExporterDown",
+        quiet_test: "exporter down stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+    // Other jobs' targets are not pathprobe's business.
+    Naive {
+        alert: "PathprobeExporterDown",
+        quiet_test: "exporter down stays quiet",
+        expr: Some("up == 0"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeConfigReloadFailed",
+        quiet_test: "config reload failed stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+];
+
+#[test]
+fn naive_alerts_fail_the_quiet_tests() {
+    // Each quiet test must pass with the real rules (promtool_unit_tests_pass)
+    // and fail with a naive rule that lacks the guard the test is about:
+    // otherwise it would pass whatever the rules said.
+    let alerts = load(&root().join("config/alerts.yml"));
+    let mut covered = BTreeSet::new();
+    for naive in NAIVE {
+        let mut rules = alerts.clone();
+        let mut found = false;
+        for group in rules["groups"].as_sequence_mut().unwrap() {
+            for rule in group["rules"].as_sequence_mut().unwrap() {
+                if rule["alert"].as_str() != Some(naive.alert) {
+                    continue;
+                }
+                found = true;
+                let rule = rule.as_mapping_mut().unwrap();
+                if let Some(expr) = naive.expr {
+                    rule.insert("expr".into(), expr.into());
+                }
+                if let Some(f) = naive.for_ {
+                    rule.insert("for".into(), f.into());
+                }
+            }
+        }
+        assert!(found, "no alert {}", naive.alert);
+
+        // The quiet test alone, reading the naive rules.
+        let (file, mut test_doc) = rule_test_files()
+            .into_iter()
+            .map(|f| {
+                let doc = load(&f);
+                (f, doc)
+            })
+            .find(|(_, doc)| {
+                doc["tests"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["name"].as_str() == Some(naive.quiet_test))
+            })
+            .unwrap_or_else(|| panic!("no test named {:?}", naive.quiet_test));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("alerts.yml"),
+            serde_yaml::to_string(&rules).unwrap(),
+        )
+        .unwrap();
+        let doc = test_doc.as_mapping_mut().unwrap();
+        doc.insert("rule_files".into(), vec![Value::from("alerts.yml")].into());
+        doc["tests"]
+            .as_sequence_mut()
+            .unwrap()
+            .retain(|t| t["name"].as_str() == Some(naive.quiet_test));
+        std::fs::write(
+            dir.path().join("quiet.yml"),
+            serde_yaml::to_string(&test_doc).unwrap(),
+        )
+        .unwrap();
+        let (ok, text) = promtool_output(&["test", "rules", "quiet.yml"], dir.path());
+        let caught = format!(
+            "name: {},\n    alertname: {}, time:",
+            naive.quiet_test, naive.alert
+        );
+        assert!(
+            !ok && text.contains(&caught),
+            "{} ({}): a naive {} (expr {:?}, for {:?}) passes it, so the test \
+             cannot tell:\n{text}",
+            naive.quiet_test,
+            file.display(),
+            naive.alert,
+            naive.expr,
+            naive.for_
+        );
+        covered.insert(naive.alert);
+    }
+    for (name, rule) in rules() {
+        if rule["alert"].is_string() {
+            assert!(
+                covered.contains(name.as_str()),
+                "{name}: no naive version tried against its quiet test"
+            );
+        }
+    }
+}

@@ -957,3 +957,84 @@ fn naive_alerts_fail_the_quiet_tests() {
         }
     }
 }
+
+// ---- The documented fast copy ------------------------------------------------
+
+#[test]
+fn documented_fast_copy_is_valid_and_alerts_within_seconds() {
+    // docs/ALERTS.md gives a sed command that derives a fast copy of
+    // alerts.yml for tests; run it as written.
+    let docs = std::fs::read_to_string(root().join("docs/ALERTS.md")).unwrap();
+    let script = docs
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("fast-alerts.yml"))
+        .expect("docs/ALERTS.md: a sh block writing fast-alerts.yml");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::copy(
+        root().join("config/alerts.yml"),
+        dir.path().join("config/alerts.yml"),
+    )
+    .unwrap();
+    let out = Command::new("sh")
+        .args(["-euc", script])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+    let fast = load(&dir.path().join("fast-alerts.yml"));
+    for group in fast["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let expr = rule["expr"].as_str().unwrap();
+            for long in ["[1h]", "[7d:1h]", "[15m]", "[30m]"] {
+                assert!(
+                    !expr.contains(long),
+                    "the fast copy still has {long}: {expr}"
+                );
+            }
+            if rule["alert"].is_string() {
+                assert_eq!(rule["for"].as_str(), Some("0s"), "{rule:?}");
+            }
+        }
+    }
+    let (ok, text) = promtool_output(&["check", "rules", "fast-alerts.yml"], dir.path());
+    assert!(ok, "{text}");
+
+    // Probes every 5 seconds, Prometheus evaluating every second: 5 minutes
+    // at the usual level, then half. The drop alert must fire within 20 s.
+    let labels = r#"target="lab",module="tcp",kind="tcp",direction="send",instance="a:9813",job="pathprobe""#;
+    let mut tput = String::new();
+    let mut runs = String::new();
+    for i in 0..=360 {
+        let v = if i < 300 { 1e9 } else { 5e8 };
+        let run = (i / 5 * 5) as f64;
+        tput.push_str(&format!("{v} "));
+        runs.push_str(&format!("{run} "));
+    }
+    let test = format!(
+        "rule_files: [fast-alerts.yml]\nevaluation_interval: 1s\n\
+         group_eval_order: [{}]\ntests:\n  - interval: 1s\n    input_series:\n\
+         \x20     - series: 'pathprobe_throughput_bytes_per_second{{{labels},flow=\"send\"}}'\n\
+         \x20       values: '{tput}'\n\
+         \x20     - series: 'pathprobe_probe_success{{{labels}}}'\n\
+         \x20       values: '1x360'\n\
+         \x20     - series: 'pathprobe_probe_last_run_timestamp_seconds{{{labels}}}'\n\
+         \x20       values: '{runs}'\n\
+         \x20   promql_expr_test:\n\
+         \x20     - expr: 'ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\"}}'\n\
+         \x20       eval_time: 299s\n\
+         \x20       exp_samples: []\n\
+         \x20     - expr: 'count(ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\",alertstate=\"firing\"}})'\n\
+         \x20       eval_time: 320s\n\
+         \x20       exp_samples: [{{labels: '{{}}', value: 1}}]\n\
+         \x20     - expr: 'ALERTS{{alertstate=\"firing\",alertname!=\"PathprobeThroughputBelowBaseline\"}}'\n\
+         \x20       eval_time: 320s\n\
+         \x20       exp_samples: []\n",
+        group_names().join(", ")
+    );
+    std::fs::write(dir.path().join("fast-test.yml"), &test).unwrap();
+    let (ok, text) = promtool_output(&["test", "rules", "fast-test.yml"], dir.path());
+    assert!(ok, "{text}\n{test}");
+}

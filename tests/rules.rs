@@ -381,7 +381,7 @@ fn every_alert_is_tested_firing_and_quiet() {
 }
 
 #[test]
-fn windows_are_literal_for_shortening() {
+fn windows_are_literal_and_docs_cover_every_alert() {
     // docs/ALERTS.md tells how to derive a fast rule file by rewriting range
     // selectors and `for`; that only works while they are written literally.
     let text = std::fs::read_to_string(root().join("config/alerts.yml")).unwrap();
@@ -389,13 +389,26 @@ fn windows_are_literal_for_shortening() {
         assert!(text.contains(needle), "alerts.yml lacks {needle}");
     }
     let docs = std::fs::read_to_string(root().join("docs/ALERTS.md")).unwrap();
-    for (name, rule) in rules() {
+    let rules = rules();
+    for (name, rule) in &rules {
         if rule["alert"].is_string() {
             assert!(
-                docs.contains(&name),
-                "docs/ALERTS.md does not document {name}"
+                docs.contains(&format!("### {name}\n")),
+                "docs/ALERTS.md has no runbook section for {name}"
             );
         }
+    }
+    // The metric and recorded-series names the docs point at are real.
+    let name_ref =
+        regex::Regex::new(r"\bpathprobe[a-z_]*:[a-z0-9_:]+|\bpathprobe_[a-z0-9_]+").unwrap();
+    for m in name_ref
+        .find_iter(&docs)
+        .map(|m| m.as_str().trim_end_matches(':'))
+    {
+        assert!(
+            exported(m) || rules.iter().any(|(n, r)| n == m && r["record"].is_string()),
+            "docs/ALERTS.md names {m}, which is neither exported nor recorded"
+        );
     }
 }
 

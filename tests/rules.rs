@@ -72,7 +72,7 @@ fn promtool() -> PathBuf {
     );
 }
 
-/// Runs promtool in the crate root; returns its status and output.
+/// Runs promtool in `dir`; returns whether it succeeded and its output.
 fn promtool_output(args: &[&str], dir: &Path) -> (bool, String) {
     let out = Command::new(promtool())
         .args(args)

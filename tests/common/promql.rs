@@ -213,12 +213,13 @@ pub fn series_names(expr: &str) -> BTreeSet<String> {
                 let word = &expr[start..i];
                 let lower = word.to_ascii_lowercase();
                 let next = skip_space(b, i);
-                if LABEL_LIST_KEYWORDS.contains(&word) {
+                // PromQL keywords and aggregations are case-insensitive.
+                if LABEL_LIST_KEYWORDS.contains(&lower.as_str()) {
                     if next < b.len() && b[next] == b'(' {
                         i = skip_group(b, next, b'(', b')');
                     }
                 } else if b.get(next) == Some(&b'(')
-                    || AGGREGATIONS.contains(&word)
+                    || AGGREGATIONS.contains(&lower.as_str())
                     || KEYWORDS.contains(&lower.as_str())
                 {
                     // A function or aggregation call, or a keyword.
@@ -262,13 +263,16 @@ mod tests {
                  and on () up{job=\"pathprobe\"} offset 5m # a comment naming fake_metric\n\
                  or sum by (target) (rate(a_total[$__rate_interval])) / ${scale} \
                  unless {__name__=\"b_seconds\", target=\"$target\"} * Inf \
-                 or histogram_quantile(0.9, sum by (le) (c_bucket{x=\"sum(d)\"}))";
+                 or histogram_quantile(0.9, sum by (le) (c_bucket{x=\"sum(d)\"})) \
+                 OR SUM BY (a) (e) AND ON (b) Group_Left (c) f";
         assert_eq!(
             series_names(e),
             set(&[
                 "a_total",
                 "b_seconds",
                 "c_bucket",
+                "e",
+                "f",
                 "pathprobe:x:y",
                 "pathprobe_probe_kernel_info",
                 "up"

@@ -6,10 +6,6 @@
 //! are parsed, every host path they name must exist, every pathprobe
 //! configuration they carry is loaded by the library's own parser, and every
 //! command line they give `pathprobe serve` is started for real.
-//!
-//! Files that other branches of issue 4 add (config/alerts.yml and the
-//! dashboards) are reported when missing rather than failed on; see
-//! [`FROM_OTHER_BRANCHES`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,18 +19,6 @@ use pathprobe::config::Config;
 use serde_yaml::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pathprobe");
-
-/// Paths that other branches of issue 4 add. Until they are merged, their
-/// absence is reported on stderr instead of failing; once merged,
-/// `other_branch_files_are_present` must pass, and then it loses its
-/// `#[ignore]` and this list its purpose.
-const FROM_OTHER_BRANCHES: &[&str] = &[
-    "config/alerts.yml",
-    "dashboards",
-    "dashboards/path-overview.json",
-    "dashboards/kernel-host.json",
-    "dashboards/fleet.json",
-];
 
 /// The dashboards the Compose file's Grafana is to load.
 const DASHBOARDS: &[&str] = &["path-overview.json", "kernel-host.json", "fleet.json"];
@@ -63,30 +47,16 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// Whether `rel` (relative to the repository) exists. A missing path is a
-/// failure unless another branch brings it, which is only reported.
+/// Asserts that `rel` (relative to the repository) exists; returns true so
+/// that callers can go on to read it.
 fn require(rel: &Path, named_by: &str) -> bool {
     let rel = normalize(rel);
-    if repo().join(&rel).exists() {
-        return true;
-    }
-    let name = rel.to_string_lossy().into_owned();
     assert!(
-        FROM_OTHER_BRANCHES.contains(&name.as_str()),
-        "{named_by} names {name}, which does not exist"
+        repo().join(&rel).exists(),
+        "{named_by} names {}, which does not exist",
+        rel.display()
     );
-    eprintln!("MISSING (another branch of issue 4 adds it): {name}, named by {named_by}");
-    false
-}
-
-#[test]
-#[ignore = "the files come from other branches of issue 4; run after merging them"]
-fn other_branch_files_are_present() {
-    let missing: Vec<_> = FROM_OTHER_BRANCHES
-        .iter()
-        .filter(|p| !repo().join(p).exists())
-        .collect();
-    assert!(missing.is_empty(), "missing: {missing:?}");
+    true
 }
 
 /// Runs `cmd` to completion, killing it if it outlives `limit`.

@@ -62,10 +62,7 @@ fn promtool_check(body: &str) {
         .stderr(Stdio::piped())
         .spawn()
     else {
-        eprintln!(
-            "skipping promtool check: promtool is not installed (apt-get install prometheus)"
-        );
-        return;
+        panic!("promtool is not installed (apt-get install prometheus; .ci/run does)");
     };
     child
         .stdin
@@ -202,6 +199,9 @@ async fn serve_probes_and_exports() {
             == 2
     })
     .await;
+    // The exposition must satisfy Prometheus' own linter (names, units,
+    // help text), with real results of every kind in it.
+    promtool_check(&body);
     let ok = |target: &str, module: &str| {
         sample(
             &body,
@@ -212,9 +212,21 @@ async fn serve_probes_and_exports() {
             ],
         )
     };
-    assert_eq!(ok("loopback", "lo_tcp"), Some(1.0));
-    assert_eq!(ok("loopback", "lo_udp"), Some(1.0));
-    assert_eq!(ok("peer", "tcp"), Some(1.0));
+    let failures: Vec<_> = body
+        .lines()
+        .filter(|l| l.starts_with("pathprobe_probe_failure_info"))
+        .collect();
+    for (target, module) in [
+        ("loopback", "lo_tcp"),
+        ("loopback", "lo_udp"),
+        ("peer", "tcp"),
+    ] {
+        assert_eq!(
+            ok(target, module),
+            Some(1.0),
+            "{target}/{module}: {failures:#?}"
+        );
+    }
     // A refused target is a metric value with its reason, not an error.
     assert_eq!(ok("nobody", "tcp"), Some(0.0));
     assert_eq!(

@@ -1,0 +1,801 @@
+//! The Grafana dashboards in dashboards/: importable (inputs, datasource
+//! variable, schema), provisionable (panels use the `${datasource}`
+//! variable), every PromQL expression parses (promtool), reads only metrics
+//! a live `pathprobe serve` exports, and the kernel table computes what its
+//! description says on synthetic series (promtool test rules).
+//!
+//! promtool comes from the Debian package `prometheus` (.ci/run installs
+//! it); without it the promtool tests fail and say so.
+
+mod common {
+    pub mod dashboards;
+}
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::dashboards::{
+    dashboard_files, default_values, load, may_be_empty, metric_names, panel_queries, panels,
+    substitute_variables, variable_promql, MAY_BE_EMPTY,
+};
+use serde_json::{json, Value};
+
+/// The files the issue asks for; a missing one is a failure, an extra one is
+/// checked like the others.
+const EXPECTED: &[&str] = &["fleet.json", "kernel-host.json", "path-overview.json"];
+
+fn all_dashboards() -> Vec<(String, Value)> {
+    let files = dashboard_files();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for want in EXPECTED {
+        assert!(names.iter().any(|n| n == want), "dashboards/{want} missing");
+    }
+    files
+        .iter()
+        .zip(names)
+        .map(|(p, n)| (n, load(p).unwrap_or_else(|e| panic!("{e}"))))
+        .collect()
+}
+
+/// Every query of every dashboard with the variables filled in:
+/// (file, title, expr).
+fn all_queries() -> Vec<(String, String, String)> {
+    let values = default_values();
+    let mut out = Vec::new();
+    for (file, d) in all_dashboards() {
+        for (title, expr) in panel_queries(&d) {
+            out.push((file.clone(), title, substitute_variables(&expr, &values)));
+        }
+    }
+    out
+}
+
+fn promtool() -> &'static str {
+    let found = Command::new("promtool")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "promtool not found: install the Debian package `prometheus` \
+         (apt-get update && apt-get install -y prometheus); .ci/run does"
+    );
+    "promtool"
+}
+
+#[test]
+fn every_dashboard_imports_as_a_file_and_by_provisioning() {
+    let mut uids = HashSet::new();
+    let mut titles = HashSet::new();
+    for (file, d) in all_dashboards() {
+        // Import as a file: Grafana asks for the inputs.
+        let inputs = d["__inputs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{file}: no __inputs"));
+        assert!(
+            inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS"
+                && i["type"] == "datasource"
+                && i["pluginId"] == "prometheus"),
+            "{file}: no DS_PROMETHEUS datasource input"
+        );
+        let schema = d["schemaVersion"].as_u64().unwrap_or(0);
+        assert!(
+            (36..=41).contains(&schema),
+            "{file}: schemaVersion {schema}"
+        );
+        let uid = d["uid"].as_str().unwrap_or_default();
+        assert!(
+            !uid.is_empty() && uid.len() <= 40 && uids.insert(uid.to_string()),
+            "{file}: uid {uid:?} empty, too long or not unique"
+        );
+        let title = d["title"].as_str().unwrap_or_default();
+        assert!(
+            !title.is_empty() && titles.insert(title.to_string()),
+            "{file}: title {title:?}"
+        );
+        // The id of the Grafana instance it was exported from must not travel.
+        assert!(d["id"].is_null(), "{file}: id must be null");
+
+        let vars = d["templating"]["list"].as_array().expect("templating.list");
+        let var = |name: &str| {
+            vars.iter()
+                .find(|v| v["name"] == name)
+                .unwrap_or_else(|| panic!("{file}: no variable {name}"))
+        };
+        let ds = var("datasource");
+        assert_eq!(ds["type"], "datasource", "{file}");
+        assert_eq!(ds["query"], "prometheus", "{file}");
+        for name in ["instance", "target", "module"] {
+            let v = var(name);
+            assert_eq!(v["type"], "query", "{file}: {name}");
+            assert_eq!(v["multi"], true, "{file}: {name} multi");
+            assert_eq!(v["includeAll"], true, "{file}: {name} includeAll");
+            // `.*` keeps the query short with many values; every use of the
+            // variable is a `=~` matcher (every_variable_in_every_query_is_known).
+            assert_eq!(v["allValue"], ".*", "{file}: {name} allValue");
+            assert_eq!(v["datasource"]["uid"], "${datasource}", "{file}: {name}");
+            let q = v["query"]["query"].as_str().unwrap_or_default();
+            assert!(
+                variable_promql(q).is_some(),
+                "{file}: {name} query {q:?} is not label_values(selector, label)"
+            );
+        }
+
+        // Provisioning does not substitute ${DS_PROMETHEUS}: nothing but
+        // __inputs may mention it, and every query goes through the variable.
+        let mut without_inputs = d.clone();
+        without_inputs.as_object_mut().unwrap().remove("__inputs");
+        assert!(
+            !without_inputs.to_string().contains("DS_PROMETHEUS"),
+            "{file}: ${{DS_PROMETHEUS}} used outside __inputs; use ${{datasource}}"
+        );
+        let mut ids = HashSet::new();
+        let all = panels(&d);
+        assert!(all.len() >= 5, "{file}: only {} panels", all.len());
+        for p in all {
+            let t = p["title"].as_str().unwrap_or_default();
+            assert!(!t.is_empty(), "{file}: panel without title");
+            assert!(
+                ids.insert(p["id"].as_u64().expect("panel id")),
+                "{file}: {t}: id repeats"
+            );
+            let desc = p["description"].as_str().unwrap_or_default();
+            assert!(
+                desc.len() >= 40,
+                "{file}: {t}: description missing or too short"
+            );
+            assert_eq!(p["datasource"]["uid"], "${datasource}", "{file}: {t}");
+            let targets = p["targets"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{file}: {t}: no targets"));
+            assert!(!targets.is_empty(), "{file}: {t}: no targets");
+            for tg in targets {
+                assert_eq!(tg["datasource"]["uid"], "${datasource}", "{file}: {t}");
+                assert!(
+                    tg["expr"].as_str().is_some_and(|e| !e.trim().is_empty()),
+                    "{file}: {t}"
+                );
+            }
+            let g = &p["gridPos"];
+            let (x, w) = (g["x"].as_u64().unwrap(), g["w"].as_u64().unwrap());
+            assert!(
+                x + w <= 24 && g["h"].as_u64().unwrap() > 0,
+                "{file}: {t}: gridPos {g}"
+            );
+        }
+        for a in d["annotations"]["list"].as_array().unwrap() {
+            if a.get("expr").is_some() {
+                assert_eq!(
+                    a["datasource"]["uid"], "${datasource}",
+                    "{file}: annotation"
+                );
+            }
+        }
+    }
+}
+
+/// Throughput reads as Mbps/Gbps: bytes times 8 with Grafana's bit/s unit;
+/// ratios read as %.
+#[test]
+fn units_make_throughput_bits_and_ratios_percent() {
+    let mut throughput_panels = 0;
+    for (file, d) in all_dashboards() {
+        for p in panels(&d) {
+            if p["type"] != "timeseries" {
+                continue;
+            }
+            let t = p["title"].as_str().unwrap();
+            let unit = p["fieldConfig"]["defaults"]["unit"]
+                .as_str()
+                .unwrap_or_default();
+            for tg in p["targets"].as_array().unwrap() {
+                let e = tg["expr"].as_str().unwrap();
+                let bytes_rate = e.contains("pathprobe_throughput_bytes_per_second")
+                    || e.contains("rate(pathprobe_sent_bytes_total");
+                if bytes_rate || t.contains("bit/s") {
+                    throughput_panels += 1;
+                    assert_eq!(unit, "bps", "{file}: {t}");
+                    assert!(e.contains("8 *") || e.contains("* 8"), "{file}: {t}: {e}");
+                }
+                let ratio = ["_ratio{", "_ratio)"].iter().any(|r| e.contains(r));
+                if ratio {
+                    assert_eq!(unit, "percentunit", "{file}: {t}");
+                }
+            }
+        }
+    }
+    assert!(throughput_panels >= 4, "{throughput_panels}");
+}
+
+/// Each dashboard shows what the issue lists for it; checked through the
+/// metric names its queries read, so a renamed metric shows up here too.
+#[test]
+fn each_dashboard_covers_its_list() {
+    let want: &[(&str, &[&str])] = &[
+        (
+            "path-overview.json",
+            &[
+                "pathprobe_throughput_bytes_per_second",
+                "pathprobe_probe_success",
+                "pathprobe_tcp_retransmits",
+                "pathprobe_tcp_rtt_seconds",
+                "pathprobe_udp_loss_ratio",
+                "pathprobe_udp_jitter_seconds",
+                "pathprobe_probe_cpu_utilization_ratio",
+                "pathprobe_sent_bytes_total",
+                "pathprobe_probe_last_run_timestamp_seconds",
+            ],
+        ),
+        (
+            "kernel-host.json",
+            &[
+                "pathprobe_throughput_bytes_per_second",
+                "pathprobe_probe_kernel_info",
+                "pathprobe_host_info",
+                "pathprobe_probe_cpu_utilization_ratio",
+                "pathprobe_host_interrupts_all_total",
+                "pathprobe_host_softirqs_total",
+                "pathprobe_probe_interrupts",
+                "pathprobe_probe_softirqs",
+                "pathprobe_probe_received_bytes",
+            ],
+        ),
+        (
+            "fleet.json",
+            &[
+                "pathprobe_throughput_bytes_per_second",
+                "pathprobe_probe_success",
+                "pathprobe_probe_failure_info",
+                "pathprobe_responder_rejections_total",
+                "pathprobe_probes_total",
+                "pathprobe_scheduler_lag_seconds_bucket",
+                "pathprobe_config_last_reload_successful",
+            ],
+        ),
+    ];
+    let queries = all_queries();
+    for (file, names) in want {
+        let used: BTreeSet<String> = queries
+            .iter()
+            .filter(|(f, _, _)| f == file)
+            .flat_map(|(_, t, e)| metric_names(e).unwrap_or_else(|err| panic!("{t}: {err}")))
+            .collect();
+        for n in *names {
+            assert!(used.contains(*n), "{file} does not show {n}");
+        }
+    }
+    // The pieces that are not metric names.
+    let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let release_table = panels(&kernel)
+        .into_iter()
+        .find(|p| p["title"] == "Throughput per kernel release")
+        .expect("release table");
+    let exprs: String = release_table["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    for f in [
+        "avg_over_time",
+        "min_over_time",
+        "max_over_time",
+        "stddev_over_time",
+    ] {
+        assert!(exprs.contains(f), "release table lacks {f}");
+    }
+    assert!(kernel["annotations"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["expr"]
+            .as_str()
+            .is_some_and(|e| e.contains("kernel_release"))));
+    let fleet = load(&common::dashboards::dashboards_dir().join("fleet.json")).unwrap();
+    assert!(
+        fleet.to_string().contains("\"groupingToMatrix\""),
+        "fleet: mesh matrix transformation missing"
+    );
+}
+
+#[test]
+fn every_variable_in_every_query_is_known() {
+    for (file, title, expr) in all_queries() {
+        assert!(
+            !expr.contains('$'),
+            "{file}: {title}: unsubstituted variable in {expr}"
+        );
+    }
+    // Several values (or All) become a regex alternation, which only a `=~`
+    // matcher takes.
+    let mut uses = 0;
+    for (file, d) in all_dashboards() {
+        for (title, expr) in panel_queries(&d) {
+            for name in ["instance", "target", "module"] {
+                for form in [format!("${name}"), format!("${{{name}}}")] {
+                    let all = expr.matches(&form).count();
+                    let as_regex = expr.matches(&format!("=~\"{form}\"")).count();
+                    assert_eq!(
+                        all, as_regex,
+                        "{file}: {title}: {form} outside =~\"...\": {expr}"
+                    );
+                    uses += all;
+                }
+            }
+        }
+    }
+    assert!(uses > 100, "{uses}");
+}
+
+/// `promtool check rules` parses every expression: each becomes a recording
+/// rule in a group named after its dashboard and panel, so an error names
+/// the panel.
+#[test]
+fn every_expression_parses_with_promtool() {
+    let promtool = promtool();
+    let queries = all_queries();
+    assert!(queries.len() > 40, "only {} queries found", queries.len());
+    let groups: Vec<Value> = queries
+        .iter()
+        .enumerate()
+        .map(|(i, (file, title, expr))| {
+            json!({
+                "name": format!("{file} / {title} #{i}"),
+                "rules": [{"record": format!("dashboard:query_{i}"), "expr": expr}],
+            })
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dashboards.rules.yml");
+    std::fs::write(
+        &path,
+        serde_yaml::to_string(&json!({ "groups": groups })).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool check rules failed:\n{text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rules found", queries.len())),
+        "{text}"
+    );
+}
+
+#[test]
+fn metric_name_extractor() {
+    let names = |e: &str| -> Vec<String> { metric_names(e).unwrap().into_iter().collect() };
+    assert_eq!(
+        names(
+            r#"sum by (instance, le) (rate(a_bucket{job=~"x|y", le!="1"}[5m] offset 1h30m))
+               * on (instance) group_left (release) topk without (release) (1, b_info{s="{}"})
+               / ignoring(side) (c:rec:ratio * 8 / 1e9 > bool 0) or vector(0) and time() - d"#
+        ),
+        ["a_bucket", "b_info", "c:rec:ratio", "d"]
+    );
+    assert_eq!(
+        names("max_over_time((x * y)[1h:1m]) unless z offset -5m"),
+        ["x", "y", "z"]
+    );
+    assert_eq!(
+        names("count(up == 0) by (job) + 1.5e-3 + 0x1f + inf"),
+        ["up"]
+    );
+    assert_eq!(
+        names("histogram_quantile(0.9, sum without (a) (h_bucket))"),
+        ["h_bucket"]
+    );
+    assert!(metric_names(r#"x{a="b"#).is_err());
+    assert!(
+        metric_names("sum(x").is_ok(),
+        "the extractor does not parse, promtool does"
+    );
+    assert!(metric_names("x[5m").is_err());
+    assert!(metric_names("rate(x[$__rate_interval])").is_err());
+    assert!(metric_names("x{a=~\"${target}\"} + $y").is_err());
+    assert_eq!(names(r#"x{a=~"b$"}"#), ["x"]);
+}
+
+#[test]
+fn variable_substitution() {
+    let v = [
+        ("target", "loopback"),
+        ("__range", "1h"),
+        ("__range_s", "3600"),
+    ];
+    assert_eq!(
+        substitute_variables(
+            r#"x{target=~"$target", t2="${target}", t3="${target:regex}"}[$__range] * $__range_s + $unknown"#,
+            &v
+        ),
+        r#"x{target=~"loopback", t2="loopback", t3="loopback"}[1h] * 3600 + $unknown"#
+    );
+    assert_eq!(substitute_variables("$", &v), "$");
+    assert_eq!(substitute_variables("${target", &v), "${target");
+    assert_eq!(
+        variable_promql(r#"label_values(m{a=~"$x", b="p,q"}, target)"#).as_deref(),
+        Some(r#"m{a=~"$x", b="p,q"}"#)
+    );
+    assert_eq!(
+        variable_promql("query_result(up == 1)").as_deref(),
+        Some("up == 1")
+    );
+    assert_eq!(variable_promql("label_values(target)"), None);
+}
+
+// ---------------------------------------------------------------- live scrape
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    // The body only; /metrics is sent with a Content-Length, not chunked.
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// `pathprobe serve`, killed on drop.
+struct Serve {
+    child: Child,
+    http: SocketAddr,
+}
+
+impl Serve {
+    fn start(config: &Path) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+            .args([
+                "serve",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--config.file",
+            ])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let addr = line
+                    .split("serving metrics on http://")
+                    .nth(1)
+                    .map(|rest| rest.split('/').next().unwrap_or_default().to_string());
+                let _ = tx.send((line, addr));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut log = Vec::new();
+        let addr = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((_, Some(addr))) => break addr,
+                Ok((line, None)) => log.push(line),
+                Err(e) => panic!("serve did not log its address ({e}):\n{}", log.join("\n")),
+            }
+        };
+        Serve {
+            child,
+            http: addr.parse().unwrap(),
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Metric names in a text exposition: sample names, and for histograms
+/// and summaries the series names their TYPE implies.
+fn exposed_names(body: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            if let (Some(name), Some(kind)) = (it.next(), it.next()) {
+                let suffixes: &[&str] = match kind {
+                    "histogram" => &["_bucket", "_sum", "_count"],
+                    "summary" => &["", "_sum", "_count"],
+                    _ => &[""],
+                };
+                names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+            }
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+/// Every metric name the dashboards read is one a real `pathprobe serve`
+/// exports: compared against /metrics of the default configuration after
+/// its first loopback probes. One target is added that cannot work (a closed
+/// port, probed every second while the loopback probes hold the only probe
+/// slot for 5 s), so that the series of failures and skipped runs, which a
+/// healthy host does not have, exist too.
+#[test]
+fn every_metric_name_is_exported_by_a_live_serve() {
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(pathprobe::config::DEFAULT_CONFIG).unwrap();
+    // A section left empty (only comments) reads as null here but as
+    // "defaults" to pathprobe, which would refuse the null written back.
+    config
+        .as_mapping_mut()
+        .expect("a mapping")
+        .retain(|_, v| !v.is_null());
+    // The responder on a free port, so that tests can run side by side.
+    config["responder"]["listen"] = "127.0.0.1:0".into();
+    config["modules"]["quick_tcp"] =
+        serde_yaml::from_str("{kind: tcp, duration: 1s, connect_timeout: 1s}").unwrap();
+    let targets = config["targets"]
+        .as_sequence_mut()
+        .expect("default targets");
+    assert_eq!(targets.len(), 1, "the default config changed: {targets:?}");
+    targets.push(
+        serde_yaml::from_str(&format!(
+            "{{name: closed, address: \"127.0.0.1:{closed_port}\", modules: [quick_tcp], interval: 1s}}"
+        ))
+        .unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pathprobe.yml");
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    let serve = Serve::start(&path);
+
+    let want = [
+        "pathprobe_probe_success{target=\"loopback\",module=\"loopback_tcp\"",
+        "pathprobe_probe_success{target=\"loopback\",module=\"loopback_udp\"",
+        "pathprobe_probe_failure_info{target=\"closed\"",
+        "pathprobe_scheduler_runs_skipped_total{",
+    ];
+    let start = Instant::now();
+    let body = loop {
+        let body = http_get(serve.http, "/metrics");
+        if want.iter().all(|w| body.contains(w)) {
+            break body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "after 60 s, /metrics still lacks one of {want:?}:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    // The loopback probes of the default config really worked.
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("pathprobe_probe_success{target=\"loopback\""))
+    {
+        assert!(line.ends_with(" 1"), "{line}");
+    }
+    let exposed = exposed_names(&body);
+    assert!(
+        exposed.contains("pathprobe_scheduler_lag_seconds_bucket"),
+        "{exposed:?}"
+    );
+
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (file, title, expr) in all_queries() {
+        let used = metric_names(&expr).unwrap_or_else(|e| panic!("{file}: {title}: {e}"));
+        assert!(!used.is_empty(), "{file}: {title}: reads no metric: {expr}");
+        for name in used {
+            checked += 1;
+            if !exposed.contains(&name) {
+                missing.push(format!("{file}: {title}: {name}"));
+            }
+        }
+    }
+    assert!(checked > 60, "{checked}");
+    assert!(
+        missing.is_empty(),
+        "metrics not exported by pathprobe serve:\n{}\nexported: {exposed:?}",
+        missing.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------- kernel table
+
+/// The "Throughput per kernel release" table and the kernel-change
+/// annotation, on synthetic series through `promtool test rules`: one path,
+/// 40 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
+/// 50, erratic) and C (25), evaluated at the end with a 2 h range and 1 m
+/// steps. Figures chosen so that results are exact in binary floating point.
+#[test]
+fn kernel_release_table_computes_what_its_description_says() {
+    let promtool = promtool();
+    let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let values: Vec<(&str, &str)> = default_values()
+        .into_iter()
+        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
+        .collect();
+    let table = panels(&kernel)
+        .into_iter()
+        .find(|p| p["title"] == "Throughput per kernel release")
+        .expect("release table");
+    let mut rules = Vec::new();
+    for t in table["targets"].as_array().unwrap() {
+        let r = t["refId"].as_str().unwrap();
+        let e = substitute_variables(t["expr"].as_str().unwrap(), &values);
+        rules.push(json!({"record": format!("table:{r}"), "expr": e}));
+    }
+    let anno = panel_queries(&kernel)
+        .into_iter()
+        .find(|(t, _)| t == "annotation Kernel release changed")
+        .expect("kernel annotation")
+        .1;
+    rules
+        .push(json!({"record": "annotation:kernel", "expr": substitute_variables(&anno, &values)}));
+
+    let path =
+        r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
+    let minutes = 120;
+    // Present in [from, to) minutes, stale at `to`, absent otherwise.
+    let present = |from: usize, to: usize| -> String {
+        (0..minutes)
+            .map(|i| match i {
+                i if (from..to).contains(&i) => "1",
+                i if i == to => "stale",
+                _ => "_",
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let throughput: Vec<&str> = (0..minutes)
+        .map(|i| match i {
+            0..40 => "100",
+            40..80 if i % 2 == 0 => "80",
+            40..80 => "20",
+            _ => "25",
+        })
+        .collect();
+    let mut series = vec![json!({
+        "series": format!("pathprobe_throughput_bytes_per_second{{{path},flow=\"send\"}}"),
+        "values": throughput.join(" "),
+    })];
+    for (release, from, to) in [("A", 0, 40), ("B", 40, 80), ("C", 80, 120)] {
+        series.push(json!({
+            "series": format!("pathprobe_probe_kernel_info{{{path},side=\"local\",release=\"{release}\"}}"),
+            "values": present(from, to),
+        }));
+        series.push(json!({
+            "series": format!("pathprobe_host_info{{instance=\"h\",job=\"p\",kernel_release=\"{release}\"}}"),
+            "values": present(from, to),
+        }));
+    }
+    let out_labels = r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send",flow="send""#;
+    let samples = |rec: &str, per_release: &[(&str, f64)]| -> Value {
+        json!({
+            "expr": rec,
+            "eval_time": "119m",
+            "exp_samples": per_release.iter().map(|(r, v)| json!({
+                "labels": format!("{rec}{{{out_labels},release=\"{r}\"}}"),
+                "value": v,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    let anno_at = |t: &str, release: Option<&str>| -> Value {
+        json!({
+            "expr": "annotation:kernel",
+            "eval_time": t,
+            "exp_samples": release.map(|r| vec![json!({
+                "labels": format!("annotation:kernel{{instance=\"h\",kernel_release=\"{r}\"}}"),
+                "value": 1,
+            })]).unwrap_or_default(),
+        })
+    };
+    let tests = json!({
+        "rule_files": ["table.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                // bit/s: bytes times 8
+                samples("table:A", &[("A", 800.0), ("B", 400.0), ("C", 200.0)]),
+                samples("table:B", &[("A", 800.0), ("B", 160.0), ("C", 200.0)]),
+                samples("table:C", &[("A", 800.0), ("B", 640.0), ("C", 200.0)]),
+                samples("table:D", &[("A", 0.0), ("B", 240.0), ("C", 0.0)]),
+                // CV: B is erratic
+                samples("table:E", &[("A", 0.0), ("B", 0.6), ("C", 0.0)]),
+                samples("table:F", &[("A", 40.0), ("B", 40.0), ("C", 40.0)]),
+                // % vs previous: only the current release, C against B
+                samples("table:G", &[("C", -0.5)]),
+                // % vs first: every release against A
+                samples("table:H", &[("A", 0.0), ("B", -0.5), ("C", -0.75)]),
+                // No mark when a host first appears, one for 30 minutes
+                // after each change, none after that.
+                anno_at("5m", None),
+                anno_at("40m", Some("B")),
+                anno_at("69m", Some("B")),
+                anno_at("70m", None),
+                anno_at("95m", Some("C")),
+            ],
+        }],
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("table.rules.yml"),
+        serde_yaml::to_string(&json!({"groups": [{"name": "table", "rules": rules}]})).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("table.test.yml"),
+        serde_yaml::to_string(&tests).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(promtool)
+        .current_dir(dir.path())
+        .args(["test", "rules", "table.test.yml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every entry of MAY_BE_EMPTY names a real query, and exactly the queries
+/// it means: a stale entry would let an end-to-end test skip a query that
+/// must return data.
+#[test]
+fn may_be_empty_names_real_queries() {
+    let queries = all_queries();
+    for (title, piece) in MAY_BE_EMPTY {
+        let matching: Vec<_> = queries
+            .iter()
+            .filter(|(_, t, e)| t == title && piece.is_none_or(|p| e.contains(p)))
+            .collect();
+        assert!(
+            !matching.is_empty(),
+            "MAY_BE_EMPTY: no query {title:?} {piece:?}"
+        );
+        if piece.is_some() {
+            assert_eq!(matching.len(), 1, "{title:?} {piece:?}: {matching:?}");
+        }
+    }
+    let kernel_table: Vec<_> = queries
+        .iter()
+        .filter(|(_, t, e)| t == "Throughput per kernel release" && may_be_empty(t, e))
+        .collect();
+    assert_eq!(kernel_table.len(), 1, "{kernel_table:?}");
+    assert!(kernel_table[0].2.contains("topk without (release)"));
+    let must = queries
+        .iter()
+        .filter(|(_, t, e)| !may_be_empty(t, e))
+        .count();
+    assert!(must > 45, "only {must} queries must return data");
+}

@@ -1,0 +1,1053 @@
+//! The Prometheus rules and example configuration in `config/`:
+//!
+//! - `promtool check rules` and `promtool check config` accept them (which
+//!   also proves that every rule expression parses);
+//! - `promtool test rules tests/rules/*.yml` passes: for every alert, one
+//!   synthetic path fires it and others (steady, a single bad probe, a
+//!   recovered drop) do not, and naive versions of the alerts fail those
+//!   quiet tests, so the tests can tell;
+//! - every metric the rule expressions read, recording rules resolved to
+//!   their definitions, is one a live `pathprobe serve` with the default
+//!   configuration exposes on /metrics, and the rules find the paths of
+//!   that scrape;
+//! - every alert has a severity, a summary, a runbook description and
+//!   documentation in docs/ALERTS.md.
+//!
+//! promtool is required: without it these tests fail and say how to install
+//! it (`.ci/run` installs the `prometheus` package).
+
+#[path = "common/promql.rs"]
+mod promql;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pathprobe::metrics::names::{self, MetricType};
+use serde_yaml::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn rule_test_files() -> Vec<PathBuf> {
+    let dir = root().join("tests/rules");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no test files in {}", dir.display());
+    files
+}
+
+/// The promtool binary: $PROMTOOL, or promtool on the PATH. Panics when
+/// there is none: a missing promtool must not pass as checked rules.
+fn promtool() -> PathBuf {
+    let candidates = std::env::var_os("PROMTOOL")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(std::env::var_os("PATH").into_iter().flat_map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("promtool"))
+                .collect::<Vec<_>>()
+        }));
+    for c in candidates {
+        if c.is_file() {
+            return c;
+        }
+    }
+    panic!(
+        "promtool not found, so config/alerts.yml and config/prometheus.yml cannot be checked. \
+         Install it with `apt-get install prometheus` (Debian; .ci/run does this) or point \
+         PROMTOOL at a promtool binary."
+    );
+}
+
+/// Runs promtool in `dir`; returns whether it succeeded and its output.
+fn promtool_output(args: &[&str], dir: &Path) -> (bool, String) {
+    let out = Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn run_promtool(args: &[&str]) -> String {
+    let (ok, text) = promtool_output(args, &root());
+    assert!(ok, "promtool {} failed:\n{text}", args.join(" "));
+    text
+}
+
+#[test]
+fn promtool_checks_rules_and_config() {
+    let text = run_promtool(&["check", "rules", "config/alerts.yml"]);
+    let want = format!("SUCCESS: {} rules found", rules().len());
+    assert!(text.contains(&want), "expected {want:?}:\n{text}");
+
+    // prometheus.yml names its rule files relative to itself. Check it as
+    // deployed: copied with the files it references (and nothing else from
+    // config/) into a directory of its own, e.g. /etc/prometheus.
+    let config = load(&root().join("config/prometheus.yml"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("config/prometheus.yml"),
+        dir.path().join("prometheus.yml"),
+    )
+    .unwrap();
+    let rule_files = config["rule_files"].as_sequence().expect("rule_files");
+    assert!(!rule_files.is_empty(), "prometheus.yml loads no rules");
+    for f in rule_files {
+        let f = f.as_str().expect("rule file name");
+        assert!(
+            Path::new(f).is_relative() && !f.contains('*'),
+            "{f}: the example names its rule files relative to itself"
+        );
+        let from = root().join("config").join(f);
+        let to = dir.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&from, &to)
+            .unwrap_or_else(|e| panic!("prometheus.yml references {}: {e}", from.display()));
+    }
+    let (ok, text) = promtool_output(&["check", "config", "prometheus.yml"], dir.path());
+    assert!(ok, "promtool check config failed:\n{text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rule files found", rule_files.len()))
+            && text.contains(&want),
+        "{text}"
+    );
+}
+
+#[test]
+fn promtool_unit_tests_pass() {
+    let files: Vec<String> = rule_test_files()
+        .iter()
+        .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    let mut args = vec!["test", "rules"];
+    args.extend(files.iter().map(String::as_str));
+    let text = run_promtool(&args);
+    assert_eq!(
+        text.matches("SUCCESS").count(),
+        files.len(),
+        "every test file must succeed:\n{text}"
+    );
+}
+
+/// Every rule of alerts.yml, as (record or alert name, rule).
+fn rules() -> Vec<(String, Value)> {
+    let doc = load(&root().join("config/alerts.yml"));
+    let mut out = Vec::new();
+    for group in doc["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["record"]
+                .as_str()
+                .or_else(|| rule["alert"].as_str())
+                .expect("record or alert");
+            out.push((name.to_string(), rule.clone()));
+        }
+    }
+    out
+}
+
+/// Whether `name` is a series pathprobe exports, histogram parts included.
+fn exported(name: &str) -> bool {
+    if names::find(name).is_some() {
+        return true;
+    }
+    ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+        name.strip_suffix(suffix)
+            .and_then(names::find)
+            .is_some_and(|d| d.metric_type == MetricType::Histogram)
+    })
+}
+
+/// Prometheus' own series that the rules may use.
+const PROMETHEUS_SERIES: &[&str] = &["up"];
+
+#[test]
+fn rules_use_only_exported_metrics_and_recorded_series() {
+    let rules = rules();
+    let recorded: BTreeSet<String> = rules
+        .iter()
+        .filter(|(_, r)| r["record"].is_string())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut used = BTreeSet::new();
+    let mut seen_recorded = BTreeSet::new();
+    for (name, rule) in &rules {
+        let expr = rule["expr"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no expr"));
+        let found = promql::series_names(expr);
+        assert!(!found.is_empty(), "{name}: no series in {expr}");
+        for s in found {
+            if s.contains(':') {
+                assert!(
+                    seen_recorded.contains(&s) || recorded.contains(&s),
+                    "{name} reads {s}, which no rule records"
+                );
+            } else {
+                assert!(
+                    exported(&s) || PROMETHEUS_SERIES.contains(&s.as_str()),
+                    "{name} uses {s}, which pathprobe does not export \
+                     (see src/metrics/names.rs and docs/METRICS.md)"
+                );
+            }
+            used.insert(s);
+        }
+        if rule["record"].is_string() {
+            seen_recorded.insert(name.clone());
+            assert!(
+                name.starts_with("pathprobe:") || name.starts_with("pathprobe_"),
+                "{name}: recorded series are named level:metric:operations"
+            );
+            assert_eq!(name.matches(':').count(), 2, "{name}");
+        }
+    }
+    // Recorded series that nothing reads are fine (dashboards use them), but
+    // the rules must rest on the exporter's core figures.
+    for core in [
+        "pathprobe_throughput_bytes_per_second",
+        "pathprobe_probe_success",
+        "pathprobe_udp_loss_ratio",
+        "pathprobe_tcp_retransmits",
+        "pathprobe_probe_kernel_info",
+        "pathprobe_config_last_reload_successful",
+        "up",
+    ] {
+        assert!(used.contains(core), "no rule uses {core}");
+    }
+}
+
+#[test]
+fn rules_and_labels_in_annotations_exist() {
+    // Label names a pathprobe series or Prometheus may carry.
+    let mut labels: BTreeSet<&str> = ["instance", "job", "release", "alertname"].into();
+    labels.extend(names::PROBE_LABELS);
+    for d in names::ALL {
+        labels.extend(d.labels.iter().copied());
+    }
+    let label_ref = regex::Regex::new(r"\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)").unwrap();
+    let metric_ref =
+        regex::Regex::new(r"\bpathprobe[a-z_]*:[a-z0-9_:]+|\bpathprobe_[a-z0-9_]+").unwrap();
+    let rules = rules();
+    let recorded: BTreeSet<&str> = rules
+        .iter()
+        .filter(|(_, r)| r["record"].is_string())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut alerts = 0;
+    for (name, rule) in &rules {
+        if !rule["alert"].is_string() {
+            continue;
+        }
+        alerts += 1;
+        assert!(
+            name.starts_with("Pathprobe"),
+            "{name}: alert names start with Pathprobe"
+        );
+        let severity = rule["labels"]["severity"].as_str();
+        assert!(
+            matches!(severity, Some("critical" | "warning" | "info")),
+            "{name}: severity {severity:?}"
+        );
+        assert!(rule["for"].is_string(), "{name}: no `for`");
+        for key in ["summary", "description"] {
+            let text = rule["annotations"][key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: no {key} annotation"));
+            for c in label_ref.captures_iter(text) {
+                assert!(labels.contains(&c[1]), "{name}: {key} uses label {}", &c[1]);
+            }
+            // Metric names the runbook text points at are real ones too.
+            for m in metric_ref
+                .find_iter(text)
+                .map(|m| m.as_str().trim_end_matches(':'))
+            {
+                assert!(
+                    exported(m) || recorded.contains(m),
+                    "{name}: {key} names {m}, which pathprobe does not export \
+                     and no rule records"
+                );
+            }
+        }
+        let description = rule["annotations"]["description"].as_str().unwrap();
+        assert!(
+            description.len() > 200 && description.contains("First"),
+            "{name}: the description must say what to look at first"
+        );
+    }
+    assert!(alerts >= 8, "{alerts} alerts");
+}
+
+/// For each alert: how many evaluations expect it to fire, and how many
+/// expect it quiet.
+fn alert_test_counts() -> BTreeMap<String, (usize, usize)> {
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for file in rule_test_files() {
+        let doc = load(&file);
+        let rule_files = doc["rule_files"].as_sequence().expect("rule_files");
+        assert!(
+            rule_files
+                .iter()
+                .any(|f| f.as_str() == Some("../../config/alerts.yml")),
+            "{}: must test config/alerts.yml itself",
+            file.display()
+        );
+        // promtool orders groups at random unless told; alerts must see the
+        // recordings of the same evaluation round.
+        let order: Vec<String> = doc["group_eval_order"]
+            .as_sequence()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|g| g.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(order, group_names(), "{}: group_eval_order", file.display());
+        for test in doc["tests"].as_sequence().expect("tests") {
+            for s in test["input_series"].as_sequence().expect("input_series") {
+                let series = s["series"].as_str().expect("series");
+                let name = series.split('{').next().unwrap().trim();
+                assert!(
+                    exported(name) || PROMETHEUS_SERIES.contains(&name),
+                    "{}: input series {name} is not a pathprobe metric",
+                    file.display()
+                );
+                if let Some(d) = names::find(name) {
+                    for l in names::PROBE_LABELS.iter().chain(d.labels) {
+                        if d.scope == names::Scope::Probe || d.labels.contains(l) {
+                            assert!(
+                                series.contains(&format!("{l}=\"")),
+                                "{}: {series} lacks the label {l}",
+                                file.display()
+                            );
+                        }
+                    }
+                }
+                for l in ["instance=\"", "job=\""] {
+                    assert!(series.contains(l), "{}: {series} lacks {l}", file.display());
+                }
+            }
+            let Some(cases) = test["alert_rule_test"].as_sequence() else {
+                continue;
+            };
+            for case in cases {
+                let name = case["alertname"].as_str().expect("alertname").to_string();
+                let firing = case["exp_alerts"]
+                    .as_sequence()
+                    .is_some_and(|a| !a.is_empty());
+                let entry = counts.entry(name).or_default();
+                if firing {
+                    entry.0 += 1;
+                } else {
+                    entry.1 += 1;
+                }
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn every_alert_is_tested_firing_and_quiet() {
+    let counts = alert_test_counts();
+    for (name, rule) in rules() {
+        if !rule["alert"].is_string() {
+            continue;
+        }
+        let (firing, quiet) = counts.get(&name).copied().unwrap_or_default();
+        assert!(firing > 0, "{name}: no test expects it to fire");
+        assert!(
+            quiet > 0,
+            "{name}: no test evaluation expects it quiet (pending or not firing)"
+        );
+    }
+}
+
+#[test]
+fn windows_are_literal_and_docs_cover_every_alert() {
+    // docs/ALERTS.md tells how to derive a fast rule file by rewriting range
+    // selectors and `for`; that only works while they are written literally.
+    let text = std::fs::read_to_string(root().join("config/alerts.yml")).unwrap();
+    for needle in ["[1h]", "[7d:1h]", "[15m]", "[30m]", "for: 15m"] {
+        assert!(text.contains(needle), "alerts.yml lacks {needle}");
+    }
+    let docs = std::fs::read_to_string(root().join("docs/ALERTS.md")).unwrap();
+    let rules = rules();
+    for (name, rule) in &rules {
+        if rule["alert"].is_string() {
+            assert!(
+                docs.contains(&format!("### {name}\n")),
+                "docs/ALERTS.md has no runbook section for {name}"
+            );
+        }
+    }
+    // The metric and recorded-series names the docs point at are real.
+    let name_ref =
+        regex::Regex::new(r"\bpathprobe[a-z_]*:[a-z0-9_:]+|\bpathprobe_[a-z0-9_]+").unwrap();
+    for m in name_ref
+        .find_iter(&docs)
+        .map(|m| m.as_str().trim_end_matches(':'))
+    {
+        assert!(
+            exported(m) || rules.iter().any(|(n, r)| n == m && r["record"].is_string()),
+            "docs/ALERTS.md names {m}, which is neither exported nor recorded"
+        );
+    }
+}
+
+// ---- Against a live scrape -----------------------------------------------
+
+/// Series Prometheus itself adds at every scrape, which rules may read.
+const SCRAPE_SERIES: &[&str] = &[
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+];
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "GET {path}: {out}");
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// A `pathprobe serve` process, killed on drop.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// /metrics of `pathprobe serve` running the default configuration (the
+/// responder moved to a free port), once the first loopback probes of both
+/// default modules have reported. Scraped once per test run.
+fn live_scrape() -> String {
+    static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BODY.get_or_init(scrape_default_serve).clone()
+}
+
+fn scrape_default_serve() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pathprobe.yml");
+    let config = pathprobe::config::DEFAULT_CONFIG.replace("\"[::]:5301\"", "\"127.0.0.1:0\"");
+    assert_ne!(
+        config,
+        pathprobe::config::DEFAULT_CONFIG,
+        "responder port not found"
+    );
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+        .args([
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--config.file",
+        ])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let serve = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in stderr.lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("serving metrics on http://").nth(1) {
+                let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
+            }
+        }
+    });
+    let addr: SocketAddr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("serve logged its metrics address")
+        .parse()
+        .unwrap();
+    // The default schedule runs the first probes right after start; each
+    // lasts 5 seconds, one at a time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = http_get(addr, "/metrics");
+        let done = ["loopback_tcp", "loopback_udp"].iter().all(|m| {
+            body.contains(&format!(
+                "pathprobe_probe_success{{target=\"loopback\",module=\"{m}\""
+            ))
+        });
+        if done {
+            drop(serve);
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no results of both loopback probes within 60 s:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The metric names an expression reads, recorded series replaced by the
+/// expressions that record them, recursively.
+fn base_names(
+    expr: &str,
+    recorded: &BTreeMap<String, String>,
+    seen: &mut BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for name in promql::series_names(expr) {
+        match recorded.get(&name) {
+            Some(def) if seen.insert(name.clone()) => {
+                out.extend(base_names(def, recorded, seen));
+            }
+            Some(_) => {}
+            None => {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn rules_read_only_metrics_a_live_pathprobe_exposes() {
+    let body = live_scrape();
+    let exposed = promql::exposed_names(&body);
+    assert!(
+        exposed.contains("pathprobe_throughput_bytes_per_second"),
+        "{body}"
+    );
+    let recorded: BTreeMap<String, String> = rules()
+        .into_iter()
+        .filter_map(|(name, rule)| {
+            let expr = rule["expr"].as_str()?.to_string();
+            rule["record"].is_string().then_some((name, expr))
+        })
+        .collect();
+    let mut missing = Vec::new();
+    let mut read = BTreeSet::new();
+    for (name, rule) in rules() {
+        let expr = rule["expr"].as_str().unwrap();
+        for metric in base_names(expr, &recorded, &mut BTreeSet::new()) {
+            assert!(
+                !metric.contains(':'),
+                "{name} reads {metric}, which no rule records"
+            );
+            if !exposed.contains(&metric) && !SCRAPE_SERIES.contains(&metric.as_str()) {
+                missing.push(format!("{name} reads {metric}"));
+            }
+            read.insert(metric);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not exposed by a live pathprobe serve (default configuration):\n  {}\n\
+         exposed: {exposed:?}",
+        missing.join("\n  ")
+    );
+    assert!(read.len() >= 8, "{read:?}");
+
+    // Relabel rules that select metrics by name must match exposed ones.
+    let prom = load(&root().join("config/prometheus.yml"));
+    for job in prom["scrape_configs"].as_sequence().unwrap() {
+        for key in ["relabel_configs", "metric_relabel_configs"] {
+            for r in job[key].as_sequence().into_iter().flatten() {
+                let by_name = r["source_labels"]
+                    .as_sequence()
+                    .is_some_and(|s| s.iter().any(|l| l.as_str() == Some("__name__")));
+                if !by_name {
+                    continue;
+                }
+                let re = r["regex"].as_str().unwrap_or("(.*)");
+                let re = regex::Regex::new(&format!("^(?:{re})$")).unwrap();
+                assert!(
+                    exposed.iter().any(|n| re.is_match(n)),
+                    "{} {key}: {re} matches no exposed metric",
+                    job["job_name"].as_str().unwrap_or("?")
+                );
+            }
+        }
+    }
+}
+
+/// One sample line of a text exposition: name, `{labels}` as written (or
+/// empty) and value.
+fn parse_sample(line: &str) -> Option<(&str, &str, f64)> {
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let (name, rest) = line.split_at(name_end);
+    let (labels, rest) = if rest.starts_with('{') {
+        let b = rest.as_bytes();
+        let (mut i, mut quoted) = (1, false);
+        while i < b.len() && (quoted || b[i] != b'}') {
+            match b[i] {
+                b'\\' if quoted => i += 1,
+                b'"' => quoted = !quoted,
+                _ => {}
+            }
+            i += 1;
+        }
+        rest.split_at((i + 1).min(rest.len()))
+    } else {
+        ("", rest)
+    };
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some((name, labels, value))
+}
+
+/// `{a="b"}` plus the labels Prometheus adds when it scrapes.
+fn with_target_labels(labels: &str) -> String {
+    let scrape = r#"instance="live:9813",job="pathprobe""#;
+    match labels.strip_suffix('}') {
+        Some(inner) if inner.len() > 1 => format!("{inner},{scrape}}}"),
+        _ => format!("{{{scrape}}}"),
+    }
+}
+
+#[test]
+fn rules_find_the_paths_of_a_live_scrape_and_alert_on_a_drop() {
+    // The live series (the default configuration's real label sets) become
+    // the input of a promtool unit test: a day at the scraped values, then
+    // an hour at half the throughput. The rules must join every path
+    // (success, kernel release, TCP and UDP figures) and the baseline alert
+    // must fire for every path with a throughput.
+    let body = live_scrape();
+    const DAY: usize = 24 * 60;
+    const DROP: usize = 60;
+    let mut series = String::new();
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, labels, value) =
+            parse_sample(line).unwrap_or_else(|| panic!("unparsable sample {line:?}"));
+        if !value.is_finite() {
+            continue;
+        }
+        let values = match name {
+            "pathprobe_probe_success" => {
+                assert_eq!(value, 1.0, "a default loopback probe failed: {line}");
+                format!("1x{}", DAY + DROP)
+            }
+            // A probe a minute: the run count of the erratic alert.
+            "pathprobe_probe_last_run_timestamp_seconds" => format!("{value}+60x{}", DAY + DROP),
+            "pathprobe_throughput_bytes_per_second" if value > 0.0 => {
+                format!("{value}x{} {}x{DROP}", DAY - 1, value / 2.0)
+            }
+            _ => format!("{value}x{}", DAY + DROP),
+        };
+        if value > 0.0 || name != "pathprobe_throughput_bytes_per_second" {
+            *count.entry(name).or_default() += 1;
+        }
+        series.push_str(&format!(
+            "      - series: '{name}{}'\n        values: '{values}'\n",
+            // YAML single quotes: a quote is written twice.
+            with_target_labels(labels).replace('\'', "''")
+        ));
+    }
+    series.push_str(&format!(
+        "      - series: 'up{}'\n        values: '1x{}'\n",
+        with_target_labels(""),
+        DAY + DROP
+    ));
+    let n = |name: &str| count.get(name).copied().unwrap_or(0);
+    let paths = n("pathprobe_throughput_bytes_per_second");
+    assert!(paths >= 2, "throughput of both loopback modules: {count:?}");
+    assert!(n("pathprobe_udp_loss_ratio") >= 1, "{count:?}");
+    assert!(n("pathprobe_tcp_retransmits") >= 1, "{count:?}");
+
+    let expect = |expr: &str, at: &str, want: usize| {
+        format!(
+            "      - expr: '{expr}'\n        eval_time: {at}\n        exp_samples:\n          \
+             - labels: '{{}}'\n            value: {want}\n"
+        )
+    };
+    let before = format!("{}m", DAY - 1);
+    let after = format!("{}m", DAY + DROP);
+    let mut tests = String::new();
+    for (expr, at, want) in [
+        (
+            "count(pathprobe:throughput_bytes_per_second:baseline_ratio == 1)",
+            &before,
+            paths,
+        ),
+        (
+            "count(pathprobe:throughput_bytes_per_second:cv1h < 0.001)",
+            &before,
+            paths,
+        ),
+        (
+            "count(pathprobe_target:throughput_bytes_per_second:median1h)",
+            &before,
+            paths,
+        ),
+        (
+            "count(pathprobe_release:throughput_bytes_per_second:median7d)",
+            &before,
+            paths,
+        ),
+        (
+            "count(pathprobe_release:throughput_bytes_per_second:hours7d >= 6)",
+            &before,
+            paths,
+        ),
+        (
+            "count(pathprobe:udp_loss_ratio:median15m)",
+            &before,
+            n("pathprobe_udp_loss_ratio"),
+        ),
+        (
+            "count(pathprobe:tcp_retransmitted_segments:ratio_median30m)",
+            &before,
+            n("pathprobe_tcp_retransmits"),
+        ),
+        (
+            "count(pathprobe:throughput_bytes_per_second:baseline_ratio == 0.5)",
+            &after,
+            paths,
+        ),
+        (
+            "count(ALERTS{alertname=\"PathprobeThroughputBelowBaseline\",alertstate=\"firing\"})",
+            &after,
+            paths,
+        ),
+    ] {
+        tests.push_str(&expect(expr, at, want));
+    }
+    // Nothing else fires on a healthy scrape, before or after the drop
+    // (loss and retransmits are real figures here, so left out).
+    for at in [&before, &after] {
+        tests.push_str(&format!(
+            "      - expr: 'ALERTS{{alertstate=\"firing\",alertname!~\"PathprobeThroughputBelowBaseline|PathprobeUDPLossHigh|PathprobeTCPRetransmitsHigh\"}}'\n        \
+             eval_time: {at}\n        exp_samples: []\n"
+        ));
+    }
+    tests.push_str(&format!(
+        "      - expr: 'ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\"}}'\n        \
+         eval_time: {before}\n        exp_samples: []\n"
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let test_file = dir.path().join("live.yml");
+    let doc = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ngroup_eval_order: [{}]\ntests:\n  \
+         - name: live scrape\n    interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{tests}",
+        root().join("config/alerts.yml").display(),
+        group_names().join(", "),
+    );
+    std::fs::write(&test_file, &doc).unwrap();
+    let (ok, text) = promtool_output(&["test", "rules", test_file.to_str().unwrap()], dir.path());
+    assert!(
+        ok,
+        "the rules on the live series:\n{text}\ntest file:\n{doc}"
+    );
+}
+
+/// Group names of alerts.yml, recording groups first (as written).
+fn group_names() -> Vec<String> {
+    let doc = load(&root().join("config/alerts.yml"));
+    doc["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+// ---- The quiet tests can tell ----------------------------------------------
+
+/// A naive version of one alert, and the quiet test it must fail.
+struct Naive {
+    alert: &'static str,
+    quiet_test: &'static str,
+    expr: Option<&'static str>,
+    for_: Option<&'static str>,
+}
+
+const NAIVE: &[Naive] = &[
+    // The hour's median alone fires late on a drop that has recovered.
+    Naive {
+        alert: "PathprobeThroughputBelowBaseline",
+        quiet_test: "throughput below baseline stays quiet",
+        expr: Some("pathprobe:throughput_bytes_per_second:baseline_ratio < 0.7"),
+        for_: None,
+    },
+    // The latest probe alone fires on a single bad probe.
+    Naive {
+        alert: "PathprobeThroughputBelowBaseline",
+        quiet_test: "throughput below baseline stays quiet",
+        expr: Some(
+            "pathprobe:throughput_bytes_per_second:successful \
+             < 0.7 * pathprobe:throughput_bytes_per_second:median7d",
+        ),
+        for_: Some("0s"),
+    },
+    // Half an hour of high variation is what a single step causes.
+    Naive {
+        alert: "PathprobeThroughputErratic",
+        quiet_test: "throughput erratic stays quiet",
+        expr: None,
+        for_: Some("30m"),
+    },
+    Naive {
+        alert: "PathprobeProbeFailing",
+        quiet_test: "probe failing stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeUDPLossHigh",
+        quiet_test: "udp loss stays quiet",
+        expr: Some("pathprobe:udp_loss_ratio:median15m > 0.01"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeUDPLossHigh",
+        quiet_test: "udp loss stays quiet",
+        expr: Some("pathprobe_udp_loss_ratio > 0.01"),
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeTCPRetransmitsHigh",
+        quiet_test: "tcp retransmits stays quiet",
+        expr: Some("pathprobe:tcp_retransmitted_segments:ratio_median30m > 0.01"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeTCPRetransmitsHigh",
+        quiet_test: "tcp retransmits stays quiet",
+        expr: Some("pathprobe:tcp_retransmitted_segments:ratio > 0.01"),
+        for_: Some("0s"),
+    },
+    // Without hours of data on the new release, its first hour decides.
+    Naive {
+        alert: "PathprobeKernelThroughputRegression",
+        quiet_test: "kernel regression stays quiet",
+        expr: Some(
+            "(pathprobe_release:throughput_bytes_per_second:median7d \
+               and pathprobe_release:throughput_bytes_per_second:median1h) \
+             < ignoring (release) group_left () 0.8 * max without (release) (\
+               (pathprobe_release:throughput_bytes_per_second:median7d \
+                 and pathprobe_release:throughput_bytes_per_second:hours7d >= 6) \
+               unless pathprobe_release:throughput_bytes_per_second:median1h)",
+        ),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeExporterDown",
+        quiet_test: "exporter down stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+    // Other jobs' targets are not pathprobe's business.
+    Naive {
+        alert: "PathprobeExporterDown",
+        quiet_test: "exporter down stays quiet",
+        expr: Some("up == 0"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeConfigReloadFailed",
+        quiet_test: "config reload failed stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+];
+
+#[test]
+fn naive_alerts_fail_the_quiet_tests() {
+    // Each quiet test must pass with the real rules (promtool_unit_tests_pass)
+    // and fail with a naive rule that lacks the guard the test is about:
+    // otherwise it would pass whatever the rules said.
+    let alerts = load(&root().join("config/alerts.yml"));
+    let mut covered = BTreeSet::new();
+    for naive in NAIVE {
+        let mut rules = alerts.clone();
+        let mut found = false;
+        for group in rules["groups"].as_sequence_mut().unwrap() {
+            for rule in group["rules"].as_sequence_mut().unwrap() {
+                if rule["alert"].as_str() != Some(naive.alert) {
+                    continue;
+                }
+                found = true;
+                let rule = rule.as_mapping_mut().unwrap();
+                if let Some(expr) = naive.expr {
+                    rule.insert("expr".into(), expr.into());
+                }
+                if let Some(f) = naive.for_ {
+                    rule.insert("for".into(), f.into());
+                }
+            }
+        }
+        assert!(found, "no alert {}", naive.alert);
+
+        // The quiet test alone, reading the naive rules.
+        let (file, mut test_doc) = rule_test_files()
+            .into_iter()
+            .map(|f| {
+                let doc = load(&f);
+                (f, doc)
+            })
+            .find(|(_, doc)| {
+                doc["tests"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["name"].as_str() == Some(naive.quiet_test))
+            })
+            .unwrap_or_else(|| panic!("no test named {:?}", naive.quiet_test));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("alerts.yml"),
+            serde_yaml::to_string(&rules).unwrap(),
+        )
+        .unwrap();
+        let doc = test_doc.as_mapping_mut().unwrap();
+        doc.insert("rule_files".into(), vec![Value::from("alerts.yml")].into());
+        doc["tests"]
+            .as_sequence_mut()
+            .unwrap()
+            .retain(|t| t["name"].as_str() == Some(naive.quiet_test));
+        std::fs::write(
+            dir.path().join("quiet.yml"),
+            serde_yaml::to_string(&test_doc).unwrap(),
+        )
+        .unwrap();
+        let (ok, text) = promtool_output(&["test", "rules", "quiet.yml"], dir.path());
+        let caught = format!(
+            "name: {},\n    alertname: {}, time:",
+            naive.quiet_test, naive.alert
+        );
+        assert!(
+            !ok && text.contains(&caught),
+            "{} ({}): a naive {} (expr {:?}, for {:?}) passes it, so the test \
+             cannot tell:\n{text}",
+            naive.quiet_test,
+            file.display(),
+            naive.alert,
+            naive.expr,
+            naive.for_
+        );
+        covered.insert(naive.alert);
+    }
+    for (name, rule) in rules() {
+        if rule["alert"].is_string() {
+            assert!(
+                covered.contains(name.as_str()),
+                "{name}: no naive version tried against its quiet test"
+            );
+        }
+    }
+}
+
+// ---- The documented fast copy ------------------------------------------------
+
+#[test]
+fn documented_fast_copy_is_valid_and_alerts_within_seconds() {
+    // docs/ALERTS.md gives a sed command that derives a fast copy of
+    // alerts.yml for tests; run it as written.
+    let docs = std::fs::read_to_string(root().join("docs/ALERTS.md")).unwrap();
+    let script = docs
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("fast-alerts.yml"))
+        .expect("docs/ALERTS.md: a sh block writing fast-alerts.yml");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::copy(
+        root().join("config/alerts.yml"),
+        dir.path().join("config/alerts.yml"),
+    )
+    .unwrap();
+    let out = Command::new("sh")
+        .args(["-euc", script])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+    let fast = load(&dir.path().join("fast-alerts.yml"));
+    for group in fast["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let expr = rule["expr"].as_str().unwrap();
+            for long in ["[1h]", "[7d:1h]", "[15m]", "[30m]"] {
+                assert!(
+                    !expr.contains(long),
+                    "the fast copy still has {long}: {expr}"
+                );
+            }
+            if rule["alert"].is_string() {
+                assert_eq!(rule["for"].as_str(), Some("0s"), "{rule:?}");
+            }
+        }
+    }
+    let (ok, text) = promtool_output(&["check", "rules", "fast-alerts.yml"], dir.path());
+    assert!(ok, "{text}");
+
+    // Probes every 5 seconds, Prometheus evaluating every second: 5 minutes
+    // at the usual level, then half. The drop alert must fire within 20 s.
+    let labels = r#"target="lab",module="tcp",kind="tcp",direction="send",instance="a:9813",job="pathprobe""#;
+    let mut tput = String::new();
+    let mut runs = String::new();
+    for i in 0..=360 {
+        let v = if i < 300 { 1e9 } else { 5e8 };
+        let run = (i / 5 * 5) as f64;
+        tput.push_str(&format!("{v} "));
+        runs.push_str(&format!("{run} "));
+    }
+    let test = format!(
+        "rule_files: [fast-alerts.yml]\nevaluation_interval: 1s\n\
+         group_eval_order: [{}]\ntests:\n  - interval: 1s\n    input_series:\n\
+         \x20     - series: 'pathprobe_throughput_bytes_per_second{{{labels},flow=\"send\"}}'\n\
+         \x20       values: '{tput}'\n\
+         \x20     - series: 'pathprobe_probe_success{{{labels}}}'\n\
+         \x20       values: '1x360'\n\
+         \x20     - series: 'pathprobe_probe_last_run_timestamp_seconds{{{labels}}}'\n\
+         \x20       values: '{runs}'\n\
+         \x20   promql_expr_test:\n\
+         \x20     - expr: 'ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\"}}'\n\
+         \x20       eval_time: 299s\n\
+         \x20       exp_samples: []\n\
+         \x20     - expr: 'count(ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\",alertstate=\"firing\"}})'\n\
+         \x20       eval_time: 320s\n\
+         \x20       exp_samples: [{{labels: '{{}}', value: 1}}]\n\
+         \x20     - expr: 'ALERTS{{alertstate=\"firing\",alertname!=\"PathprobeThroughputBelowBaseline\"}}'\n\
+         \x20       eval_time: 320s\n\
+         \x20       exp_samples: []\n",
+        group_names().join(", ")
+    );
+    std::fs::write(dir.path().join("fast-test.yml"), &test).unwrap();
+    let (ok, text) = promtool_output(&["test", "rules", "fast-test.yml"], dir.path());
+    assert!(ok, "{text}\n{test}");
+}

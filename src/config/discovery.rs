@@ -247,10 +247,7 @@ pub fn parse_file_sd(text: &str, path: &Path) -> Result<Vec<FileSdGroup>, Config
 
 /// Reads and parses one target file.
 pub fn read_file_sd(path: &Path) -> Result<Vec<FileSdGroup>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = super::read_text(path)?;
     parse_file_sd(&text, path)
 }
 

@@ -349,3 +349,37 @@ fn commented_examples_in_the_shipped_file_are_valid() {
     );
     assert_eq!(c.discovery.dns.len(), 2);
 }
+
+/// A FIFO in place of the config used to block the reload for good (open
+/// waits for a writer); a directory or a FIFO is now a read error at once.
+#[test]
+fn only_regular_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.yml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err = Config::load(&fifo).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("{}: cannot read: is not a regular file", fifo.display())
+    );
+    let err = Config::load(dir.path()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: cannot read: is a directory, not a file",
+            dir.path().display()
+        )
+    );
+    let err = read_file_sd(&fifo).unwrap_err().to_string();
+    assert!(err.ends_with("cannot read: is not a regular file"), "{err}");
+
+    let bad = dir.path().join("latin1.yml");
+    std::fs::write(&bad, b"targets: [{name: caf\xe9}]\n").unwrap();
+    let err = Config::load(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot read: stream did not contain valid UTF-8"),
+        "{err}"
+    );
+}

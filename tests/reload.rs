@@ -168,8 +168,9 @@ fn remove(path: &Path) {
 struct Case {
     name: &'static str,
     bad: Bad,
-    /// What the error must say after `<file>`: a `:line:col: ` or `: `
-    /// prefix, then the message.
+    /// What the error must say after `<file>`: `:line:col: ` and the
+    /// message for what is in the file, `: cannot read: ` and why for a
+    /// file that cannot be read.
     error: &'static str,
     /// Through SIGHUP rather than `POST /-/reload`.
     sighup: bool,
@@ -213,26 +214,26 @@ fn cases() -> Vec<Case> {
         case(
             "zero interval",
             text(&format!("{HEAD}targets:\n  - {{name: old, modules: [lo], interval: 0s}}\n")),
-            ": targets[0].interval: must be greater than zero",
+            ":6:42: targets[0].interval: must be greater than zero",
         ),
         case(
             "timeout shorter than omit + duration",
             text(&format!(
                 "{HEAD}  slow: {{kind: tcp, omit: 2s, duration: 1s, timeout: 3s}}\n{OLD_TARGET}"
             )),
-            ": modules.slow.timeout: 3s leaves no time to run omit (2s) + duration (1s)",
+            ":5:54: modules.slow.timeout: 3s leaves no time to run omit (2s) + duration (1s)",
         ),
         case(
             "unknown module",
             text(&format!("{HEAD}targets:\n  - {{name: old, modules: [nosuch], interval: 1s}}\n")),
-            ": targets[0].modules[0]: unknown module \"nosuch\"; defined modules: lo, tcp",
+            ":6:27: targets[0].modules[0]: unknown module \"nosuch\"; defined modules: lo, tcp",
         ),
         case(
             "bad target address",
             text(&format!(
                 "{HEAD}{OLD_TARGET}  - {{name: peer, address: \"peer:99999\", modules: [tcp]}}\n"
             )),
-            ": targets[1].address: target \"peer:99999\": expected host, host:port, or [ipv6]:port",
+            ":7:27: targets[1].address: target \"peer:99999\": expected host, host:port, or [ipv6]:port",
         ),
         case(
             "bad listen address",
@@ -242,7 +243,7 @@ fn cases() -> Vec<Case> {
         case(
             "jitter out of range",
             text(&format!("{}scheduler: {{jitter: 2}}\n", good())),
-            ": scheduler.jitter: must be a fraction of the interval between 0 and 1, got 2",
+            ":7:21: scheduler.jitter: must be a fraction of the interval between 0 and 1, got 2",
         ),
         case(
             "not UTF-8",

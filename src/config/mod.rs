@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod dns;
 mod error;
 mod local;
+mod locate;
 pub mod module;
 mod quantity;
 pub mod sections;
@@ -73,7 +74,9 @@ impl Config {
         let config: Option<Config> =
             serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(source_name, &e))?;
         let config = config.unwrap_or_default();
-        config.validate(source_name)?;
+        config
+            .validate(source_name)
+            .map_err(|e| e.locate_in(text))?;
         Ok(config)
     }
 

@@ -25,7 +25,9 @@ pub(crate) fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
 /// The path one level up; none above the top-level keys, as the whole
 /// document at 1:1 would point at nothing useful.
 fn parent(path: &str) -> Option<&str> {
-    path.rfind(['.', '[']).map(|i| &path[..i])
+    path.rfind(['.', '['])
+        .filter(|&i| i > 0)
+        .map(|i| &path[..i])
 }
 
 fn locate_exact(text: &str, target: &str) -> Option<(usize, usize)> {

@@ -15,14 +15,20 @@ pub struct ParseError {
     expected: &'static str,
 }
 
-fn split_number(s: &str) -> Option<(f64, &str)> {
+/// Splits `12.5 ms` into its number text and its unit.
+fn split_digits(s: &str) -> (&str, &str) {
     let s = s.trim();
     let end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, rest) = s.split_at(end);
+    (num, rest.trim())
+}
+
+fn split_number(s: &str) -> Option<(f64, &str)> {
+    let (num, rest) = split_digits(s);
     let value: f64 = num.parse().ok()?;
-    value.is_finite().then_some((value, rest.trim()))
+    value.is_finite().then_some((value, rest))
 }
 
 fn scaled(value: f64, multiplier: f64) -> Option<u64> {
@@ -86,13 +92,22 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
         expected: "a number with an optional ms, s, m or h suffix (e.g. 250ms, 30s, 5m)",
     };
     let (value, rest) = split_number(input).ok_or_else(err)?;
-    let seconds = match rest {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
+    let (unit_ms, seconds) = match rest {
+        "" | "s" => (1000, value),
+        "ms" => (1, value / 1e3),
+        "m" => (60_000, value * 60.0),
+        "h" => (3_600_000, value * 3600.0),
         _ => return Err(err()),
     };
+    // Whole numbers are counted exactly: through f64, `95706767288ms` came
+    // back some nanoseconds off, so a formatted duration did not read back
+    // as itself.
+    if let Ok(whole) = split_digits(input).0.parse::<u64>() {
+        return whole
+            .checked_mul(unit_ms)
+            .map(Duration::from_millis)
+            .ok_or_else(err);
+    }
     Duration::try_from_secs_f64(seconds).map_err(|_| err())
 }
 
@@ -124,6 +139,10 @@ pub fn format_rate(bits_per_second: u64) -> String {
     }
     bits_per_second.to_string()
 }
+
+#[cfg(test)]
+#[path = "units_proptests.rs"]
+mod proptests;
 
 #[cfg(test)]
 mod tests {
@@ -168,6 +187,13 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("5 parsecs").is_err());
+        // Found by units::proptests: whole numbers went through f64 and
+        // came back nanoseconds off.
+        assert_eq!(
+            parse_duration("95706767288ms").unwrap(),
+            Duration::from_millis(95_706_767_288)
+        );
+        assert!(parse_duration("18446744073709551615h").is_err());
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_rate(500_000_000), "500M");

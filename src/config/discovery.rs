@@ -242,15 +242,14 @@ pub fn parse_file_sd(text: &str, path: &Path) -> Result<Vec<FileSdGroup>, Config
                 labels,
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        // JSON is YAML too, so one locator serves both.
+        .map_err(|e: ConfigError| e.locate_in(text))
 }
 
 /// Reads and parses one target file.
 pub fn read_file_sd(path: &Path) -> Result<Vec<FileSdGroup>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = super::read_text(path)?;
     parse_file_sd(&text, path)
 }
 
@@ -310,11 +309,11 @@ mod tests {
         );
         assert_eq!(
             parse_fixture("file_sd_bad_label.yml").unwrap_err(),
-            "file_sd_bad_label.yml: [1].labels.rack-id: \"rack-id\" is not a valid label name: expected [a-zA-Z_][a-zA-Z0-9_]*"
+            "file_sd_bad_label.yml:4:21: [1].labels.rack-id: \"rack-id\" is not a valid label name: expected [a-zA-Z_][a-zA-Z0-9_]*"
         );
         assert_eq!(
             parse_fixture("file_sd_bad_target.json").unwrap_err(),
-            "file_sd_bad_target.json: [0].targets[1]: \"db1:http\" is not an address: expected host, host:port or [ipv6]:port"
+            "file_sd_bad_target.json:1:27: [0].targets[1]: \"db1:http\" is not an address: expected host, host:port or [ipv6]:port"
         );
         assert_eq!(
             parse_file_sd("[]", Path::new("t.txt"))

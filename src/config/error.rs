@@ -39,6 +39,16 @@ pub enum ConfigError {
         key: String,
         message: String,
     },
+    /// As [`ConfigError::Invalid`], with the position of `key` (or of its
+    /// nearest ancestor, when the key is missing) in the file.
+    #[error("{file}:{line}:{column}: {key}: {message}")]
+    InvalidAt {
+        file: String,
+        line: usize,
+        column: usize,
+        key: String,
+        message: String,
+    },
 }
 
 impl ConfigError {
@@ -47,6 +57,25 @@ impl ConfigError {
             file: file.to_string(),
             key: key.into(),
             message: message.into(),
+        }
+    }
+
+    /// Adds the position of an [`ConfigError::Invalid`] key in `text`.
+    pub(crate) fn locate_in(self, text: &str) -> Self {
+        match self {
+            ConfigError::Invalid { file, key, message } => {
+                match super::locate::locate(text, &key) {
+                    Some((line, column)) => ConfigError::InvalidAt {
+                        file,
+                        line,
+                        column,
+                        key,
+                        message,
+                    },
+                    None => ConfigError::Invalid { file, key, message },
+                }
+            }
+            other => other,
         }
     }
 

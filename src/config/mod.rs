@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod dns;
 mod error;
 mod local;
+mod locate;
 pub mod module;
 mod quantity;
 pub mod sections;
@@ -79,7 +80,9 @@ impl Config {
         let config: Option<Config> =
             serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(source_name, &e))?;
         let mut config = config.unwrap_or_default();
-        config.validate(source_name)?;
+        config
+            .validate(source_name)
+            .map_err(|e| e.locate_in(text))?;
         config.base_dir = base_dir.to_path_buf();
         config.load_secrets(source_name)?;
         Ok(config)
@@ -87,10 +90,7 @@ impl Config {
 
     /// Reads, parses and validates the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let text = read_text(path)?;
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Config::parse(&text, &path.display().to_string(), &base_dir)
     }
@@ -422,6 +422,41 @@ impl fmt::Display for Summary {
 }
 
 /// Loads and validates `path` for `pathprobe check-config`.
+/// The largest configuration or target file read: far beyond any real
+/// one, and it keeps a file mistaken for a config from filling memory.
+pub const MAX_FILE_LEN: u64 = 64 << 20;
+
+/// Reads a configuration or target file as text. Only regular files: a
+/// FIFO or a device in its place would block the reload (opening a FIFO
+/// waits for a writer) or never end, and the old configuration must keep
+/// running with an error instead.
+pub(crate) fn read_text(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let fail = |error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    };
+    let meta = std::fs::metadata(path).map_err(fail)?;
+    if !meta.is_file() {
+        return Err(fail(std::io::Error::other(if meta.is_dir() {
+            "is a directory, not a file"
+        } else {
+            "is not a regular file"
+        })));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_LEN + 1).read_to_string(&mut text))
+        .map_err(fail)?;
+    if text.len() as u64 > MAX_FILE_LEN {
+        return Err(fail(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_FILE_LEN >> 20
+        ))));
+    }
+    Ok(text)
+}
+
 pub fn check_config_file(path: &Path) -> Result<Summary, ConfigError> {
     Config::load(path).map(|c| c.summary())
 }

@@ -188,16 +188,16 @@ fn invalid_fixtures_give_exact_messages() {
         ("bad_syntax.yml", "bad_syntax.yml:4:4: did not find expected key, while parsing a block mapping at line 2 column 3"),
         ("bad_listen.yml", "bad_listen.yml:2:11: responder.listen: invalid listen address \"localhost:5301\": expected an IP address and port such as \"[::]:5301\" or \"0.0.0.0:5301\""),
         ("bad_regex.yml", "bad_regex.yml:2:16: host_metrics.irq_pattern: invalid regular expression \"eth(0|1\": unclosed group"),
-        ("bad_unknown_module.yml", "bad_unknown_module.yml: targets[0].modules[1]: unknown module \"tpc\"; defined modules: tcp, udp"),
-        ("bad_duplicate_target.yml", "bad_duplicate_target.yml: targets[2].name: \"db1\" is already the name of targets[0]; target names must be unique (set `name` to tell them apart)"),
-        ("bad_timeout.yml", "bad_timeout.yml: modules.tcp.timeout: 10s leaves no time to run omit (10s) + duration (5s); set it above 15s or leave it out for omit + duration + 15s"),
-        ("bad_streams.yml", "bad_streams.yml: modules.tcp.streams: must be between 1 and 128, got 0"),
-        ("bad_dns_no_names.yml", "bad_dns_no_names.yml: discovery.dns[0].names: lists no names"),
-        ("bad_srv_port.yml", "bad_srv_port.yml: discovery.dns[0].port: SRV records carry their own port; `port` applies to A and AAAA only"),
-        ("bad_reserved_label.yml", "bad_reserved_label.yml: targets[0].labels.job: \"job\" is set by pathprobe itself; pick another name (reserved: target, module, kind, direction, side, mode, result, reason, instance, job)"),
-        ("bad_loopback_with_address.yml", "bad_loopback_with_address.yml: targets[0].modules[0]: \"lo\" is a loopback module, which probes this host itself and ignores the address; list it in a target without an address"),
-        ("bad_missing_address.yml", "bad_missing_address.yml: targets[0].address: missing, and module \"tcp\" probes a remote peer; only targets whose modules are all loopback kinds may leave it out"),
-        ("bad_port_twice.yml", "bad_port_twice.yml: targets[0].port: 7000 contradicts the port in address \"db1:6000\"; give the port once"),
+        ("bad_unknown_module.yml", "bad_unknown_module.yml:6:20: targets[0].modules[1]: unknown module \"tpc\"; defined modules: tcp, udp"),
+        ("bad_duplicate_target.yml", "bad_duplicate_target.yml:9:5: targets[2].name: \"db1\" is already the name of targets[0]; target names must be unique (set `name` to tell them apart)"),
+        ("bad_timeout.yml", "bad_timeout.yml:6:14: modules.tcp.timeout: 10s leaves no time to run omit (10s) + duration (5s); set it above 15s or leave it out for omit + duration + 15s"),
+        ("bad_streams.yml", "bad_streams.yml:4:14: modules.tcp.streams: must be between 1 and 128, got 0"),
+        ("bad_dns_no_names.yml", "bad_dns_no_names.yml:5:14: discovery.dns[0].names: lists no names"),
+        ("bad_srv_port.yml", "bad_srv_port.yml:6:13: discovery.dns[0].port: SRV records carry their own port; `port` applies to A and AAAA only"),
+        ("bad_reserved_label.yml", "bad_reserved_label.yml:6:19: targets[0].labels.job: \"job\" is set by pathprobe itself; pick another name (reserved: target, module, kind, direction, side, mode, result, reason, instance, job)"),
+        ("bad_loopback_with_address.yml", "bad_loopback_with_address.yml:5:15: targets[0].modules[0]: \"lo\" is a loopback module, which probes this host itself and ignores the address; list it in a target without an address"),
+        ("bad_missing_address.yml", "bad_missing_address.yml:5:5: targets[0].address: missing, and module \"tcp\" probes a remote peer; only targets whose modules are all loopback kinds may leave it out"),
+        ("bad_port_twice.yml", "bad_port_twice.yml:5:11: targets[0].port: 7000 contradicts the port in address \"db1:6000\"; give the port once"),
     ];
     for (file, expected) in cases {
         assert_eq!(load_fixture(file).unwrap_err(), expected, "{file}");
@@ -218,7 +218,13 @@ fn invalid_fixtures_give_exact_messages() {
 
 #[test]
 fn inline_semantic_errors() {
-    let err = |text: &str| Config::from_yaml(text, "c.yml").unwrap_err().to_string();
+    // The messages; where they point is checked with the fixtures above.
+    let err = |text: &str| match Config::from_yaml(text, "c.yml").unwrap_err() {
+        ConfigError::InvalidAt {
+            file, key, message, ..
+        } => format!("{file}: {key}: {message}"),
+        e => e.to_string(),
+    };
     assert_eq!(
         err("modules:\n  a: {kind: tcp}\n  a: {kind: udp}\n"),
         "c.yml:2:3: modules: module \"a\" is defined twice"
@@ -401,4 +407,38 @@ fn access_control_keys_are_read_and_secret_files_loaded_relative_to_the_config()
     let e = Config::load(&path).unwrap_err().to_string();
     assert!(e.contains("modules.t.secret_file: secret file"), "{e}");
     assert!(e.contains("holds 5 bytes after trimming"), "{e}");
+}
+
+/// A FIFO in place of the config used to block the reload for good (open
+/// waits for a writer); a directory or a FIFO is now a read error at once.
+#[test]
+fn only_regular_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.yml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err = Config::load(&fifo).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("{}: cannot read: is not a regular file", fifo.display())
+    );
+    let err = Config::load(dir.path()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: cannot read: is a directory, not a file",
+            dir.path().display()
+        )
+    );
+    let err = read_file_sd(&fifo).unwrap_err().to_string();
+    assert!(err.ends_with("cannot read: is not a regular file"), "{err}");
+
+    let bad = dir.path().join("latin1.yml");
+    std::fs::write(&bad, b"targets: [{name: caf\xe9}]\n").unwrap();
+    let err = Config::load(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot read: stream did not contain valid UTF-8"),
+        "{err}"
+    );
 }

@@ -12,6 +12,8 @@
 
 pub mod frame;
 pub mod message;
+#[cfg(test)]
+mod proptests;
 pub mod udp;
 
 pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};

@@ -9,6 +9,7 @@
 
 mod common {
     pub mod dashboards;
+    pub mod promql;
 }
 
 use std::collections::{BTreeSet, HashSet};
@@ -512,29 +513,6 @@ impl Drop for Serve {
     }
 }
 
-/// Metric names in a text exposition: sample names, and for histograms
-/// and summaries the series names their TYPE implies.
-fn exposed_names(body: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for line in body.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut it = rest.split_whitespace();
-            if let (Some(name), Some(kind)) = (it.next(), it.next()) {
-                let suffixes: &[&str] = match kind {
-                    "histogram" => &["_bucket", "_sum", "_count"],
-                    "summary" => &["", "_sum", "_count"],
-                    _ => &[""],
-                };
-                names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
-            }
-        } else if !line.starts_with('#') && !line.trim().is_empty() {
-            let end = line.find(['{', ' ']).unwrap_or(line.len());
-            names.insert(line[..end].to_string());
-        }
-    }
-    names
-}
-
 /// Every metric name the dashboards read is one a real `pathprobe serve`
 /// exports: compared against /metrics of the default configuration after
 /// its first loopback probes. One target is added that cannot work (a closed
@@ -599,7 +577,7 @@ fn every_metric_name_is_exported_by_a_live_serve() {
     {
         assert!(line.ends_with(" 1"), "{line}");
     }
-    let exposed = exposed_names(&body);
+    let exposed = common::promql::exposed_names(&body);
     assert!(
         exposed.contains("pathprobe_scheduler_lag_seconds_bucket"),
         "{exposed:?}"

@@ -233,18 +233,28 @@ pub fn series_names(expr: &str) -> BTreeSet<String> {
     names
 }
 
-/// Sample names in a text exposition (/metrics): histogram and summary
-/// samples under their own names (`_bucket`, `_sum`, `_count`), as PromQL
-/// sees them.
+/// Sample names in a text exposition (/metrics), as PromQL sees them, and
+/// for histograms and summaries also the series names their TYPE implies
+/// (`_bucket`, `_sum`, `_count`), which exist once a sample is observed.
 pub fn exposed_names(body: &str) -> BTreeSet<String> {
-    body.lines()
-        .map(str::trim_start)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| {
-            let end = l.find(|c: char| c == '{' || c.is_whitespace())?;
-            Some(l[..end].to_string())
-        })
-        .collect()
+    let mut names = BTreeSet::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            if let (Some(name), Some(kind)) = (it.next(), it.next()) {
+                let suffixes: &[&str] = match kind {
+                    "histogram" => &["_bucket", "_sum", "_count"],
+                    "summary" => &["", "_sum", "_count"],
+                    _ => &[""],
+                };
+                names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+            }
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
 }
 
 #[cfg(test)]

@@ -524,11 +524,13 @@ fn throughput_drop_alert(lab: &Lab, prom: &Prometheus, instance: &str) {
     let states = poll(Duration::from_secs(60), "throughput drop alert", |last| {
         let states = drop_alert_states(prom, instance);
         *last = format!(
-            "states {states:?}, latest throughput {:?}, ratio {:?}",
+            "states {states:?}, latest throughput {:?}, ratio {:?}, success {:?}, failure {:?}",
             throughput_of_b(prom, instance),
             prom.vector(&format!(
                 "pathprobe:throughput_bytes_per_second:baseline_ratio{path}"
-            ))
+            )),
+            prom.vector(&format!("pathprobe_probe_success{path}")),
+            prom.vector(&format!("pathprobe_probe_failure_info{path}")),
         );
         (!states.is_empty()).then_some(states)
     });

@@ -182,8 +182,12 @@ cmd_shape() {
     esac
     args=$(tbf_args "$rate")
     for dev in "${name}ra" "${name}rb"; do
+        # A fresh qdisc rather than `replace`: changing a busy tbf's rate in
+        # place sometimes left it dequeuing nothing for a minute or more (the
+        # e2e test saw ARP fail across r after 200 -> 20 mbit).
+        tc -n "$r" qdisc del dev "$dev" root 2>/dev/null || true
         # shellcheck disable=SC2086
-        tc -n "$r" qdisc replace dev "$dev" root tbf $args
+        tc -n "$r" qdisc add dev "$dev" root tbf $args
     done
     echo "lab $name shaped: tbf $args on ${name}ra and ${name}rb"
 }

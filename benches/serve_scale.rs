@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use pathprobe::loopback::probe_loopback;
 use pathprobe::metrics::{HostMetrics, ProbeKey, ProbeOutcome, ResultStore, ServiceState};
-use pathprobe::probe::{loopback::probe_loopback, Direction, Kind, ProbeSpec};
+use pathprobe::probe::{Direction, Kind, ProbeSpec};
 
 const TARGETS: usize = 1000;
 

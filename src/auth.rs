@@ -13,9 +13,18 @@
 //! server_proof = HMAC(secret, "pathprobe responder" ‖ client_nonce ‖ server_nonce)
 //! proof        = HMAC(secret, "pathprobe prober"    ‖ server_nonce ‖ client_nonce)
 //! token        = HMAC(secret, "pathprobe token"     ‖ client_nonce ‖ server_nonce)[..16]
+//! session key  = HMAC(secret, "pathprobe session"   ‖ client_nonce ‖ server_nonce)
 //! ```
 //!
-//! The labels keep the three MACs apart: neither side's proof can be
+//! Every control frame after `Auth`, both ways, is sealed with the session
+//! key ([`FrameSealer`]), so that a relay which passed the handshake through
+//! to a real responder can still neither rewrite a test's terms nor forge
+//! its results.
+//!
+//! Both halves of the handshake are here: [`answer_challenge`] for the
+//! prober and [`Challenge`] for the responder.
+//!
+//! The labels keep the MACs apart: neither side's proof can be
 //! reflected back as the other's, nor as the token. The test token that
 //! binds data connections and UDP flows is derived rather than sent, so
 //! only the two ends of this handshake know it before the first data hello.
@@ -26,6 +35,9 @@ use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use crate::protocol::message::{Hello, WelcomeAuth};
+use crate::protocol::RejectReason;
 
 /// The only method so far; the name travels in `Hello.auth.method` so that
 /// another can be added without a version bump.
@@ -42,6 +54,9 @@ pub const MAX_SECRET_LEN: usize = 4096;
 const RESPONDER_LABEL: &[u8] = b"pathprobe responder";
 const PROBER_LABEL: &[u8] = b"pathprobe prober";
 const TOKEN_LABEL: &[u8] = b"pathprobe token";
+const SESSION_LABEL: &[u8] = b"pathprobe session";
+const PROBER_FRAME_LABEL: &[u8] = b"pathprobe frame from prober";
+const RESPONDER_FRAME_LABEL: &[u8] = b"pathprobe frame from responder";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -165,6 +180,262 @@ impl Secret {
             .finalize()
             .into_bytes();
         hex(&tag[..16])
+    }
+
+    /// The key for the MACs on every control frame after the handshake.
+    pub fn session_key(&self, client: &Nonce, server: &Nonce) -> SessionKey {
+        SessionKey(
+            self.mac(SESSION_LABEL, &client.0, &server.0)
+                .finalize()
+                .into_bytes()
+                .into(),
+        )
+    }
+}
+
+/// The prober's side of one handshake, once the responder's `Welcome`
+/// arrived: what to send as `Auth`, and what both ends now share.
+pub struct ProberAnswer {
+    /// Hex, for `Auth`.
+    pub proof: String,
+    pub token: String,
+    /// Seals the control frames after `Auth`.
+    pub sealer: FrameSealer,
+    /// Whether the responder's own proof checked out.
+    pub responder_proven: bool,
+}
+
+/// Checks the responder's challenge and proof and answers it. A responder
+/// that offers no challenge is refused: a prober given a secret wants a peer
+/// that holds it, and anyone can answer without one. The error is the
+/// sentence the prober reports.
+pub fn answer_challenge(
+    secret: &Secret,
+    client: &Nonce,
+    offer: Option<&WelcomeAuth>,
+) -> Result<ProberAnswer, String> {
+    let Some(offer) = offer else {
+        return Err("this prober has a shared secret but the responder did not authenticate; give the responder the same secret file".into());
+    };
+    if offer.method != METHOD {
+        return Err(format!(
+            "the responder offered method {:?}; this prober speaks {METHOD}",
+            offer.method
+        ));
+    }
+    let server = Nonce::parse(&offer.server_nonce, "server nonce").map_err(|e| e.to_string())?;
+    let proof = unhex(&offer.server_proof).unwrap_or_default();
+    Ok(ProberAnswer {
+        proof: hex(&secret.prober_proof(client, &server)),
+        token: secret.test_token(client, &server),
+        sealer: FrameSealer::new(secret.session_key(client, &server), Side::Prober),
+        responder_proven: secret.verify_responder(client, &server, &proof),
+    })
+}
+
+/// The responder's side of one handshake: the challenge it sent, waiting
+/// for the prober's proof.
+pub struct Challenge {
+    secret: Secret,
+    client: Nonce,
+    server: Nonce,
+    /// What goes into the `Welcome`.
+    pub welcome: WelcomeAuth,
+}
+
+/// What a verified prober and the responder now share.
+pub struct Verified {
+    pub token: String,
+    pub sealer: FrameSealer,
+}
+
+impl Challenge {
+    /// Answers a prober's hello under `secret`: nothing to do without a
+    /// secret, a challenge when the hello offers a usable one, and the
+    /// refusal to send otherwise.
+    pub fn for_hello(
+        hello: &Hello,
+        secret: Option<&Secret>,
+    ) -> Result<Option<Challenge>, (RejectReason, String)> {
+        let Some(secret) = secret else {
+            // A prober that offered auth to a responder without a secret
+            // gets a Welcome without a proof, and decides for itself (it
+            // refuses).
+            return Ok(None);
+        };
+        let Some(offer) = &hello.auth else {
+            return Err((RejectReason::AuthRequired, AUTH_REQUIRED.into()));
+        };
+        let failed = |m: String| (RejectReason::AuthFailed, m);
+        if offer.method != METHOD {
+            return Err(failed(format!(
+                "authentication failed: unsupported method {:?}; this responder speaks {METHOD}",
+                offer.method
+            )));
+        }
+        let client = Nonce::parse(&offer.client_nonce, "client nonce")
+            .map_err(|e| failed(format!("authentication failed: {e}")))?;
+        let server = Nonce::random().map_err(|e| failed(format!("authentication failed: {e}")))?;
+        let welcome = WelcomeAuth {
+            method: METHOD.into(),
+            server_nonce: server.to_hex(),
+            server_proof: hex(&secret.responder_proof(&client, &server)),
+        };
+        Ok(Some(Challenge {
+            secret: secret.clone(),
+            client,
+            server,
+            welcome,
+        }))
+    }
+
+    /// The shared token and sealer if `proof` (hex) is the prober's proof.
+    pub fn verify(&self, proof: &str) -> Option<Verified> {
+        let proof = unhex(proof)?;
+        self.secret
+            .verify_prober(&self.client, &self.server, &proof)
+            .then(|| Verified {
+                token: self.secret.test_token(&self.client, &self.server),
+                sealer: FrameSealer::new(
+                    self.secret.session_key(&self.client, &self.server),
+                    Side::Responder,
+                ),
+            })
+    }
+}
+
+/// What a responder with a secret tells a prober without one.
+pub const AUTH_REQUIRED: &str =
+    "authentication required: this responder needs a shared secret (--auth.secret-file, or secret_file in a module)";
+/// What a responder tells a prober whose proof is wrong.
+pub const AUTH_FAILED: &str = "authentication failed: the shared secrets differ";
+
+/// Which end of the test a [`FrameSealer`] serves: each seals under its own label, so a
+/// frame cannot be reflected back to its sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Prober,
+    Responder,
+}
+
+impl Side {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Side::Prober => PROBER_FRAME_LABEL,
+            Side::Responder => RESPONDER_FRAME_LABEL,
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Prober => Side::Responder,
+            Side::Responder => Side::Prober,
+        }
+    }
+}
+
+/// The key both ends derive from the handshake for the per-frame MACs.
+#[derive(Clone)]
+pub struct SessionKey([u8; 32]);
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKey(..)")
+    }
+}
+
+/// Why a sealed control frame was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("the control frame carries no MAC")]
+    Missing,
+    #[error("the control frame's MAC is wrong: it was changed, replayed, reordered or forged")]
+    Mismatch,
+    #[error("a control frame to seal must be a JSON object")]
+    NotAnObject,
+}
+
+/// Authenticates every control frame after the handshake, so that a relay
+/// that passed the handshake through can neither rewrite, reorder, replay,
+/// drop nor inject a frame: each frame's MAC covers its bytes, the
+/// direction it travels and its place in the conversation.
+///
+/// A sealed frame is the message's JSON object with one more member at the
+/// end, `"mac"`, holding hex HMAC-SHA256 over (direction label ‖ sequence
+/// number ‖ the object without that member). Appending keeps the rest of
+/// the frame byte for byte as the sender wrote it, so no canonical form is
+/// needed; any re-encoding on the way fails.
+#[derive(Debug)]
+pub struct FrameSealer {
+    key: SessionKey,
+    end: Side,
+    sent: u64,
+    received: u64,
+}
+
+/// `,"mac":"` + 64 hex digits + `"}`.
+const MAC_SUFFIX_LEN: usize = 8 + 64 + 2;
+
+impl FrameSealer {
+    pub fn new(key: SessionKey, end: Side) -> FrameSealer {
+        FrameSealer {
+            key,
+            end,
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    fn mac(&self, from: Side, seq: u64, object: &[u8]) -> HmacSha256 {
+        let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.key.0)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        mac.update(from.label());
+        mac.update(&seq.to_be_bytes());
+        mac.update(object);
+        mac
+    }
+
+    /// Seals the JSON object `payload` as the next frame this end sends.
+    pub fn seal(&mut self, payload: &[u8]) -> Result<Vec<u8>, SealError> {
+        if payload.len() < 2 || payload.first() != Some(&b'{') || payload.last() != Some(&b'}') {
+            return Err(SealError::NotAnObject);
+        }
+        let tag = self
+            .mac(self.end, self.sent, payload)
+            .finalize()
+            .into_bytes();
+        self.sent += 1;
+        let mut out = Vec::with_capacity(payload.len() + MAC_SUFFIX_LEN);
+        out.extend_from_slice(&payload[..payload.len() - 1]);
+        out.extend_from_slice(b",\"mac\":\"");
+        out.extend_from_slice(hex(&tag).as_bytes());
+        out.extend_from_slice(b"\"}");
+        Ok(out)
+    }
+
+    /// Checks the next frame from the other end and returns the message's
+    /// JSON without its MAC. A refused frame still uses up its place, so
+    /// that nothing after a forgery can be accepted either.
+    pub fn open(&mut self, payload: &[u8]) -> Result<Vec<u8>, SealError> {
+        let seq = self.received;
+        self.received += 1;
+        if payload.len() < MAC_SUFFIX_LEN + 2 {
+            return Err(SealError::Missing);
+        }
+        let (object, suffix) = payload.split_at(payload.len() - MAC_SUFFIX_LEN);
+        let tag = suffix
+            .strip_prefix(b",\"mac\":\"")
+            .and_then(|rest| rest.strip_suffix(b"\"}"))
+            .and_then(|digits| std::str::from_utf8(digits).ok())
+            .and_then(unhex)
+            .ok_or(SealError::Missing)?;
+        let mut original = Vec::with_capacity(object.len() + 1);
+        original.extend_from_slice(object);
+        original.push(b'}');
+        self.mac(self.end.other(), seq, &original)
+            .verify_slice(&tag)
+            .map_err(|_| SealError::Mismatch)?;
+        Ok(original)
     }
 }
 
@@ -300,6 +571,71 @@ mod tests {
         let e = Secret::from_file(&missing).unwrap_err();
         assert!(e.to_string().starts_with("cannot read secret file"), "{e}");
         assert_eq!(format!("{:?}", secret()), "Secret(28 bytes)");
+    }
+
+    #[test]
+    fn sealed_frames_open_only_unchanged_in_order_and_in_their_direction() {
+        let (c, s) = nonces();
+        let mut prober = FrameSealer::new(secret().session_key(&c, &s), Side::Prober);
+        let mut responder = FrameSealer::new(secret().session_key(&c, &s), Side::Responder);
+        let a = prober.seal(br#"{"type":"start"}"#).unwrap();
+        assert!(a.starts_with(br#"{"type":"start","mac":""#), "{a:?}");
+        assert_eq!(responder.open(&a).unwrap(), br#"{"type":"start"}"#);
+        // Replayed: its place in the conversation has passed.
+        assert_eq!(responder.open(&a), Err(SealError::Mismatch));
+        let b = responder.seal(br#"{"type":"ready"}"#).unwrap();
+        // Reflected back to its sender.
+        let mut echo = FrameSealer::new(secret().session_key(&c, &s), Side::Responder);
+        assert_eq!(echo.open(&b), Err(SealError::Mismatch));
+        assert_eq!(prober.open(&b).unwrap(), br#"{"type":"ready"}"#);
+        // Rewritten by one byte.
+        let mut p2 = FrameSealer::new(secret().session_key(&c, &s), Side::Prober);
+        let mut r2 = FrameSealer::new(secret().session_key(&c, &s), Side::Responder);
+        let mut f = p2.seal(br#"{"type":"request","streams":1}"#).unwrap();
+        let at = f.iter().position(|&x| x == b'1').unwrap();
+        f[at] = b'9';
+        assert_eq!(r2.open(&f), Err(SealError::Mismatch));
+        // Unsealed, or sealed under another secret.
+        let mut r3 = FrameSealer::new(secret().session_key(&c, &s), Side::Responder);
+        assert_eq!(r3.open(br#"{"type":"start"}"#), Err(SealError::Missing));
+        let other = Secret::new(b"correct horse battery stapler").unwrap();
+        let mut forger = FrameSealer::new(other.session_key(&c, &s), Side::Prober);
+        let mut r4 = FrameSealer::new(secret().session_key(&c, &s), Side::Responder);
+        assert_eq!(
+            r4.open(&forger.seal(br#"{"type":"start"}"#).unwrap()),
+            Err(SealError::Mismatch)
+        );
+        assert_eq!(prober.seal(b"[]"), Err(SealError::NotAnObject));
+    }
+
+    #[test]
+    fn a_handshake_gives_both_ends_the_same_token_and_sealer() {
+        let hello = Hello {
+            auth: Some(crate::protocol::message::HelloAuth {
+                method: METHOD.into(),
+                client_nonce: Nonce([0x11; NONCE_LEN]).to_hex(),
+            }),
+            ..Hello::new()
+        };
+        let challenge = Challenge::for_hello(&hello, Some(&secret()))
+            .unwrap()
+            .unwrap();
+        let mut answer = answer_challenge(
+            &secret(),
+            &Nonce([0x11; NONCE_LEN]),
+            Some(&challenge.welcome),
+        )
+        .unwrap();
+        assert!(answer.responder_proven);
+        let mut verified = challenge.verify(&answer.proof).unwrap();
+        assert_eq!(verified.token, answer.token);
+        let frame = answer.sealer.seal(br#"{"type":"start"}"#).unwrap();
+        assert!(verified.sealer.open(&frame).is_ok());
+        assert!(challenge.verify("00").is_none());
+        let no_auth = Challenge::for_hello(&Hello::new(), Some(&secret()));
+        assert_eq!(no_auth.err().unwrap().0, RejectReason::AuthRequired);
+        assert!(Challenge::for_hello(&Hello::new(), None).unwrap().is_none());
+        assert!(answer_challenge(&secret(), &Nonce([0x11; NONCE_LEN]), None).is_err());
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`discovery`]: keeps file_sd and DNS discovered peers current.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
+//! - [`loopback`]: probes of this host's own stack against an in-process
+//!   responder.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
@@ -27,6 +29,7 @@ pub mod control;
 pub mod discovery;
 pub mod host;
 pub mod http;
+pub mod loopback;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;

@@ -339,7 +339,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
     let outcome = async {
         let spec = args.spec()?;
         if args.loopback {
-            probe::loopback::probe_loopback(&spec, args.ipv6).await
+            pathprobe::loopback::probe_loopback(&spec, args.ipv6).await
         } else {
             let target = Target::parse(args.target.as_deref().unwrap_or_default(), args.port)?;
             probe::probe(&target, &spec).await

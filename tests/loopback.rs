@@ -213,7 +213,9 @@ async fn loopback_probe_runs_its_own_responder() {
         duration: Duration::from_millis(500),
         ..ProbeSpec::default()
     };
-    let r = probe::loopback::probe_loopback(&spec, false).await.unwrap();
+    let r = pathprobe::loopback::probe_loopback(&spec, false)
+        .await
+        .unwrap();
     assert!(r.throughput_bits_per_second > 0.0);
     assert!(r.remote_address.starts_with("127.0.0.1:"));
 }

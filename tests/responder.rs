@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use pathprobe::auth::{Nonce, Secret};
-use pathprobe::control::{read_message, write_message};
+use pathprobe::auth::{FrameSealer, Nonce, Secret, Side};
+use pathprobe::control::{read_message, write_message, Control};
 use pathprobe::probe::{self, ProbeError, ProbeSpec, Target};
 use pathprobe::protocol::message::{Hello, HelloAuth};
 use pathprobe::protocol::{Message, RejectReason, TestRequest};
@@ -459,14 +459,18 @@ async fn data_connections_need_the_derived_token() {
     write_message(&mut control, &Message::Auth { proof }, t)
         .await
         .unwrap();
+    // Every frame after the handshake is sealed with the session key.
+    let mut control = Control::new(control);
+    control.seal(FrameSealer::new(
+        key.session_key(&client, &server),
+        Side::Prober,
+    ));
     let request = TestRequest {
         duration_ms: 500,
         ..short_probe().to_request()
     };
-    write_message(&mut control, &Message::Request(request), t)
-        .await
-        .unwrap();
-    match read_message(&mut control, t).await.unwrap() {
+    control.send(&Message::Request(request), t).await.unwrap();
+    match control.recv(t).await.unwrap() {
         // The token is derived on both ends, never sent.
         Message::Accepted { token, .. } => assert_eq!(token, ""),
         other => panic!("expected accepted, got {other:?}"),
@@ -499,7 +503,7 @@ async fn data_connections_need_the_derived_token() {
     )
     .await
     .unwrap();
-    assert_eq!(read_message(&mut control, t).await.unwrap(), Message::Ready);
+    assert_eq!(control.recv(t).await.unwrap(), Message::Ready);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

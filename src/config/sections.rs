@@ -109,6 +109,7 @@ impl ResponderSection {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
+            ..ResponderConfig::default()
         }
     }
 

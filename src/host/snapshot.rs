@@ -9,6 +9,7 @@ use super::error::HostError;
 use super::interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 use super::softirqs::{parse_softirqs, read_softirqs};
 use super::stat::{parse_stat, read_stat, CpuTicks};
+pub use crate::protocol::model::HostDelta;
 
 /// Host-wide counters at one instant.
 #[derive(Debug, Clone)]
@@ -21,26 +22,6 @@ pub struct HostSnapshot {
     softirq_net_rx: u64,
     softirq_net_tx: u64,
     taken_at: Instant,
-}
-
-/// What happened on the host between two snapshots.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct HostDelta {
-    /// Busy fraction of all CPUs together, 0..=1: user, nice, system, irq,
-    /// softirq and steal over all time including idle and iowait.
-    pub cpu_utilization: f64,
-    /// Fraction of all CPU time spent in user and nice.
-    pub cpu_user: f64,
-    /// Fraction of all CPU time spent in system, irq and softirq.
-    pub cpu_system: f64,
-    /// Hardware interrupts delivered to CPUs, from /proc/interrupts (see
-    /// [`total_interrupts`](super::total_interrupts) for what is counted).
-    pub interrupts: u64,
-    /// Interrupts on the IRQs given to [`HostSnapshot::take`], typically
-    /// those of the NIC carrying the probe.
-    pub interface_interrupts: u64,
-    pub softirq_net_rx: u64,
-    pub softirq_net_tx: u64,
 }
 
 impl HostSnapshot {

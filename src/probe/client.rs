@@ -5,19 +5,17 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
-use super::datapath::{DataSocket, Plan, SideRun, StreamJob};
+use super::datapath::{DataSocket, DRAIN_GRACE};
 use super::result::{ProbeContext, ProbeResult};
-use super::spec::{stream_layout, FlowDirection, Kind, ProbeSpec};
-use super::stats::{Role, SideStats};
-use super::tcp::{apply_options, prepare_blocking, TcpOptions};
-use super::ProbeError;
-use crate::auth::{self, Nonce, Secret};
-use crate::control::{read_message, read_message_max, write_message};
-use crate::protocol::message::{token_id, Hello, HelloAuth, WelcomeAuth};
-use crate::protocol::udp::hello_datagram;
-use crate::protocol::{encode_frame, Message, RejectReason, DEFAULT_PORT};
+use super::side::{End, TestSide};
+use super::spec::{Kind, ProbeSpec};
+use super::{tcp, udp, verify, ProbeError};
+use crate::auth::{self, Nonce};
+use crate::control::{Control, ControlError};
+use crate::protocol::message::{Hello, HelloAuth};
+use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
 
 /// Where to probe: a host name or address, and the responder's port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -97,68 +95,20 @@ impl Default for Target {
 }
 
 async fn resolve(target: &Target, bind: Option<IpAddr>) -> Result<Vec<SocketAddr>, ProbeError> {
+    let resolve_error = |source| ProbeError::Resolve {
+        target: target.host.clone(),
+        source,
+    };
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
-        .map_err(|e| ProbeError::Resolve {
-            target: target.host.clone(),
-            message: e.to_string(),
-        })?
+        .map_err(resolve_error)?
         // With a bind address, only peers of the same family can be reached.
         .filter(|a| bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4()))
         .collect();
     if addrs.is_empty() {
-        return Err(ProbeError::Resolve {
-            target: target.host.clone(),
-            message: "no usable address".into(),
-        });
+        return Err(resolve_error(std::io::Error::other("no usable address")));
     }
     Ok(addrs)
-}
-
-fn connect_error(addr: SocketAddr, e: std::io::Error) -> ProbeError {
-    use std::io::ErrorKind as K;
-    match e.kind() {
-        K::ConnectionRefused => ProbeError::Refused {
-            addr: addr.to_string(),
-        },
-        K::TimedOut => ProbeError::Timeout {
-            stage: "connecting",
-            after: Duration::ZERO,
-        },
-        _ => ProbeError::Unreachable {
-            addr: addr.to_string(),
-            message: e.to_string(),
-        },
-    }
-}
-
-async fn connect_tcp(
-    addr: SocketAddr,
-    spec: &ProbeSpec,
-    opts: Option<&TcpOptions>,
-) -> Result<TcpStream, ProbeError> {
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(|e| ProbeError::Io(format!("socket: {e}")))?;
-    if let Some(ip) = spec.bind {
-        sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| ProbeError::BadArgument(format!("cannot bind to {ip}: {e}")))?;
-    }
-    if let Some(opts) = opts {
-        apply_options(&socket2::SockRef::from(&sock), opts, addr.is_ipv6())
-            .map_err(|e| ProbeError::BadArgument(e.to_string()))?;
-    }
-    match tokio::time::timeout(spec.connect_timeout, sock.connect(addr)).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(connect_error(addr, e)),
-        Err(_) => Err(ProbeError::Timeout {
-            stage: "connecting",
-            after: spec.connect_timeout,
-        }),
-    }
 }
 
 /// Runs one probe against `target`.
@@ -167,27 +117,23 @@ pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, Pro
     let addrs = resolve(target, spec.bind).await?;
     let mut last = None;
     for addr in addrs {
-        match connect_tcp(addr, spec, None).await {
+        match tcp::connect(addr, spec.bind, None, spec.connect_timeout).await {
             Ok(control) => return run_test(control, addr, target, spec).await,
             Err(e) => last = Some(e),
         }
     }
-    Err(last.expect("at least one address"))
+    Err(last.unwrap_or_else(|| ProbeError::BadArgument("no address to probe".into())))
 }
 
-async fn run_test(
-    mut control: TcpStream,
-    addr: SocketAddr,
-    target: &Target,
+/// The handshake's outcome: the test token, when it was derived rather
+/// than sent.
+async fn handshake(
+    control: &mut Control<TcpStream>,
     spec: &ProbeSpec,
-) -> Result<ProbeResult, ProbeError> {
-    let _ = control.set_nodelay(true);
+) -> Result<Option<String>, ProbeError> {
     let t = spec.connect_timeout;
-    let local_addr = control
-        .local_addr()
-        .map_err(|e| ProbeError::Io(e.to_string()))?;
     let client_nonce = match &spec.secret {
-        Some(_) => Some(Nonce::random().map_err(|e| ProbeError::Io(e.to_string()))?),
+        Some(_) => Some(Nonce::random().map_err(|e| ProbeError::Auth(e.to_string()))?),
         None => None,
     };
     let hello = Hello {
@@ -197,42 +143,55 @@ async fn run_test(
         }),
         ..Hello::new()
     };
-    write_message(&mut control, &Message::Hello(hello), t).await?;
-    let welcome = match read_message(&mut control, t).await? {
+    control.send(&Message::Hello(hello), t).await?;
+    let welcome = match control.recv(t).await? {
         Message::Welcome(w) => w,
         other => return Err(refusal(other, "welcome")),
     };
-    let mut responder_proven = true;
-    let derived_token = match (&spec.secret, client_nonce) {
-        (Some(secret), Some(client)) => {
-            let answer = answer_challenge(secret, &client, welcome.auth.as_ref())?;
-            responder_proven = answer.responder_proven;
-            write_message(
-                &mut control,
-                &Message::Auth {
-                    proof: answer.proof,
-                },
-                t,
-            )
-            .await?;
-            Some(answer.token)
-        }
-        _ => None,
+    let (Some(secret), Some(client)) = (&spec.secret, client_nonce) else {
+        return Ok(None);
     };
-    if !responder_proven {
+    let answer =
+        auth::answer_challenge(secret, &client, welcome.auth.as_ref()).map_err(ProbeError::Auth)?;
+    control
+        .send(
+            &Message::Auth {
+                proof: answer.proof,
+            },
+            t,
+        )
+        .await?;
+    if !answer.responder_proven {
         // The proof was still sent, so that the responder counts the
         // failure and says it in its own words; nothing more is sent to a
         // responder that could not prove itself.
-        return Err(match read_message(&mut control, t).await {
+        return Err(match control.recv(t).await {
             Ok(reply @ Message::Rejected { .. }) => refusal(reply, "rejected"),
             _ => {
                 ProbeError::Auth("the responder's proof is wrong: the shared secrets differ".into())
             }
         });
     }
-    let request = spec.to_request();
-    write_message(&mut control, &Message::Request(request.clone()), t).await?;
-    let (token, request, clamped) = match read_message(&mut control, t).await? {
+    control.seal(answer.sealer);
+    Ok(Some(answer.token))
+}
+
+async fn run_test(
+    control: TcpStream,
+    addr: SocketAddr,
+    target: &Target,
+    spec: &ProbeSpec,
+) -> Result<ProbeResult, ProbeError> {
+    let _ = control.set_nodelay(true);
+    let t = spec.connect_timeout;
+    let local_addr = control
+        .local_addr()
+        .map_err(|e| ProbeError::io("control connection", e))?;
+    let mut control = Control::new(control);
+    let derived_token = handshake(&mut control, spec).await?;
+    let asked = spec.to_request();
+    control.send(&Message::Request(asked.clone()), t).await?;
+    let (token, request, clamped) = match control.recv(t).await? {
         Message::Accepted {
             token,
             request: agreed,
@@ -240,16 +199,19 @@ async fn run_test(
         } => (derived_token.unwrap_or(token), agreed, clamped),
         other => return Err(refusal(other, "accepted")),
     };
+    // Nothing the responder's terms ask for may exceed the request: a
+    // bigger test would have this side allocate and send without bound.
+    verify::check_accepted(&asked, &request).map_err(ProbeError::Protocol)?;
     // A responder that changed the test without saying so (an older or a
     // broken one) must not pass its figures off as those asked for.
-    let clamped = if clamped.is_empty() && request != spec.to_request() {
+    let clamped = if clamped.is_empty() && request != asked {
         vec!["the responder changed the test without saying which limit applied".to_string()]
     } else {
-        clamped
+        clamped.into_iter().take(16).collect()
     };
-    if token.is_empty() {
+    if token.is_empty() || token.len() > 64 {
         return Err(ProbeError::Protocol(
-            "the responder accepted the test without a token, and no secret was set to derive one"
+            "the responder accepted the test without a usable token, and no secret was set to derive one"
                 .into(),
         ));
     }
@@ -257,141 +219,67 @@ async fn run_test(
         tracing::warn!(target = %target, %limit, "the responder cut the test down to its limits");
     }
 
-    let layout = stream_layout(request.direction, request.streams);
-    let per_stream_rate = request.bitrate / request.streams.max(1) as u64;
-    let tcp_opts = TcpOptions {
-        window: request.window,
-        congestion: request.congestion.clone(),
-        tos: request.tos,
-        bitrate: per_stream_rate,
-    };
-    let mut jobs = Vec::with_capacity(layout.len());
-    match request.kind {
+    let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip());
+    let sockets = match request.kind {
         Kind::Tcp => {
-            for (id, &direction) in layout.iter().enumerate() {
-                let mut s = connect_tcp(addr, spec, Some(&tcp_opts)).await?;
-                let hello = encode_frame(&Message::DataHello {
-                    token: token.clone(),
-                    stream: id as u32,
-                })
-                .map_err(|e| ProbeError::Protocol(e.to_string()))?;
-                tokio::time::timeout(t, tokio::io::AsyncWriteExt::write_all(&mut s, &hello))
-                    .await
-                    .map_err(|_| ProbeError::Timeout {
-                        stage: "opening data connections",
-                        after: t,
-                    })?
-                    .map_err(|e| ProbeError::Io(format!("data connection: {e}")))?;
-                let s = s.into_std().map_err(|e| ProbeError::Io(e.to_string()))?;
-                prepare_blocking(&s).map_err(|e| ProbeError::Io(e.to_string()))?;
-                jobs.push(StreamJob {
-                    id: id as u32,
-                    direction,
-                    role: role_of(direction),
-                    socket: DataSocket::Tcp(s),
-                });
-            }
+            let sockets =
+                tcp::open_streams(addr, spec.bind, &side.tcp, side.stream_count(), &token, t)
+                    .await?;
             expect_ready(&mut control, t).await?;
+            sockets
         }
         Kind::Udp => {
-            let mut socks = Vec::with_capacity(layout.len());
-            for _ in &layout {
-                let bind = SocketAddr::new(spec.bind.unwrap_or(unspecified(addr)), 0);
-                let s = std::net::UdpSocket::bind(bind).map_err(|e| {
-                    ProbeError::BadArgument(format!("cannot bind UDP to {bind}: {e}"))
-                })?;
-                s.connect(addr).map_err(|e| connect_error(addr, e))?;
-                super::udp::configure_socket(&s, request.window);
-                if let Some(tos) = request.tos {
-                    super::udp::set_tos(&s, tos)
-                        .map_err(|e| ProbeError::BadArgument(format!("--tos: {e}")))?;
-                }
-                socks.push(s);
-            }
-            // Hellos go out until the responder says every flow is known; a
-            // lost hello is simply sent again.
-            let hellos: Vec<Vec<u8>> = (0..layout.len())
-                .map(|i| hello_datagram(&token, i as u32))
-                .collect();
-            let ready = expect_ready(&mut control, t);
-            tokio::pin!(ready);
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            loop {
-                tokio::select! {
-                    r = &mut ready => { r?; break; }
-                    _ = tick.tick() => {
-                        for (s, h) in socks.iter().zip(&hellos) {
-                            let _ = s.send(h);
-                        }
-                    }
-                }
-            }
-            for (id, (s, &direction)) in socks.into_iter().zip(&layout).enumerate() {
-                jobs.push(StreamJob {
-                    id: id as u32,
-                    direction,
-                    role: role_of(direction),
-                    socket: DataSocket::Udp(s),
-                });
-            }
+            let socks = udp::open_flows(
+                addr,
+                spec.bind,
+                side.stream_count(),
+                request.window,
+                request.tos,
+            )?;
+            udp::announce_flows(&socks, &token, expect_ready(&mut control, t)).await?;
+            socks
+                .into_iter()
+                .enumerate()
+                .map(|(id, s)| (id as u32, DataSocket::Udp(s)))
+                .collect()
         }
-    }
-
-    let plan = Plan {
-        omit: Duration::from_millis(request.omit_ms),
-        duration: Duration::from_millis(request.duration_ms),
-        length: request.length,
-        bitrate_per_stream: per_stream_rate,
-        affinity: spec.affinity,
-        test_id: token_id(&token),
     };
-    let interface = crate::host::interface_for_peer(addr.ip());
-    let irqs = interface
-        .as_deref()
-        .map(crate::host::interface_irqs)
-        .unwrap_or_default();
-    let side = SideRun::spawn(jobs, plan.clone(), irqs)
-        .map_err(|e| ProbeError::Io(format!("starting stream threads: {e}")))?;
-    let stop = side.stop.clone();
-    write_message(&mut control, &Message::Start, t).await?;
+    let plan = side.plan.clone();
+    let running = side
+        .spawn(sockets)
+        .map_err(|e| ProbeError::io("starting stream threads", e))?;
+    let stop = running.stop.clone();
+    control.send(&Message::Start, t).await?;
     let started = Instant::now();
     let timestamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
         + plan.omit.as_secs_f64();
-    let grace = crate::responder::DRAIN_GRACE;
-    let results_timeout = plan.omit + plan.duration + grace + Duration::from_secs(5) + t;
-    let local_run = side.run(grace);
+    let results_timeout = plan.omit + plan.duration + DRAIN_GRACE + Duration::from_secs(5) + t;
     let remote = async {
-        let msg = read_message_max(
-            &mut control,
-            results_timeout,
-            crate::protocol::MAX_FRAME_LEN,
-        )
-        .await;
+        let msg = control
+            .recv_max(results_timeout, crate::protocol::MAX_FRAME_LEN)
+            .await;
         if msg.is_err() {
             stop.stop();
         }
         msg
     };
-    let ((streams, host), remote) = tokio::join!(local_run, remote);
+    let (local, remote) = tokio::join!(running.finish(), remote);
+    let local = local.map_err(|e| ProbeError::io("local streams", std::io::Error::other(e)))?;
     let remote = match remote? {
         Message::Results(stats) => *stats,
         Message::Error { message } => return Err(ProbeError::Aborted(message)),
         other => {
             return Err(ProbeError::Protocol(format!(
-                "expected results, got {other:?}"
+                "expected results, got {}",
+                describe(&other)
             )))
         }
     };
+    verify::check_results(&request, &local, &remote).map_err(ProbeError::Protocol)?;
     tracing::debug!(elapsed = ?started.elapsed(), "probe finished");
-    let local = SideStats {
-        streams,
-        host,
-        kernel_release: crate::host::kernel_release(),
-        interface,
-    };
     let ctx = ProbeContext {
         kind: request.kind,
         direction: request.direction,
@@ -407,71 +295,31 @@ async fn run_test(
     Ok(result)
 }
 
-/// The prober's answer to the responder's challenge.
-struct Answer {
-    /// Hex, for `Auth`.
-    proof: String,
-    token: String,
-    /// Whether the responder's own proof checked out.
-    responder_proven: bool,
-}
-
-/// Checks the responder's proof and computes the prober's proof (hex) and
-/// the test token. A responder that offers no challenge is refused: a
-/// prober given a secret wants a peer that holds it, and anyone can answer
-/// without one.
-fn answer_challenge(
-    secret: &Secret,
-    client: &Nonce,
-    offer: Option<&WelcomeAuth>,
-) -> Result<Answer, ProbeError> {
-    let Some(offer) = offer else {
-        return Err(ProbeError::Auth(
-            "this prober has a shared secret but the responder did not authenticate; give the responder the same secret file".into(),
-        ));
-    };
-    if offer.method != auth::METHOD {
-        return Err(ProbeError::Auth(format!(
-            "the responder offered method {:?}; this prober speaks {}",
-            offer.method,
-            auth::METHOD
-        )));
-    }
-    let server = Nonce::parse(&offer.server_nonce, "server nonce")
-        .map_err(|e| ProbeError::Auth(e.to_string()))?;
-    let proof = auth::unhex(&offer.server_proof).unwrap_or_default();
-    Ok(Answer {
-        proof: auth::hex(&secret.prober_proof(client, &server)),
-        token: secret.test_token(client, &server),
-        responder_proven: secret.verify_responder(client, &server, &proof),
-    })
-}
-
-fn unspecified(peer: SocketAddr) -> IpAddr {
-    if peer.is_ipv4() {
-        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-    }
-}
-
-fn role_of(direction: FlowDirection) -> Role {
-    match direction {
-        FlowDirection::Send => Role::Sender,
-        FlowDirection::Receive => Role::Receiver,
-    }
-}
-
-async fn expect_ready(control: &mut TcpStream, t: Duration) -> Result<(), ProbeError> {
-    match read_message(control, t).await {
+async fn expect_ready(control: &mut Control<TcpStream>, t: Duration) -> Result<(), ProbeError> {
+    match control.recv(t).await {
         Ok(Message::Ready) => Ok(()),
         Ok(other) => Err(refusal(other, "ready")),
-        Err(crate::control::ControlError::Timeout(after)) => Err(ProbeError::Timeout {
+        Err(ControlError::Timeout(after)) => Err(ProbeError::Timeout {
             stage: "waiting for the responder to see every data stream",
             after,
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A short description of an unexpected message for an error: a hostile
+/// peer's message can be large, and is not repeated whole.
+fn describe(msg: &Message) -> String {
+    let mut s = format!("{msg:?}");
+    if s.len() > 200 {
+        let mut cut = 200;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
 }
 
 /// Turns an unexpected reply into the error it stands for.
@@ -490,7 +338,7 @@ fn refusal(msg: Message, expected: &str) -> ProbeError {
         } => ProbeError::VersionMismatch(message),
         Message::Rejected { reason, message } => ProbeError::Rejected { reason, message },
         Message::Error { message } => ProbeError::Aborted(message),
-        other => ProbeError::Protocol(format!("expected {expected}, got {other:?}")),
+        other => ProbeError::Protocol(format!("expected {expected}, got {}", describe(&other))),
     }
 }
 

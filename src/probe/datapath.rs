@@ -1,5 +1,8 @@
-//! The data path shared by both ends of a test: one OS thread per stream,
-//! released together by a start gate, each measuring its own window.
+//! The data path's parts shared by both ends of a test and by every kind:
+//! the plan, the start gate that releases all streams of a side at once,
+//! the stop flag, the sockets handed to stream threads, and the meter of a
+//! thread's CPU over its window. The threads themselves are started by
+//! [`super::side`], and run the loops of their kind (`tcp.rs`, `udp.rs`).
 //!
 //! Streams run on dedicated threads with blocking sockets, not on the async
 //! runtime: per-thread CPU accounting (RUSAGE_THREAD) is then exact, and the
@@ -12,11 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
 use super::spec::FlowDirection;
 use super::stats::{Role, StreamStats};
-use crate::host::{HostSnapshot, ThreadUsage};
+use crate::host::ThreadUsage;
+
+/// Time allowed after the planned end for data to drain before streams
+/// are stopped. Both ends use it: the responder to bound its run, the
+/// prober to bound its wait for the responder's results.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(3);
 
 /// How often a blocked data thread wakes to look at the stop flag.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -122,6 +128,22 @@ pub struct StreamContext {
     pub plan: Plan,
     pub gate: StartGate,
     pub stop: StopFlag,
+    /// Bytes moved by every stream of this side so far, warm-up included:
+    /// a side that sees it stand still knows the peer stopped taking part.
+    pub progress: Progress,
+}
+
+/// A side's running count of bytes moved, shared by its stream threads.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<std::sync::atomic::AtomicU64>);
+
+impl Progress {
+    pub fn add(&self, bytes: u64) {
+        self.0.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Measures CPU, context switches and syscalls of one thread over a window
@@ -175,116 +197,4 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Starts one thread for `job`; its figures arrive on the returned channel.
-pub fn spawn_stream(
-    job: StreamJob,
-    ctx: StreamContext,
-) -> std::io::Result<oneshot::Receiver<StreamStats>> {
-    let (tx, rx) = oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("pp-stream-{}", job.id))
-        .spawn(move || {
-            if let Some(cpu) = ctx.plan.affinity {
-                if let Err(e) = pin_current_thread(cpu) {
-                    tracing::warn!(cpu, error = %e, "could not pin stream thread");
-                }
-            }
-            let mut stats = StreamStats {
-                id: job.id,
-                direction: Some(job.direction),
-                role: Some(job.role),
-                ..StreamStats::default()
-            };
-            match (job.socket, job.role) {
-                (DataSocket::Tcp(s), Role::Sender) => super::tcp::send(s, &ctx, &mut stats),
-                (DataSocket::Tcp(s), Role::Receiver) => super::tcp::receive(s, &ctx, &mut stats),
-                (DataSocket::Udp(s), Role::Sender) => super::udp::send(s, &ctx, &mut stats),
-                (DataSocket::Udp(s), Role::Receiver) => super::udp::receive(s, &ctx, &mut stats),
-            }
-            let _ = tx.send(stats);
-        })?;
-    Ok(rx)
-}
-
-/// The streams of one side, started and gathered together with the host
-/// figures over the same window.
-pub struct SideRun {
-    streams: Vec<oneshot::Receiver<StreamStats>>,
-    pub gate: StartGate,
-    pub stop: StopFlag,
-    plan: Plan,
-    irqs: Vec<String>,
-}
-
-impl SideRun {
-    /// Spawns a thread per job; they wait at the gate.
-    pub fn spawn(jobs: Vec<StreamJob>, plan: Plan, irqs: Vec<String>) -> std::io::Result<SideRun> {
-        let gate = StartGate::default();
-        let stop = StopFlag::default();
-        let ctx = StreamContext {
-            plan: plan.clone(),
-            gate: gate.clone(),
-            stop: stop.clone(),
-        };
-        let mut streams = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            match spawn_stream(job, ctx.clone()) {
-                Ok(rx) => streams.push(rx),
-                Err(e) => {
-                    gate.abort();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(SideRun {
-            streams,
-            gate,
-            stop,
-            plan,
-            irqs,
-        })
-    }
-
-    /// Starts the streams and waits until they finish, or until `grace`
-    /// after the planned end, when they are told to stop.
-    /// Returns the per-stream figures and the host delta over the window.
-    pub async fn run(mut self, grace: Duration) -> (Vec<StreamStats>, crate::host::HostDelta) {
-        let start = self.gate.open();
-        let window_start = start + self.plan.omit;
-        tokio::time::sleep_until(window_start.into()).await;
-        let before = HostSnapshot::take(&self.irqs).ok();
-        let deadline = window_start + self.plan.duration + grace;
-        let mut results = Vec::with_capacity(self.streams.len());
-        for mut rx in std::mem::take(&mut self.streams) {
-            let got = match tokio::time::timeout_at(deadline.into(), &mut rx).await {
-                Ok(r) => r.ok(),
-                Err(_) => {
-                    // Threads poll the flag every POLL_INTERVAL, so this wait is short.
-                    self.stop.stop();
-                    tokio::time::timeout(POLL_INTERVAL * 20, rx)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                }
-            };
-            results.extend(got);
-        }
-        let after = HostSnapshot::take(&self.irqs).ok();
-        let host = match (before, after) {
-            (Some(b), Some(a)) => b.delta(&a),
-            _ => Default::default(),
-        };
-        (results, host)
-    }
-}
-
-impl Drop for SideRun {
-    fn drop(&mut self) {
-        // A run dropped before it started (control failure) must not leave
-        // threads waiting at the gate.
-        self.gate.abort();
-        self.stop.stop();
-    }
 }

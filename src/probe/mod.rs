@@ -2,23 +2,25 @@
 //!
 //! - [`spec`]: what to measure ([`ProbeSpec`]).
 //! - [`client`]: the prober's control conversation with a responder.
+//! - [`side`]: one side of a test, built the same way by both ends.
 //! - [`tcp`] and [`udp`]: one file per probe kind, their data loops.
-//! - [`loopback`]: probes over 127.0.0.1 against an in-process responder.
 //! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
 //!   UDP pacing, UDP loss/jitter accounting, TCP_INFO.
+//! - [`verify`]: what the prober checks of a responder's replies.
 //! - [`stats`] and [`result`]: what each side measured, and the combined result.
 
 pub mod accounting;
 pub mod client;
 pub mod datapath;
-pub mod loopback;
 pub mod pacing;
 pub mod result;
+pub mod side;
 pub mod spec;
 pub mod stats;
 pub mod tcp;
 pub mod tcpinfo;
 pub mod udp;
+pub mod verify;
 
 use std::time::Duration;
 
@@ -34,12 +36,20 @@ use crate::protocol::RejectReason;
 pub enum ProbeError {
     #[error("bad argument: {0}")]
     BadArgument(String),
-    #[error("cannot resolve {target}: {message}")]
-    Resolve { target: String, message: String },
+    #[error("cannot resolve {target}: {source}")]
+    Resolve {
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("connection to {addr} refused: is `pathprobe respond` running there, on that port?")]
     Refused { addr: String },
-    #[error("{addr} is unreachable: {message}")]
-    Unreachable { addr: String, message: String },
+    #[error("{addr} is unreachable: {source}")]
+    Unreachable {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("timed out after {after:?} while {stage}")]
     Timeout {
         stage: &'static str,
@@ -65,11 +75,23 @@ pub enum ProbeError {
     Protocol(String),
     #[error("the peer ended the test: {0}")]
     Aborted(String),
-    #[error("{0}")]
-    Io(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl ProbeError {
+    /// A local I/O failure while doing `context`.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> ProbeError {
+        ProbeError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
     /// A fixed label for metrics and JSON.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -91,7 +113,7 @@ impl ProbeError {
             ProbeError::Auth(_) => "auth_failed",
             ProbeError::Protocol(_) => "protocol_error",
             ProbeError::Aborted(_) => "aborted",
-            ProbeError::Io(_) => "io_error",
+            ProbeError::Io { .. } => "io_error",
         }
     }
 
@@ -116,7 +138,7 @@ impl ProbeError {
             ProbeError::Auth(_) => "use the same secret file on both ends; a responder without one cannot prove who it is",
             ProbeError::Protocol(_) => "make sure the target port is a pathprobe responder",
             ProbeError::Aborted(_) => "look at the responder's log",
-            ProbeError::Io(_) => "check local resources and permissions",
+            ProbeError::Io { .. } => "check local resources and permissions",
         }
     }
 }
@@ -130,8 +152,9 @@ impl From<crate::control::ControlError> for ProbeError {
                 after,
             },
             C::Closed => ProbeError::Aborted("the responder closed the control connection".into()),
-            C::Io(e) => ProbeError::Io(format!("control connection: {e}")),
+            C::Io(e) => ProbeError::io("control connection", e),
             C::Frame(e) => ProbeError::Protocol(e.to_string()),
+            C::Unauthenticated(e) => ProbeError::Auth(e.to_string()),
         }
     }
 }

@@ -1,100 +1,12 @@
 //! What a probe is asked to do: the vocabulary shared by the CLI, the
 //! scheduler, the control protocol and the data path.
 
-use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::auth::Secret;
+pub use crate::protocol::model::{stream_layout, Direction, FlowDirection, Kind};
 use crate::protocol::TestRequest;
-
-/// Transport of a throughput probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Tcp,
-    Udp,
-}
-
-/// Which way data moves, seen from the prober.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Prober sends, responder receives (iperf3's default).
-    Send,
-    /// Responder sends (iperf3's `-R`).
-    Receive,
-    /// Both at once (iperf3's `--bidir`).
-    Bidir,
-}
-
-/// The direction of one stream, seen from the prober.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FlowDirection {
-    Send,
-    Receive,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Tcp => "tcp",
-            Kind::Udp => "udp",
-        }
-    }
-}
-
-impl Direction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Send => "send",
-            Direction::Receive => "receive",
-            Direction::Bidir => "bidir",
-        }
-    }
-
-    /// The flow directions a probe in this direction runs.
-    pub fn flows(self) -> &'static [FlowDirection] {
-        match self {
-            Direction::Send => &[FlowDirection::Send],
-            Direction::Receive => &[FlowDirection::Receive],
-            Direction::Bidir => &[FlowDirection::Send, FlowDirection::Receive],
-        }
-    }
-}
-
-impl FlowDirection {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlowDirection::Send => "send",
-            FlowDirection::Receive => "receive",
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-impl fmt::Display for Direction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The streams of a test: stream `i` runs in `layout[i]`. For bidir the
-/// first half sends and the second half receives.
-pub fn stream_layout(direction: Direction, streams: u32) -> Vec<FlowDirection> {
-    direction
-        .flows()
-        .iter()
-        .flat_map(|d| std::iter::repeat_n(*d, streams as usize))
-        .collect()
-}
 
 /// Default write size for TCP, as iperf3.
 pub const DEFAULT_TCP_LENGTH: u32 = 128 * 1024;

@@ -1,20 +1,24 @@
 //! TCP throughput: the sending and receiving loops of a TCP stream, and the
 //! socket set-up both ends apply (window, congestion control, TOS, pacing).
 //!
+//! It also opens the prober's data connections ([`open_streams`]).
+//!
 //! The sender writes for the planned time, then half-closes and waits for
 //! the receiver to read everything and close. Only then does it read
 //! TCP_INFO, so that retransmits of the last flight are counted too.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::time::Instant;
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::datapath::{DataSocket, StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, TcpStats};
 use super::tcpinfo::{self, TcpInfo};
+use super::ProbeError;
+use crate::protocol::{encode_frame, Message};
 
 /// Options both ends set on a TCP data socket.
 #[derive(Debug, Clone, Default)]
@@ -100,7 +104,11 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     // the socket buffer never holds more than the rate allows: otherwise the
     // sender would queue seconds of data and the test would overrun its time.
     let chunk = if plan.bitrate_per_stream > 0 {
-        ((plan.bitrate_per_stream / 8 / 100) as usize).clamp(1448, plan.length as usize)
+        // At most one write of the test's length, at least a segment (or
+        // the whole length, when that is smaller than a segment).
+        ((plan.bitrate_per_stream / 8 / 100) as usize)
+            .max(1448)
+            .min(plan.length.max(1) as usize)
     } else {
         plan.length as usize
     };
@@ -133,6 +141,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
         match stream.write(&buf) {
             Ok(n) => {
                 bytes += n as u64;
+                ctx.progress.add(n as u64);
                 last_write = Instant::now();
                 pacer.sent(1);
             }
@@ -223,6 +232,7 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
                     set_low_water_mark(&stream, read_size);
                 }
                 bytes += n as u64;
+                ctx.progress.add(n as u64);
                 last_read = now;
             }
             Err(e) if is_timeout(&e) => {
@@ -243,4 +253,89 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     record_buffers(&stream, stats);
     // Closing tells the sender that everything arrived.
     drop(stream);
+}
+
+/// Why a connection attempt failed, as the prober reports it.
+pub(crate) fn connect_error(addr: SocketAddr, e: std::io::Error) -> ProbeError {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => ProbeError::Refused {
+            addr: addr.to_string(),
+        },
+        K::TimedOut => ProbeError::Timeout {
+            stage: "connecting",
+            after: Duration::ZERO,
+        },
+        _ => ProbeError::Unreachable {
+            addr: addr.to_string(),
+            source: e,
+        },
+    }
+}
+
+/// Connects a TCP socket from `bind` (if given) to `addr`, with `opts` set
+/// before the connect so that the window scale is negotiated for them.
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    opts: Option<&TcpOptions>,
+    timeout: Duration,
+) -> Result<tokio::net::TcpStream, ProbeError> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(|e| ProbeError::io("socket", e))?;
+    if let Some(ip) = bind {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(|e| ProbeError::BadArgument(format!("cannot bind to {ip}: {e}")))?;
+    }
+    if let Some(opts) = opts {
+        apply_options(&SockRef::from(&sock), opts, addr.is_ipv6())
+            .map_err(|e| ProbeError::BadArgument(e.to_string()))?;
+    }
+    match tokio::time::timeout(timeout, sock.connect(addr)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(connect_error(addr, e)),
+        Err(_) => Err(ProbeError::Timeout {
+            stage: "connecting",
+            after: timeout,
+        }),
+    }
+}
+
+/// The prober's `count` TCP data connections: each opened with the test's
+/// options and announced by a `DataHello` carrying the token, then handed
+/// over as blocking sockets for the stream threads.
+pub(crate) async fn open_streams(
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    opts: &TcpOptions,
+    count: usize,
+    token: &str,
+    timeout: Duration,
+) -> Result<Vec<(u32, DataSocket)>, ProbeError> {
+    let mut sockets = Vec::with_capacity(count);
+    for id in 0..count as u32 {
+        let mut s = connect(addr, bind, Some(opts), timeout).await?;
+        let hello = encode_frame(&Message::DataHello {
+            token: token.to_string(),
+            stream: id,
+        })
+        .map_err(|e| ProbeError::Protocol(e.to_string()))?;
+        tokio::time::timeout(timeout, tokio::io::AsyncWriteExt::write_all(&mut s, &hello))
+            .await
+            .map_err(|_| ProbeError::Timeout {
+                stage: "opening data connections",
+                after: timeout,
+            })?
+            .map_err(|e| ProbeError::io("data connection", e))?;
+        let s = s
+            .into_std()
+            .map_err(|e| ProbeError::io("data connection", e))?;
+        prepare_blocking(&s).map_err(|e| ProbeError::io("data connection", e))?;
+        sockets.push((id, DataSocket::Tcp(s)));
+    }
+    Ok(sockets)
 }

@@ -6,9 +6,12 @@
 //! batch is never larger than what is due. The receiver uses recvmmsg with
 //! kernel receive timestamps, so jitter reflects when datagrams arrived, not
 //! when a batch was read.
+//!
+//! It also opens the prober's flows ([`open_flows`]) and announces them to
+//! the responder with hello datagrams ([`announce_flows`]).
 
 use std::io::ErrorKind;
-use std::net::UdpSocket;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +19,10 @@ use super::accounting::UdpAccount;
 use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, UdpSendStats};
-use crate::protocol::udp::{UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN};
+use super::ProbeError;
+use crate::protocol::udp::{
+    hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
+};
 
 /// Datagrams per syscall at most.
 const BATCH: usize = 64;
@@ -183,6 +189,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             continue;
         }
         pacer.sent(sent as u64);
+        ctx.progress.add(sent as u64 * len as u64);
         seq += sent as u64;
         if meter.is_open() {
             measured += sent as u64;
@@ -372,6 +379,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                 sender_packets = Some(h.seq);
                 continue;
             }
+            ctx.progress.add(dgram.len() as u64);
             if h.flags & FLAG_OMIT != 0 {
                 continue;
             }
@@ -393,4 +401,61 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     stats.udp_received = Some(account.finish(sender_packets));
     meter.finish(stats);
     record_buffers(&sock, stats);
+}
+
+/// The prober's `count` UDP flows: sockets bound (to `bind` if given) and
+/// connected to the responder, with the test's buffer size and TOS.
+pub(crate) fn open_flows(
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    count: usize,
+    window: Option<u32>,
+    tos: Option<u8>,
+) -> Result<Vec<UdpSocket>, ProbeError> {
+    let unspecified = if addr.is_ipv4() {
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    };
+    let mut socks = Vec::with_capacity(count);
+    for _ in 0..count {
+        let local = SocketAddr::new(bind.unwrap_or(unspecified), 0);
+        let s = UdpSocket::bind(local)
+            .map_err(|e| ProbeError::BadArgument(format!("cannot bind UDP to {local}: {e}")))?;
+        s.connect(addr)
+            .map_err(|e| super::tcp::connect_error(addr, e))?;
+        configure_socket(&s, window);
+        if let Some(tos) = tos {
+            set_tos(&s, tos).map_err(|e| ProbeError::BadArgument(format!("--tos: {e}")))?;
+        }
+        socks.push(s);
+    }
+    Ok(socks)
+}
+
+/// Sends each flow's hello datagram every 20 ms until `ready` completes (the
+/// responder has seen every flow), so that a lost hello is simply sent again.
+pub(crate) async fn announce_flows<F>(
+    socks: &[UdpSocket],
+    token: &str,
+    ready: F,
+) -> Result<(), ProbeError>
+where
+    F: std::future::Future<Output = Result<(), ProbeError>>,
+{
+    let hellos: Vec<Vec<u8>> = (0..socks.len())
+        .map(|i| hello_datagram(token, i as u32))
+        .collect();
+    tokio::pin!(ready);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            r = &mut ready => return r,
+            _ = tick.tick() => {
+                for (s, h) in socks.iter().zip(&hellos) {
+                    let _ = s.send(h);
+                }
+            }
+        }
+    }
 }

@@ -27,14 +27,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::probe::spec::{Direction, Kind};
-use crate::probe::stats::SideStats;
+use super::model::{Direction, Kind, SideStats};
 
 /// Identifies the protocol in [`Hello`], so that a stray client of another
 /// protocol is recognised at once.
 pub const PROTOCOL_NAME: &str = "pathprobe";
 /// Bumped on any change that an older peer would misread.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version 2 seals every control frame after an authenticated handshake.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Every message of the control channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,11 @@
 //!   maximum size so that a peer cannot make us allocate without bound.
 //! - [`message`]: the control conversation (version handshake, test request,
 //!   data-connection hello, start, results) carried inside frames.
+//! - [`model`]: the vocabulary and figures carried inside messages (test
+//!   kind, direction, each side's measurements).
 //! - [`udp`]: the fixed header of every UDP datagram.
+//!
+//! This is the bottom layer: it imports nothing else of the crate.
 //!
 //! The protocol is kept apart from the measurement (streams, pacing,
 //! accounting in [`crate::probe`]) so that another wire protocol, such as
@@ -12,12 +16,17 @@
 
 pub mod frame;
 pub mod message;
+pub mod model;
 #[cfg(test)]
 mod proptests;
 pub mod udp;
 
 pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};
 pub use message::{Message, RejectReason, TestRequest, PROTOCOL_NAME, PROTOCOL_VERSION};
+pub use model::{
+    Direction, FlowDirection, HostDelta, Kind, Role, SideStats, StreamStats, TcpStats,
+    UdpReceiveStats, UdpSendStats,
+};
 
 /// The responder's default port, for TCP (control and data) and UDP alike.
 ///

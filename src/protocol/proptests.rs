@@ -12,10 +12,11 @@ use super::frame::{decode_frame, decode_payload, encode_frame, frame_len, MAX_FR
 use super::message::{
     Hello, HelloAuth, Limits, Message, RejectReason, TestRequest, Welcome, WelcomeAuth,
 };
+use super::model::{
+    Direction, FlowDirection, HostDelta, Kind, Role, SideStats, StreamStats, TcpStats,
+    UdpReceiveStats, UdpSendStats,
+};
 use super::udp::{hello_datagram, parse_hello, UdpHeader, HEADER_LEN, HELLO_LEN};
-use crate::host::HostDelta;
-use crate::probe::spec::{Direction, FlowDirection, Kind};
-use crate::probe::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
 
 /// Any Unicode text, control characters, quotes and backslashes included:
 /// the default `String` strategy leaves out newlines, which JSON must escape.

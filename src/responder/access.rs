@@ -4,10 +4,13 @@
 //!
 //! Both allowances keep bounded state whatever clients do: the per-client
 //! map has a fixed capacity, and the byte budget is sixty one-minute
-//! buckets.
+//! buckets. [`PerClient`] counts what a client holds right now (pending
+//! connections, sessions), and [`SlotTime`] how long it held a test slot
+//! over the last hour.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -106,7 +109,9 @@ impl ClientRate {
     }
 }
 
-fn client_key(ip: IpAddr) -> IpAddr {
+/// The unit every per-client bound counts in: an IPv4 address, or an IPv6
+/// /64.
+pub fn client_key(ip: IpAddr) -> IpAddr {
     match canonical(ip) {
         IpAddr::V6(v6) => {
             let seg = v6.segments();
@@ -182,9 +187,187 @@ impl ByteBudget {
     }
 }
 
+/// How many of something each client holds at once (connections waiting
+/// for their first message, control sessions). The map only holds clients
+/// that hold at least one, so its size is bounded by the global cap on the
+/// things counted.
+#[derive(Debug, Default)]
+pub struct PerClient {
+    held: Mutex<HashMap<IpAddr, u32>>,
+}
+
+/// One held unit; released on drop.
+#[derive(Debug)]
+pub struct ClientPermit {
+    owner: Arc<PerClient>,
+    key: IpAddr,
+}
+
+impl PerClient {
+    /// Takes one unit for `ip` if it holds fewer than `cap`.
+    pub fn try_acquire(self: &Arc<Self>, ip: IpAddr, cap: u32) -> Option<ClientPermit> {
+        let key = client_key(ip);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(key).or_insert(0);
+        if *n >= cap {
+            if *n == 0 {
+                held.remove(&key);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(ClientPermit {
+            owner: self.clone(),
+            key,
+        })
+    }
+
+    /// Units `ip` holds now.
+    pub fn held(&self, ip: IpAddr) -> u32 {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(&client_key(ip)).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for ClientPermit {
+    fn drop(&mut self) {
+        let mut held = self.owner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Seconds of test slot each client held over the last hour, so that one
+/// client cannot keep the slot by running test after test within its
+/// allowance of tests per minute.
+#[derive(Debug, Default)]
+pub struct SlotTime {
+    clients: HashMap<IpAddr, VecDeque<(Instant, Duration)>>,
+}
+
+impl SlotTime {
+    /// Records that `ip` held a slot for `held`, ending at `now`.
+    pub fn add(&mut self, ip: IpAddr, held: Duration, now: Instant) {
+        let key = client_key(ip);
+        if !self.clients.contains_key(&key) && self.clients.len() >= MAX_TRACKED_CLIENTS {
+            self.clients
+                .retain(|_, v| v.back().is_some_and(|(t, _)| now.duration_since(*t) < HOUR));
+            if self.clients.len() >= MAX_TRACKED_CLIENTS {
+                // Every tracked client was active: forget the least active,
+                // as the tests-per-minute allowance does.
+                let least = self
+                    .clients
+                    .iter()
+                    .min_by_key(|(_, v)| v.iter().map(|(_, d)| *d).sum::<Duration>())
+                    .map(|(k, _)| *k);
+                if let Some(k) = least {
+                    self.clients.remove(&k);
+                }
+            }
+        }
+        let v = self.clients.entry(key).or_default();
+        v.push_back((now, held));
+        // A client can end at most one test per second or so; keep the
+        // deque short whatever it does.
+        while v.len() > 4096 {
+            v.pop_front();
+        }
+    }
+
+    /// Whether `ip` may hold a slot for another `planned`, within `per_hour`
+    /// (zero: no limit); otherwise how long until it may.
+    pub fn check(
+        &mut self,
+        ip: IpAddr,
+        planned: Duration,
+        per_hour: Duration,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        if per_hour.is_zero() {
+            return Ok(());
+        }
+        let Some(v) = self.clients.get_mut(&client_key(ip)) else {
+            return Ok(());
+        };
+        while v
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) >= HOUR)
+        {
+            v.pop_front();
+        }
+        let used: Duration = v.iter().map(|(_, d)| *d).sum();
+        if used + planned <= per_hour {
+            return Ok(());
+        }
+        // Wait until enough of the oldest use has left the window.
+        let mut freed = Duration::ZERO;
+        for (t, d) in v.iter() {
+            freed += *d;
+            if used - freed + planned <= per_hour {
+                return Err((*t + HOUR).saturating_duration_since(now));
+            }
+        }
+        Err(HOUR)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_client_counts_cap_each_client_and_free_on_drop() {
+        let counts = Arc::new(PerClient::default());
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let held: Vec<_> = (0..3).filter_map(|_| counts.try_acquire(a, 2)).collect();
+        assert_eq!(held.len(), 2);
+        assert!(counts.try_acquire(b, 2).is_some());
+        drop(held);
+        assert_eq!(counts.held(a), 0);
+        // An IPv6 /64 is one client.
+        let x: IpAddr = "2001:db8::1".parse().unwrap();
+        let y: IpAddr = "2001:db8::2".parse().unwrap();
+        let _p = counts.try_acquire(x, 1).unwrap();
+        assert!(counts.try_acquire(y, 1).is_none());
+        assert!(counts.try_acquire(a, 0).is_none());
+        assert_eq!(counts.held.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn slot_time_limits_a_client_over_the_hour() {
+        let mut slots = SlotTime::default();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(100);
+        for i in 0..3 {
+            slots.add(a, Duration::from_secs(30), t0 + Duration::from_secs(i * 40));
+        }
+        let now = t0 + Duration::from_secs(120);
+        assert!(slots.check(a, Duration::from_secs(10), limit, now).is_ok());
+        let wait = slots
+            .check(a, Duration::from_secs(20), limit, now)
+            .unwrap_err();
+        // The first 30 s leave the window an hour after they ended.
+        assert_eq!(wait, Duration::from_secs(3600 - 120));
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(slots.check(other, limit, limit, now).is_ok());
+        assert!(slots.check(a, limit * 9, Duration::ZERO, now).is_ok());
+        assert!(slots
+            .check(
+                a,
+                Duration::from_secs(20),
+                limit,
+                t0 + Duration::from_secs(3601)
+            )
+            .is_ok());
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()

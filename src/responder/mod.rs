@@ -10,11 +10,15 @@
 //! Access control happens in layers, cheapest first: the allow and deny
 //! lists at accept, before anything is read; the shared secret at the
 //! handshake; then the test's own limits, the byte budget, the test slots
-//! and the per-client allowance (see [`access`] and `session.rs`).
+//! and the per-client allowance (see [`access`], `admission.rs` and
+//! `session.rs`).
 
 pub mod access;
+mod admission;
+mod log;
 mod session;
-pub use session::{check_limits, Admission, DRAIN_GRACE};
+pub use crate::probe::datapath::DRAIN_GRACE;
+pub use admission::{check_limits, Admission};
 mod udp;
 
 use std::collections::{HashMap, HashSet};
@@ -29,9 +33,10 @@ use tokio::sync::mpsc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use self::access::{AccessList, ByteBudget, ClientRate};
+use self::access::{AccessList, ByteBudget, ClientRate, PerClient, SlotTime};
+use self::log::LogLimiter;
 use crate::auth::Secret;
-use crate::control::{read_message, write_message, ControlError};
+use crate::control::{read_message, Control, ControlError};
 use crate::probe::datapath::DataSocket;
 use crate::protocol::message::Limits;
 use crate::protocol::{Message, RejectReason};
@@ -39,6 +44,8 @@ use crate::protocol::{Message, RejectReason};
 /// The largest TCP write size any responder accepts: a test's buffers are
 /// allocated from it, per stream.
 pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
+/// The default largest write or datagram size a responder accepts.
+pub const DEFAULT_MAX_LENGTH: u32 = 1 << 20;
 
 /// What the responder does with a request over one of its per-test limits
 /// (duration, rate, streams, length, window).
@@ -96,8 +103,16 @@ pub struct ResponderConfig {
     pub max_tests_per_client_per_minute: u32,
     /// Payload bytes all tests may move in any hour; 0 for no limit.
     pub max_bytes_per_hour: u64,
+    /// Seconds of test slot one client may hold in any hour; zero for no
+    /// limit. Tests per minute alone would let one client hold the slot by
+    /// running long tests back to back.
+    pub max_test_seconds_per_client_per_hour: Duration,
     /// Bound on every wait for the prober outside the data transfer.
     pub idle_timeout: Duration,
+    /// Bound on the wait for a new connection's first message, and for the
+    /// prober's proof after the challenge: a real prober sends each at
+    /// once, and a connection that says nothing holds a descriptor.
+    pub first_message_timeout: Duration,
     /// When set, probers must prove they hold it.
     pub secret: Option<Secret>,
     pub access: AccessList,
@@ -109,7 +124,11 @@ impl Default for ResponderConfig {
             max_duration: Duration::from_secs(60),
             max_streams: 16,
             max_bitrate: 0,
-            max_length: TCP_LENGTH_CEILING,
+            // A test allocates its write and read buffers per stream, so
+            // this bounds a test's memory: at most 16 streams each way of
+            // 1 MiB is 32 MiB, where the 16 MiB ceiling allowed 512 MiB.
+            // iperf3 writes 128 KiB by default.
+            max_length: DEFAULT_MAX_LENGTH,
             max_window: 256 << 20,
             limit_policy: LimitPolicy::Clamp,
             max_concurrent_tests: 1,
@@ -117,7 +136,11 @@ impl Default for ResponderConfig {
             // a client looping on the responder does not.
             max_tests_per_client_per_minute: 60,
             max_bytes_per_hour: 0,
+            // Half the hour: a fleet's scheduled probes use a small part of
+            // it, and no single client can take more than its share.
+            max_test_seconds_per_client_per_hour: Duration::from_secs(1800),
             idle_timeout: Duration::from_secs(10),
+            first_message_timeout: Duration::from_secs(2),
             secret: None,
             access: AccessList::default(),
         }
@@ -191,7 +214,7 @@ impl ResponderCounters {
 /// Changes a running responder's limits (on config reload); tests already
 /// admitted keep the limits they were admitted under.
 #[derive(Clone)]
-pub struct ResponderHandle(Arc<Shared>);
+pub struct ResponderHandle(Arc<ResponderState>);
 
 impl ResponderHandle {
     pub fn set_config(&self, config: ResponderConfig) {
@@ -211,16 +234,27 @@ struct PendingTest {
     tx: mpsc::UnboundedSender<(u32, DataSocket)>,
 }
 
-pub(crate) struct Shared {
+pub(crate) struct ResponderState {
     config: std::sync::RwLock<ResponderConfig>,
     pub(crate) counters: Arc<ResponderCounters>,
     pending: Mutex<HashMap<String, PendingTest>>,
-    running: Mutex<Vec<Instant>>,
+    running: Mutex<Vec<RunningSlot>>,
+    /// Clients told busy, and until when their turn is kept.
+    waiting: Mutex<HashMap<IpAddr, Instant>>,
+    next_slot: AtomicU64,
     client_rate: Mutex<ClientRate>,
+    slot_time: Mutex<SlotTime>,
     bytes: Mutex<ByteBudget>,
+    /// Connections each client has waiting for their first message.
+    pending_clients: Arc<PerClient>,
+    /// Control sessions each client has open.
+    session_clients: Arc<PerClient>,
+    sessions: Arc<tokio::sync::Semaphore>,
+    refusals: Arc<tokio::sync::Semaphore>,
+    pub(crate) log: LogLimiter,
 }
 
-impl Shared {
+impl ResponderState {
     /// The limits in force now; a reload may change them between tests.
     pub(crate) fn config(&self) -> ResponderConfig {
         self.config
@@ -229,19 +263,49 @@ impl Shared {
             .clone()
     }
 
-    /// Claims a test slot; on refusal returns how long until one frees up.
-    fn try_claim(&self, expected_end: Instant) -> Result<SlotGuard<'_>, Duration> {
+    /// Claims a test slot for `client`, planned to end at `planned_end`;
+    /// on refusal returns how long until one is likely free.
+    ///
+    /// Slots are taken in turns: a client that was told busy keeps a claim
+    /// to the next free slot until shortly after the time it was told, so
+    /// that a client running test after test cannot keep the slot from
+    /// everyone else by asking again the instant its test ends.
+    fn try_claim(&self, client: IpAddr, planned_end: Instant) -> Result<SlotGuard<'_>, Duration> {
+        let now = Instant::now();
+        let key = access::client_key(client);
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.len() >= self.config().max_concurrent_tests {
-            let soonest = running.iter().min().copied().unwrap_or_else(Instant::now);
-            return Err(soonest.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.retain(|_, until| *until > now);
+        let full = running.len() >= self.config().max_concurrent_tests;
+        let others_first = !waiting.contains_key(&key) && !waiting.is_empty();
+        if full || others_first {
+            // The hint is the planned end of the soonest test, which is when
+            // its slot frees: tests end on time, or earlier.
+            let wait = if full {
+                running
+                    .iter()
+                    .map(|r| r.end)
+                    .min()
+                    .map_or(Duration::ZERO, |end| end.saturating_duration_since(now))
+                    + Duration::from_secs(1)
+            } else {
+                Duration::from_secs(1)
+            };
+            if waiting.len() < MAX_WAITING_CLIENTS || waiting.contains_key(&key) {
+                waiting.insert(key, now + wait + TURN_GRACE);
+            }
+            return Err(wait);
         }
-        running.push(expected_end);
+        waiting.remove(&key);
+        let id = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        running.push(RunningSlot {
+            id,
+            client: key,
+            claimed: now,
+            end: planned_end,
+        });
         self.counters.active_tests.fetch_add(1, Ordering::Relaxed);
-        Ok(SlotGuard {
-            shared: self,
-            end: expected_end,
-        })
+        Ok(SlotGuard { shared: self, id })
     }
 
     /// Records a test for `ip` against the per-client allowance.
@@ -250,6 +314,19 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .admit(ip, per_minute, Instant::now())
+    }
+
+    /// Whether `ip` may hold a slot for another `planned` within its hour.
+    fn check_slot_time(
+        &self,
+        ip: IpAddr,
+        planned: Duration,
+        per_hour: Duration,
+    ) -> Result<(), Duration> {
+        self.slot_time
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(ip, planned, per_hour, Instant::now())
     }
 
     /// Whether the hour's byte budget has room for another test.
@@ -287,9 +364,38 @@ impl Shared {
     }
 }
 
-struct SlotGuard<'a> {
-    shared: &'a Shared,
+/// A test holding a slot.
+struct RunningSlot {
+    id: u64,
+    client: IpAddr,
+    claimed: Instant,
+    /// When the slot is expected to free: the planned end, set again when
+    /// the test starts.
     end: Instant,
+}
+
+/// How long past its retry hint a client told busy keeps its turn.
+const TURN_GRACE: Duration = Duration::from_secs(3);
+/// Clients whose turn is remembered at once; more are simply told busy.
+const MAX_WAITING_CLIENTS: usize = 1024;
+
+struct SlotGuard<'a> {
+    shared: &'a ResponderState,
+    id: u64,
+}
+
+impl SlotGuard<'_> {
+    /// The test started now: its slot frees at `end`.
+    fn started(&self, end: Instant) {
+        let mut running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = running.iter_mut().find(|r| r.id == self.id) {
+            r.end = end;
+        }
+    }
 }
 
 impl Drop for SlotGuard<'_> {
@@ -299,8 +405,18 @@ impl Drop for SlotGuard<'_> {
             .running
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = running.iter().position(|t| *t == self.end) {
-            running.remove(i);
+        if let Some(i) = running.iter().position(|r| r.id == self.id) {
+            let slot = running.remove(i);
+            let now = Instant::now();
+            self.shared
+                .slot_time
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .add(
+                    slot.client,
+                    now.saturating_duration_since(slot.claimed),
+                    now,
+                );
         }
         self.shared
             .counters
@@ -347,7 +463,7 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// A responder ready to serve on bound sockets.
 pub struct Responder {
-    shared: Arc<Shared>,
+    shared: Arc<ResponderState>,
     tcp: TcpListener,
     udp: Arc<UdpSocket>,
 }
@@ -359,13 +475,21 @@ impl Responder {
         config: ResponderConfig,
     ) -> std::io::Result<Responder> {
         Ok(Responder {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ResponderState {
                 config: std::sync::RwLock::new(config),
                 counters: Arc::default(),
                 pending: Mutex::default(),
                 running: Mutex::default(),
+                waiting: Mutex::default(),
+                next_slot: AtomicU64::new(0),
                 client_rate: Mutex::default(),
+                slot_time: Mutex::default(),
                 bytes: Mutex::new(ByteBudget::new(Instant::now())),
+                pending_clients: Arc::default(),
+                session_clients: Arc::default(),
+                sessions: Arc::new(tokio::sync::Semaphore::new(MAX_SESSIONS)),
+                refusals: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
+                log: LogLimiter::default(),
             }),
             tcp,
             udp: Arc::new(udp),
@@ -397,18 +521,11 @@ impl Responder {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = self.tcp.accept() => match accepted {
-                    Ok((stream, peer)) => match pending.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            let shared = self.shared.clone();
-                            tasks.spawn(async move { handle_connection(stream, peer, shared, permit).await });
+                    Ok((stream, peer)) => {
+                        if let Some(conn) = admit_connection(stream, normalize(peer), &self.shared, &pending) {
+                            tasks.spawn(conn);
                         }
-                        Err(_) => {
-                            // A flood: close at once rather than queue
-                            // without bound; real probers retry.
-                            ResponderCounters::inc(&self.shared.counters.overload);
-                            drop(stream);
-                        }
-                    },
+                    }
                     Err(e) => {
                         // Out of descriptors and the like: back off rather than spin.
                         tracing::warn!(error = %e, "accept failed");
@@ -427,33 +544,127 @@ impl Responder {
 /// Connections that may wait for their first message at once. Each holds at
 /// most one small frame, so junk connections cost bounded memory.
 pub const MAX_PENDING_CONNECTIONS: usize = 256;
+/// Connections one client (an IPv4 address or an IPv6 /64) may have
+/// waiting for their first message. A prober opens its data connections one
+/// after another, each sending its hello at once, so it never needs many.
+pub const MAX_PENDING_PER_CLIENT: u32 = 8;
+/// Control sessions open at once, past their hello, in all and per client.
+/// Only one test runs at a time; the rest are handshakes and busy answers,
+/// which are quick.
+pub const MAX_SESSIONS: usize = 64;
+pub const MAX_SESSIONS_PER_CLIENT: u32 = 4;
+/// Refusals being written at once; past this, refused clients are closed
+/// without a word.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// How long a refusal may take to write and drain.
+const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Decides what to do with a new connection, cheapest check first: the
+/// allow and deny lists before anything is read or held, then the caps on
+/// waiting connections per client and in all. Returns the task that serves
+/// the connection, if it is to be served.
+fn admit_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<ResponderState>,
+    pending: &Arc<tokio::sync::Semaphore>,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let permitted = shared
+        .config
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .access
+        .permits(peer.ip());
+    if !permitted {
+        shared.counters.reject(RejectReason::Denied);
+        log::limited_info!(shared.log, "denied", %peer, "client refused by the allow/deny lists");
+        // Told why, so that an operator's prober can say so, but within a
+        // small budget of time and of refusals in flight.
+        let permit = shared.refusals.clone().try_acquire_owned().ok()?;
+        let message = format!("this responder does not accept tests from {}", peer.ip());
+        return Some(futures_refusal(stream, message, permit));
+    }
+    let Some(client) = shared
+        .pending_clients
+        .try_acquire(peer.ip(), MAX_PENDING_PER_CLIENT)
+    else {
+        ResponderCounters::inc(&shared.counters.overload);
+        log::limited_info!(shared.log, "overload_client", %peer, "client has too many connections waiting; closed");
+        return None;
+    };
+    let Ok(permit) = pending.clone().try_acquire_owned() else {
+        // A flood: close at once rather than queue without bound; real
+        // probers retry.
+        ResponderCounters::inc(&shared.counters.overload);
+        log::limited_info!(shared.log, "overload", %peer, "too many connections waiting; closed");
+        return None;
+    };
+    let shared = shared.clone();
+    Some(either_connection(stream, peer, shared, (permit, client)))
+}
+
+/// Boxed so that [`admit_connection`] returns one future type for both kinds
+/// of connection.
+fn futures_refusal(
+    stream: TcpStream,
+    message: String,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let mut control = Control::new(stream);
+        let msg = Message::Rejected {
+            reason: RejectReason::Denied,
+            message,
+        };
+        let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+            if control.send(&msg, REFUSAL_TIMEOUT).await.is_ok() {
+                drain_and_close(control.stream()).await;
+            }
+        })
+        .await;
+        drop(permit);
+    })
+}
+
+fn either_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<ResponderState>,
+    pending: (tokio::sync::OwnedSemaphorePermit, access::ClientPermit),
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(handle_connection(stream, peer, shared, pending))
+}
 
 async fn handle_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: Arc<Shared>,
-    pending: tokio::sync::OwnedSemaphorePermit,
+    shared: Arc<ResponderState>,
+    pending: (tokio::sync::OwnedSemaphorePermit, access::ClientPermit),
 ) {
-    let peer = normalize(peer);
     let config = shared.config();
-    if !config.access.permits(peer.ip()) {
-        tracing::info!(%peer, "client refused by the allow/deny lists");
-        refuse(
-            &mut stream,
-            &shared.counters,
-            RejectReason::Denied,
-            format!("this responder does not accept tests from {}", peer.ip()),
-            config.idle_timeout,
-        )
-        .await;
-        return;
-    }
-    let first = read_message(&mut stream, config.idle_timeout).await;
-    // Past its first message a connection is a session or a data stream,
-    // both bounded by the test slots.
+    let first = read_message(&mut stream, config.first_message_timeout).await;
+    // Past its first message a connection is a session (bounded below) or
+    // a data stream (bounded by the test that it joins).
     drop(pending);
     match first {
-        Ok(Message::Hello(hello)) => session::run(stream, peer, hello, &shared).await,
+        Ok(Message::Hello(hello)) => {
+            let global = shared.sessions.clone().try_acquire_owned().ok();
+            let own = shared
+                .session_clients
+                .try_acquire(peer.ip(), MAX_SESSIONS_PER_CLIENT);
+            let (Some(_global), Some(_own)) = (global, own) else {
+                ResponderCounters::inc(&shared.counters.overload);
+                log::limited_info!(shared.log, "sessions", %peer, "too many control sessions open; told busy");
+                let busy = Message::Busy {
+                    retry_after_ms: 1000,
+                    message: "responder has too many control sessions open; retry in 1 s".into(),
+                };
+                let mut control = Control::new(stream);
+                let _ = control.send(&busy, REFUSAL_TIMEOUT).await;
+                return;
+            };
+            session::run(stream, peer, hello, &shared).await;
+        }
         Ok(Message::DataHello { token, stream: id }) => {
             let registered = stream
                 .into_std()
@@ -488,7 +699,7 @@ async fn handle_connection(
 /// pipelined with its request) are drained first, because closing a socket
 /// with unread input sends a reset that can destroy the reply in flight.
 pub(crate) async fn refuse(
-    stream: &mut TcpStream,
+    control: &mut Control<TcpStream>,
     counters: &ResponderCounters,
     reason: RejectReason,
     message: String,
@@ -496,12 +707,18 @@ pub(crate) async fn refuse(
 ) {
     counters.reject(reason);
     let msg = Message::Rejected { reason, message };
-    if write_message(stream, &msg, timeout).await.is_err() {
+    if control.send(&msg, timeout).await.is_err() {
         return;
     }
+    drain_and_close(control.stream()).await;
+}
+
+/// Half-closes, then reads what the client had already sent, bounded in
+/// time and bytes, so that closing does not reset the connection and
+/// destroy the reply in flight, and a refused client cannot hold the task.
+async fn drain_and_close(stream: &mut TcpStream) {
     let _ = stream.shutdown().await;
-    // Bounded in time and bytes, so a refused client cannot hold the task.
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
         let mut buf = [0u8; 4096];
         let mut left = 64 * 1024usize;
         while left > 0 {

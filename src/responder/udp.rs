@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::net::UdpSocket;
 
-use super::{normalize, ResponderCounters, Shared};
+use super::{normalize, ResponderCounters, ResponderState};
 use crate::probe::datapath::DataSocket;
 use crate::protocol::udp::parse_hello;
 
@@ -49,7 +49,7 @@ fn flow_socket(local: SocketAddr, peer: SocketAddr) -> std::io::Result<std::net:
     Ok(sock)
 }
 
-pub(super) async fn serve_hellos(main: Arc<UdpSocket>, shared: Arc<Shared>) {
+pub(super) async fn serve_hellos(main: Arc<UdpSocket>, shared: Arc<ResponderState>) {
     let Ok(local) = main.local_addr() else { return };
     let mut buf = [0u8; 2048];
     loop {

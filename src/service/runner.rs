@@ -34,7 +34,7 @@ pub async fn run_contained(
     let task = AbortOnDrop(tokio::spawn(async move {
         match endpoint {
             Some(target) => probe::probe(&target, &spec).await,
-            None => probe::loopback::probe_loopback(&spec, ipv6).await,
+            None => crate::loopback::probe_loopback(&spec, ipv6).await,
         }
     }));
     match (&mut { task }.0).await {

@@ -1,13 +1,12 @@
 //! Loopback probes: the host measures its own network stack, against a
 //! responder started inside the process on 127.0.0.1 (or ::1). With no wire
 //! involved, a change in the figures is a change in the kernel or the host.
+//!
+//! It sits above both the prober and the responder, since it runs the two.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::client::{probe, Target};
-use super::result::ProbeResult;
-use super::spec::ProbeSpec;
-use super::ProbeError;
+use crate::probe::{probe, ProbeError, ProbeResult, ProbeSpec, Target};
 use crate::responder::{bind, Responder, ResponderConfig};
 
 /// Runs `spec` over loopback. The in-process responder has no limits beyond
@@ -20,17 +19,18 @@ pub async fn probe_loopback(spec: &ProbeSpec, ipv6: bool) -> Result<ProbeResult,
     };
     let (tcp, udp) = bind(SocketAddr::new(ip, 0))
         .await
-        .map_err(|e| ProbeError::Io(format!("cannot start the loopback responder on {ip}: {e}")))?;
+        .map_err(|e| ProbeError::io(format!("cannot start the loopback responder on {ip}"), e))?;
     let config = ResponderConfig {
         max_duration: spec.omit + spec.duration + std::time::Duration::from_secs(1),
         max_streams: spec.streams,
         max_bitrate: 0,
         ..ResponderConfig::default()
     };
-    let responder = Responder::new(tcp, udp, config).map_err(|e| ProbeError::Io(e.to_string()))?;
+    let responder =
+        Responder::new(tcp, udp, config).map_err(|e| ProbeError::io("loopback responder", e))?;
     let addr = responder
         .local_addr()
-        .map_err(|e| ProbeError::Io(e.to_string()))?;
+        .map_err(|e| ProbeError::io("loopback responder", e))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(responder.serve(async {
         let _ = stop_rx.await;

@@ -1,0 +1,473 @@
+//! What the prober checks of a responder's replies before it believes them.
+//!
+//! A responder is a peer on the network like any other: an impostor at the
+//! target's address, a broken build, or a relay can send any bytes. So the
+//! terms in `Accepted` may only ever ask for less than was requested (a
+//! bigger test would make the prober allocate and send without bound), and
+//! the figures in `Results` must be physically consistent with what this
+//! side itself sent and timed: a receiver cannot have read more bytes than
+//! were written to it, nor over less time than they took to send.
+//!
+//! With a shared secret the frames are also sealed (see
+//! [`crate::auth::FrameSealer`]), so a relay cannot change them at all;
+//! these checks hold either way.
+
+use std::time::Duration;
+
+use super::datapath::DRAIN_GRACE;
+use super::spec::{stream_layout, FlowDirection};
+use super::stats::{Role, SideStats, StreamStats};
+use crate::protocol::{Kind, TestRequest};
+
+/// Slack on time figures: scheduling, the control round trip, the drain.
+const TIME_SLACK: Duration = Duration::from_secs(5);
+/// No single stream of any host today carries this much; a figure above it
+/// is a forgery or a bug, not a measurement.
+const MAX_STREAM_BITS_PER_SECOND: f64 = 10e12;
+
+/// Checks that `agreed` asks for no more than `asked` in any field.
+pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), String> {
+    let changed = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
+        Err(format!(
+            "the responder's Accepted changed the {what} from {a:?} to {b:?}, which is not a cut-down of the request"
+        ))
+    };
+    if agreed.kind != asked.kind {
+        return changed("kind", &asked.kind, &agreed.kind);
+    }
+    if agreed.direction != asked.direction {
+        return changed("direction", &asked.direction, &agreed.direction);
+    }
+    if agreed.streams == 0 || agreed.streams > asked.streams {
+        return changed("streams", &asked.streams, &agreed.streams);
+    }
+    if agreed.duration_ms == 0 || agreed.duration_ms > asked.duration_ms {
+        return changed("duration_ms", &asked.duration_ms, &agreed.duration_ms);
+    }
+    if agreed.omit_ms > asked.omit_ms {
+        return changed("omit_ms", &asked.omit_ms, &agreed.omit_ms);
+    }
+    let min_length = match agreed.kind {
+        Kind::Udp => crate::protocol::udp::HELLO_LEN as u32,
+        Kind::Tcp => 1,
+    };
+    if agreed.length < min_length || agreed.length > asked.length {
+        return changed("length", &asked.length, &agreed.length);
+    }
+    // 0 is unpaced: a paced request may not become unpaced or faster, an
+    // unpaced one may become paced.
+    if asked.bitrate > 0 && (agreed.bitrate == 0 || agreed.bitrate > asked.bitrate) {
+        return changed("bitrate", &asked.bitrate, &agreed.bitrate);
+    }
+    let window_ok = match (asked.window, agreed.window) {
+        (_, None) => true,
+        (Some(a), Some(b)) => b <= a,
+        (None, Some(_)) => false,
+    };
+    if !window_ok {
+        return changed("window", &asked.window, &agreed.window);
+    }
+    // Options the responder may drop but never invent.
+    if agreed.congestion.is_some() && agreed.congestion != asked.congestion {
+        return changed("congestion", &asked.congestion, &agreed.congestion);
+    }
+    if agreed.tos.is_some() && agreed.tos != asked.tos {
+        return changed("tos", &asked.tos, &agreed.tos);
+    }
+    if agreed.affinity.is_some() && agreed.affinity != asked.affinity {
+        return changed("affinity", &asked.affinity, &agreed.affinity);
+    }
+    Ok(())
+}
+
+/// Checks the responder's figures for `request` against this side's own.
+pub fn check_results(
+    request: &TestRequest,
+    local: &SideStats,
+    remote: &SideStats,
+) -> Result<(), String> {
+    let layout = stream_layout(request.direction, request.streams);
+    let max_seconds = (Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms))
+        + DRAIN_GRACE
+        + TIME_SLACK)
+        .as_secs_f64();
+    if remote.streams.len() > layout.len() {
+        return Err(format!(
+            "the responder reported {} streams for a test of {}",
+            remote.streams.len(),
+            layout.len()
+        ));
+    }
+    let mut seen = vec![false; layout.len()];
+    for s in &remote.streams {
+        let id = s.id as usize;
+        let Some(&direction) = layout.get(id) else {
+            return Err(format!(
+                "the responder reported stream {id}, which this test does not have"
+            ));
+        };
+        if std::mem::replace(&mut seen[id], true) {
+            return Err(format!("the responder reported stream {id} twice"));
+        }
+        // The responder receives what the prober sends, and the reverse.
+        let role = match direction {
+            FlowDirection::Send => Role::Receiver,
+            FlowDirection::Receive => Role::Sender,
+        };
+        if s.direction.is_some_and(|d| d != direction) || s.role.is_some_and(|r| r != role) {
+            return Err(format!(
+                "the responder reported stream {id} as {:?} {:?}; it is {direction:?}, and the responder's role in it is {role:?}",
+                s.direction, s.role
+            ));
+        }
+        check_stream_figures(s, max_seconds).map_err(|e| format!("stream {id}: {e}"))?;
+        if role == Role::Receiver {
+            let sent = local.streams.iter().find(|l| l.id == s.id);
+            check_received_against_sent(request, s, sent)
+                .map_err(|e| format!("stream {id}: {e}"))?;
+        }
+    }
+    let h = &remote.host;
+    for (name, v) in [
+        ("cpu_utilization", h.cpu_utilization),
+        ("cpu_user", h.cpu_user),
+        ("cpu_system", h.cpu_system),
+    ] {
+        if !(0.0..=1.0 + 1e-9).contains(&v) {
+            return Err(format!(
+                "the responder's host {name} is {v}, not a fraction"
+            ));
+        }
+    }
+    if remote.kernel_release.len() > 256 {
+        return Err("the responder's kernel release is not a kernel release".into());
+    }
+    Ok(())
+}
+
+/// Every figure finite, non-negative, and within the test's time.
+fn check_stream_figures(s: &StreamStats, max_seconds: f64) -> Result<(), String> {
+    let mut times = vec![
+        ("seconds", s.seconds),
+        ("cpu_user_seconds", s.cpu_user_seconds),
+        ("cpu_system_seconds", s.cpu_system_seconds),
+    ];
+    if let Some(t) = &s.tcp {
+        times.extend([
+            ("rtt_seconds", t.rtt_seconds),
+            ("rttvar_seconds", t.rttvar_seconds),
+            ("min_rtt_seconds", t.min_rtt_seconds),
+        ]);
+    }
+    if let Some(u) = &s.udp_received {
+        times.push(("jitter_seconds", u.jitter_seconds));
+    }
+    for (name, v) in times {
+        if !v.is_finite() || v < 0.0 || v > max_seconds {
+            return Err(format!("{name} is {v}, outside 0 to {max_seconds} s"));
+        }
+    }
+    if s.cpu_user_seconds + s.cpu_system_seconds > max_seconds {
+        return Err("the data thread used more CPU than the test lasted".into());
+    }
+    if s.bytes > 0 {
+        let floor = s.seconds.max(0.001);
+        if s.bytes as f64 * 8.0 / floor > MAX_STREAM_BITS_PER_SECOND {
+            return Err(format!(
+                "{} bytes in {} s is beyond any stream's rate",
+                s.bytes, s.seconds
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The responder cannot have received more than this side sent, nor in
+/// much less time than the sending took. Bytes written before this side's
+/// warm-up ended may still arrive inside the receiver's window, so with a
+/// warm-up the bound allows the socket buffers' worth on top.
+fn check_received_against_sent(
+    request: &TestRequest,
+    received: &StreamStats,
+    sent: Option<&StreamStats>,
+) -> Result<(), String> {
+    let Some(sent) = sent else {
+        // Our sender produced no figures (its thread failed): nothing it
+        // sent can be vouched for, so nothing received can be believed.
+        return if received.bytes == 0 {
+            Ok(())
+        } else {
+            Err("the responder reports data on a stream this side never measured sending".into())
+        };
+    };
+    let slack = if request.omit_ms > 0 {
+        sent.send_buffer_bytes
+            .saturating_mul(2)
+            .saturating_add(received.receive_buffer_bytes.min(256 << 20))
+            .saturating_add(4 << 20)
+    } else {
+        0
+    };
+    if received.bytes > sent.bytes.saturating_add(slack) {
+        return Err(format!(
+            "the responder reports receiving {} bytes; this side sent {}",
+            received.bytes, sent.bytes
+        ));
+    }
+    if let (Some(r), Some(s)) = (&received.udp_received, &sent.udp_sent) {
+        let slack_packets = if request.omit_ms > 0 {
+            slack / u64::from(request.length.max(1))
+        } else {
+            0
+        };
+        if r.packets > s.packets.saturating_add(slack_packets) {
+            return Err(format!(
+                "the responder reports receiving {} datagrams; this side sent {}",
+                r.packets, s.packets
+            ));
+        }
+    }
+    // Received bytes were sent over at least most of the sender's window;
+    // a much shorter receiver window would inflate the throughput.
+    if received.bytes > 0 && sent.seconds > 0.2 && received.seconds < sent.seconds * 0.5 - 0.1 {
+        return Err(format!(
+            "the responder reports receiving over {} s what took {} s to send",
+            received.seconds, sent.seconds
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Direction, TcpStats, UdpReceiveStats, UdpSendStats};
+
+    fn asked() -> TestRequest {
+        TestRequest {
+            kind: Kind::Tcp,
+            direction: Direction::Bidir,
+            duration_ms: 5000,
+            omit_ms: 0,
+            streams: 2,
+            bitrate: 100_000_000,
+            length: 128 * 1024,
+            window: Some(1 << 20),
+            congestion: Some("cubic".into()),
+            tos: Some(8),
+            affinity: None,
+        }
+    }
+
+    #[test]
+    fn accepted_may_ask_for_less_but_never_more() {
+        assert!(check_accepted(&asked(), &asked()).is_ok());
+        let less = TestRequest {
+            streams: 1,
+            duration_ms: 1000,
+            bitrate: 1_000_000,
+            length: 1000,
+            window: None,
+            congestion: None,
+            tos: None,
+            ..asked()
+        };
+        assert!(check_accepted(&asked(), &less).is_ok());
+        let more = [
+            TestRequest {
+                streams: u32::MAX,
+                ..asked()
+            },
+            TestRequest {
+                streams: 0,
+                ..asked()
+            },
+            TestRequest {
+                length: 1 << 30,
+                ..asked()
+            },
+            TestRequest {
+                omit_ms: u64::MAX,
+                ..asked()
+            },
+            TestRequest {
+                duration_ms: 5001,
+                ..asked()
+            },
+            TestRequest {
+                bitrate: 0,
+                ..asked()
+            },
+            TestRequest {
+                bitrate: 100_000_001,
+                ..asked()
+            },
+            TestRequest {
+                window: Some(2 << 20),
+                ..asked()
+            },
+            TestRequest {
+                kind: Kind::Udp,
+                ..asked()
+            },
+            TestRequest {
+                direction: Direction::Send,
+                ..asked()
+            },
+            TestRequest {
+                congestion: Some("bbr".into()),
+                ..asked()
+            },
+            TestRequest {
+                affinity: Some(0),
+                ..asked()
+            },
+        ];
+        for m in more {
+            let e = check_accepted(&asked(), &m).unwrap_err();
+            assert!(e.contains("not a cut-down"), "{e}");
+        }
+        let unpaced = TestRequest {
+            bitrate: 0,
+            window: None,
+            ..asked()
+        };
+        assert!(check_accepted(
+            &unpaced,
+            &TestRequest {
+                bitrate: 5,
+                ..unpaced.clone()
+            }
+        )
+        .is_ok());
+        assert!(check_accepted(
+            &unpaced,
+            &TestRequest {
+                window: Some(1),
+                ..unpaced.clone()
+            }
+        )
+        .is_err());
+    }
+
+    fn stream(id: u32, direction: FlowDirection, role: Role, bytes: u64) -> StreamStats {
+        StreamStats {
+            id,
+            direction: Some(direction),
+            role: Some(role),
+            bytes,
+            seconds: 5.0,
+            cpu_user_seconds: 0.5,
+            cpu_system_seconds: 2.0,
+            send_buffer_bytes: 1 << 20,
+            receive_buffer_bytes: 1 << 20,
+            tcp: Some(TcpStats {
+                rtt_seconds: 0.001,
+                ..TcpStats::default()
+            }),
+            ..StreamStats::default()
+        }
+    }
+
+    fn sides() -> (TestRequest, SideStats, SideStats) {
+        use FlowDirection::*;
+        let request = TestRequest {
+            direction: Direction::Bidir,
+            streams: 1,
+            ..asked()
+        };
+        let local = SideStats {
+            streams: vec![
+                stream(0, Send, Role::Sender, 60_000_000),
+                stream(1, Receive, Role::Receiver, 50_000_000),
+            ],
+            ..SideStats::default()
+        };
+        let remote = SideStats {
+            streams: vec![
+                stream(0, Send, Role::Receiver, 60_000_000),
+                stream(1, Receive, Role::Sender, 50_000_000),
+            ],
+            ..SideStats::default()
+        };
+        (request, local, remote)
+    }
+
+    #[test]
+    fn honest_results_pass() {
+        let (request, local, remote) = sides();
+        check_results(&request, &local, &remote).unwrap();
+        // A responder whose stream thread failed reports fewer streams.
+        let fewer = SideStats {
+            streams: remote.streams[1..].to_vec(),
+            ..remote
+        };
+        check_results(&request, &local, &fewer).unwrap();
+    }
+
+    #[test]
+    fn forged_results_are_refused() {
+        let (request, local, remote) = sides();
+        let forge = |f: &dyn Fn(&mut SideStats)| {
+            let mut r = remote.clone();
+            f(&mut r);
+            check_results(&request, &local, &r).unwrap_err()
+        };
+        let cases: Vec<(&str, Box<dyn Fn(&mut SideStats)>)> = vec![
+            ("sent 60000000", Box::new(|r| r.streams[0].bytes *= 250)),
+            (
+                "took 5 s to send",
+                Box::new(|r| r.streams[0].seconds = 0.01),
+            ),
+            (
+                "stream 0 twice",
+                Box::new(|r| {
+                    r.streams.truncate(1);
+                    let extra = r.streams[0].clone();
+                    r.streams.push(extra);
+                }),
+            ),
+            ("does not have", Box::new(|r| r.streams[1].id = 7)),
+            ("role", Box::new(|r| r.streams[0].role = Some(Role::Sender))),
+            (
+                "seconds is NaN",
+                Box::new(|r| r.streams[1].seconds = f64::NAN),
+            ),
+            (
+                "cpu_user_seconds is -1",
+                Box::new(|r| r.streams[1].cpu_user_seconds = -1.0),
+            ),
+            (
+                "rtt_seconds is inf",
+                Box::new(|r| r.streams[1].tcp.as_mut().unwrap().rtt_seconds = f64::INFINITY),
+            ),
+            (
+                "beyond any stream",
+                Box::new(|r| {
+                    r.streams[1].bytes = u64::MAX / 2;
+                    r.streams[1].seconds = 1.0;
+                }),
+            ),
+            ("not a fraction", Box::new(|r| r.host.cpu_utilization = 3.0)),
+        ];
+        for (want, f) in cases {
+            let e = forge(&*f);
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn udp_datagrams_received_cannot_exceed_those_sent() {
+        let (mut request, mut local, mut remote) = sides();
+        request.kind = Kind::Udp;
+        local.streams[0].udp_sent = Some(UdpSendStats { packets: 1000 });
+        remote.streams[0].udp_received = Some(UdpReceiveStats {
+            packets: 1000,
+            ..UdpReceiveStats::default()
+        });
+        check_results(&request, &local, &remote).unwrap();
+        remote.streams[0].udp_received.as_mut().unwrap().packets = 1001;
+        let e = check_results(&request, &local, &remote).unwrap_err();
+        assert!(e.contains("1001 datagrams"), "{e}");
+    }
+}

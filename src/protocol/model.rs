@@ -1,0 +1,198 @@
+//! The figures and vocabulary that cross the wire: what kind of test, which
+//! way data moves, and what each side measured. They live at the bottom of
+//! the crate, below the prober, the responder and the host readers, so that
+//! the protocol imports nothing above it; those layers re-export them where
+//! their callers expect them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Transport of a throughput probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Tcp,
+    Udp,
+}
+
+/// Which way data moves, seen from the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Prober sends, responder receives (iperf3's default).
+    Send,
+    /// Responder sends (iperf3's `-R`).
+    Receive,
+    /// Both at once (iperf3's `--bidir`).
+    Bidir,
+}
+
+/// The direction of one stream, seen from the prober.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowDirection {
+    Send,
+    Receive,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tcp => "tcp",
+            Kind::Udp => "udp",
+        }
+    }
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Send => "send",
+            Direction::Receive => "receive",
+            Direction::Bidir => "bidir",
+        }
+    }
+
+    /// The flow directions a probe in this direction runs.
+    pub fn flows(self) -> &'static [FlowDirection] {
+        match self {
+            Direction::Send => &[FlowDirection::Send],
+            Direction::Receive => &[FlowDirection::Receive],
+            Direction::Bidir => &[FlowDirection::Send, FlowDirection::Receive],
+        }
+    }
+}
+
+impl FlowDirection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowDirection::Send => "send",
+            FlowDirection::Receive => "receive",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The streams of a test: stream `i` runs in `layout[i]`. For bidir the
+/// first half sends and the second half receives.
+pub fn stream_layout(direction: Direction, streams: u32) -> Vec<FlowDirection> {
+    direction
+        .flows()
+        .iter()
+        .flat_map(|d| std::iter::repeat_n(*d, streams as usize))
+        .collect()
+}
+
+/// What this side did on a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Sender,
+    Receiver,
+}
+
+/// One stream's figures on one side, over the measured window (after omit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamStats {
+    pub id: u32,
+    pub direction: Option<FlowDirection>,
+    pub role: Option<Role>,
+    /// Payload bytes written (sender) or read (receiver) in the window.
+    pub bytes: u64,
+    /// Length of the window: for a sender, until its last write; for a
+    /// receiver, until the last byte arrived.
+    pub seconds: f64,
+    /// Read/write system calls in the window.
+    pub syscalls: u64,
+    pub cpu_user_seconds: f64,
+    pub cpu_system_seconds: f64,
+    pub context_switches: u64,
+    /// SO_SNDBUF / SO_RCVBUF as the kernel set them.
+    pub send_buffer_bytes: u64,
+    pub receive_buffer_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_sent: Option<UdpSendStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_received: Option<UdpReceiveStats>,
+}
+
+/// From TCP_INFO of a sending socket, after the receiver has read everything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpStats {
+    /// Segments retransmitted during the window.
+    pub retransmits: u64,
+    pub rtt_seconds: f64,
+    pub rttvar_seconds: f64,
+    pub min_rtt_seconds: f64,
+    pub mss_bytes: u32,
+    /// Congestion window in bytes (segments × MSS).
+    pub cwnd_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpSendStats {
+    /// Datagrams sent in the window.
+    pub packets: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpReceiveStats {
+    /// Distinct datagrams received in the window.
+    pub packets: u64,
+    /// Datagrams the sender reported sending (from its FIN), when it arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_packets: Option<u64>,
+    /// Lost as seen by the receiver: gaps in the sequence, or the sender's
+    /// count minus what arrived when the FIN was seen.
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// RFC 3550 interarrival jitter.
+    pub jitter_seconds: f64,
+}
+
+/// Everything one side measured during a test.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideStats {
+    pub streams: Vec<StreamStats>,
+    pub host: HostDelta,
+    pub kernel_release: String,
+    /// Interface that carried the test on this side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+}
+
+/// What happened on the host between two snapshots.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct HostDelta {
+    /// Busy fraction of all CPUs together, 0..=1: user, nice, system, irq,
+    /// softirq and steal over all time including idle and iowait.
+    pub cpu_utilization: f64,
+    /// Fraction of all CPU time spent in user and nice.
+    pub cpu_user: f64,
+    /// Fraction of all CPU time spent in system, irq and softirq.
+    pub cpu_system: f64,
+    /// Hardware interrupts delivered to CPUs, from /proc/interrupts (see
+    /// `crate::host::total_interrupts` for what is counted).
+    pub interrupts: u64,
+    /// Interrupts on the IRQs given to `HostSnapshot::take`, typically
+    /// those of the NIC carrying the probe.
+    pub interface_interrupts: u64,
+    pub softirq_net_rx: u64,
+    pub softirq_net_tx: u64,
+}

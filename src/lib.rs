@@ -11,10 +11,12 @@
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`auth`]: the shared secret and the HMAC challenge and response that
 //!   prove both ends hold it.
-//! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
+//! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
+//!   checked (what to discover included; no I/O beyond reading files).
 //! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
-//! - [`discovery`]: keeps file_sd and DNS discovered peers current.
+//! - [`discovery`]: keeps file_sd and DNS discovered peers current (the
+//!   file reads and DNS look-ups).
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.

@@ -91,7 +91,7 @@ pub fn build(
 /// Whether a target names this host, for mesh mode: a literal address of
 /// one of its interfaces.
 pub fn is_local_target(t: &Target) -> bool {
-    t.host.parse().is_ok_and(crate::config::is_local_address)
+    t.host.parse().is_ok_and(crate::host::is_local_address)
 }
 
 #[cfg(test)]

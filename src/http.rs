@@ -20,10 +20,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::scheduler::BoxFuture;
-
-/// Prometheus' text exposition format.
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+use crate::future::BoxFuture;
+use crate::metrics;
 
 /// What a `/probe` request produced.
 pub struct ProbeResponse {
@@ -134,7 +132,7 @@ async fn handle<A: App>(
     let path = req.uri().path().to_string();
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET | &Method::HEAD, "/metrics") => {
-            response(StatusCode::OK, METRICS_CONTENT_TYPE, app.metrics())
+            response(StatusCode::OK, metrics::CONTENT_TYPE, app.metrics())
         }
         (&Method::GET, "/probe") => {
             let params = query_params(req.uri().query());
@@ -150,7 +148,7 @@ async fn handle<A: App>(
                                 r.debug, r.metrics
                             ),
                         ),
-                        Ok(r) => response(StatusCode::OK, METRICS_CONTENT_TYPE, r.metrics),
+                        Ok(r) => response(StatusCode::OK, metrics::CONTENT_TYPE, r.metrics),
                         Err(ProbeRequestError::BadRequest(m)) => {
                             text(StatusCode::BAD_REQUEST, m + "\n")
                         }

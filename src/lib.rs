@@ -17,6 +17,7 @@
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`discovery`]: keeps file_sd and DNS discovered peers current (the
 //!   file reads and DNS look-ups).
+//! - [`future`]: the boxed future of the service's object-safe traits.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
@@ -27,6 +28,7 @@ pub mod auth;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod future;
 pub mod host;
 pub mod http;
 pub mod metrics;

@@ -14,14 +14,14 @@
 //!   ones restart, unchanged ones keep their rhythm.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::future::BoxFuture;
 
 /// Identifies a job: one module run against one target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -75,8 +75,6 @@ impl Skip {
         }
     }
 }
-
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Runs jobs and records their results; the scheduler only times them.
 pub trait Runner<P>: Send + Sync + 'static {

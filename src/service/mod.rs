@@ -58,8 +58,10 @@ pub struct Listeners {
 
 type ReloadReply = oneshot::Sender<Result<(), String>>;
 
-/// State shared by the controller and the HTTP endpoints.
-pub struct Shared {
+/// What the controller and the HTTP endpoints share: the configuration in
+/// force, the results, readiness, the responder, and the way to ask for a
+/// reload. (The service's own counters are [`ServiceState`].)
+pub struct ServiceContext {
     pub config: RwLock<Arc<Config>>,
     pub store: Arc<ResultStore>,
     pub state: Arc<ServiceState>,
@@ -73,7 +75,7 @@ pub struct Shared {
     slots: RwLock<Arc<tokio::sync::Semaphore>>,
 }
 
-impl Shared {
+impl ServiceContext {
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -151,7 +153,7 @@ pub async fn run(
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone());
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ServiceContext {
         config: RwLock::new(config.clone()),
         store: store.clone(),
         state: state.clone(),
@@ -252,7 +254,7 @@ pub async fn run(
 /// responder's new limits, on failure keeps the old one.
 fn reload(
     source: &ConfigSource,
-    shared: &Shared,
+    shared: &ServiceContext,
     current: &mut Arc<Config>,
 ) -> Result<bool, String> {
     let loaded = source.load().map_err(|e| e.to_string()).and_then(|new| {
@@ -298,7 +300,7 @@ async fn restart_if_needed(
     scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
     sched_cfg: &mut SchedulerConfig,
     runner: &Arc<ProbeRunner>,
-    shared: &Shared,
+    shared: &ServiceContext,
     current: &Config,
     discovery: &mut Discovery,
 ) {

@@ -645,19 +645,21 @@ mod tests {
         );
         let cut = Instant::now();
         tokio::time::sleep(Duration::from_secs(30)).await;
-        let attempts = runner.attempts.lock().unwrap();
-        assert!(
-            attempts.iter().all(|(k, t)| k.target == "keep" || *t < cut),
-            "a removed job ran again"
-        );
-        assert!(
-            attempts
-                .iter()
-                .filter(|(k, t)| k.target == "keep" && *t >= cut)
-                .count()
-                >= 3
-        );
-        drop(attempts);
+        {
+            // Scoped, so that the lock is not held across the awaits below.
+            let attempts = runner.attempts.lock().unwrap();
+            assert!(
+                attempts.iter().all(|(k, t)| k.target == "keep" || *t < cut),
+                "a removed job ran again"
+            );
+            assert!(
+                attempts
+                    .iter()
+                    .filter(|(k, t)| k.target == "keep" && *t >= cut)
+                    .count()
+                    >= 3
+            );
+        }
         s.shutdown().await;
         let n = runner.attempts.lock().unwrap().len();
         tokio::time::sleep(Duration::from_secs(30)).await;

@@ -156,11 +156,11 @@ pub fn parse_affinity(input: &str) -> Result<(Option<usize>, Option<usize>), Par
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 && ms > 0 {
+    if ms.is_multiple_of(3_600_000) && ms > 0 {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(60_000) && ms > 0 {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -175,7 +175,7 @@ pub fn format_rate(bits_per_second: u64) -> String {
         (1_000_000, "M"),
         (1000, "K"),
     ] {
-        if bits_per_second >= div && bits_per_second % div == 0 {
+        if bits_per_second >= div && bits_per_second.is_multiple_of(div) {
             return format!("{}{suffix}", bits_per_second / div);
         }
     }
@@ -186,7 +186,7 @@ pub fn format_rate(bits_per_second: u64) -> String {
 /// [`parse_size`] reads it back.
 pub fn format_size(bytes: u64) -> String {
     for (div, suffix) in [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
-        if bytes >= div && bytes % div == 0 {
+        if bytes >= div && bytes.is_multiple_of(div) {
             return format!("{}{suffix}", bytes / div);
         }
     }

@@ -3,6 +3,8 @@
 //! HTTP endpoints' [`App`](crate::http::App). Neither owns the other, so
 //! the alias lives below both.
 
+#![warn(missing_docs)]
+
 use std::future::Future;
 use std::pin::Pin;
 

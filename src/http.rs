@@ -8,6 +8,8 @@
 //!   is `pathprobe_probe_success 0`, not an HTTP error.
 //! - `/-/healthy`, `/-/ready`, `/-/reload` (POST), and `/`, a landing page.
 
+#![warn(missing_docs)]
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -35,12 +37,14 @@ pub struct ProbeResponse {
 /// ran and failed, which is a metric value).
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeRequestError {
+    /// The request itself is wrong (unknown module, bad target); 400.
     #[error("{0}")]
     BadRequest(String),
 }
 
 /// What the HTTP layer asks of the service.
 pub trait App: Send + Sync + 'static {
+    /// The body of `/metrics`.
     fn metrics(&self) -> String;
     /// Runs one probe of `module` against `target` within `timeout`.
     fn probe(
@@ -49,7 +53,9 @@ pub trait App: Send + Sync + 'static {
         module: String,
         timeout: Option<Duration>,
     ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>>;
+    /// Reloads the configuration; the error says why it was kept.
     fn reload(&self) -> BoxFuture<Result<(), String>>;
+    /// Whether `/-/ready` answers 200.
     fn ready(&self) -> bool;
     /// The landing page's HTML.
     fn landing_page(&self) -> String;

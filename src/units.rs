@@ -5,6 +5,8 @@
 //! Rates use decimal multiples (k = 1000), as iperf3's `-b` and every network
 //! engineer do; sizes use binary multiples (K = 1024), as iperf3's `-l`/`-w`.
 
+#![warn(missing_docs)]
+
 use std::time::Duration;
 
 /// A quantity that could not be parsed, with what was expected.

@@ -25,8 +25,11 @@ use crate::probe::Target;
 /// discovery probes every target regardless.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SrvRecord {
+    /// Lower is preferred.
     pub priority: u16,
+    /// Share among records of the same priority.
     pub weight: u16,
+    /// The responder port on `target`.
     pub port: u16,
     /// Host name of the target, without the trailing dot.
     pub target: String,
@@ -35,6 +38,7 @@ pub struct SrvRecord {
 /// Answers SRV queries. Implementations return an empty list when the name
 /// has no SRV records, so that a service scaled to zero is not an error.
 pub trait SrvResolver {
+    /// The SRV records of `name`.
     fn lookup_srv(
         &self,
         name: &str,
@@ -169,8 +173,11 @@ pub enum DnsError {
     /// A query failed (no such name, server failure, timeout...).
     #[error("cannot resolve {record_type} records of {name}: {message}")]
     Lookup {
+        /// The name queried.
         name: String,
+        /// `A`, `AAAA`, `SRV`, or `A/AAAA` for an SRV record's target.
         record_type: &'static str,
+        /// The resolver's own words.
         message: String,
     },
 }

@@ -8,6 +8,8 @@
 //! fails keeps what it last found, so a transient DNS or file error does not
 //! drop a fleet's series. The merged list is published on a watch channel.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,14 +31,19 @@ use crate::probe::Target;
 pub struct DiscoveredTarget {
     /// The `target` label: the address as written, or `ip:port` for DNS.
     pub name: String,
+    /// Where its responder listens.
     pub endpoint: Target,
+    /// The modules run against it, from its discovery entry.
     pub modules: Vec<String>,
+    /// Its entry's interval; `None` for `scheduler.default_interval`.
     pub interval: Option<Duration>,
+    /// Target labels (file_sd `labels`; none for DNS).
     pub labels: BTreeMap<String, String>,
 }
 
 /// Running discovery tasks; dropping this stops them.
 pub struct Discovery {
+    /// Every peer found, merged over the sources, sorted.
     pub targets: watch::Receiver<Vec<DiscoveredTarget>>,
     tasks: JoinSet<()>,
     sources: (Vec<FileSdConfig>, Vec<DnsSdConfig>, PathBuf),
@@ -101,6 +108,7 @@ impl Discovery {
         self.sources.0 == file_sd && self.sources.1 == dns && self.sources.2 == base_dir
     }
 
+    /// Stops every task and waits until they have ended.
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
     }

@@ -2,6 +2,8 @@
 //! to that interface, so a probe can count the interrupts its own traffic
 //! caused rather than the whole host's.
 
+#![warn(missing_docs)]
+
 use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};

@@ -14,7 +14,9 @@ use crate::scheduler::{Job, JobKey};
 pub struct ProbeJob {
     /// `None` for loopback modules.
     pub endpoint: Option<Target>,
+    /// How to probe it.
     pub module: Module,
+    /// The target's own labels, added to its series.
     pub labels: BTreeMap<String, String>,
 }
 

@@ -5,6 +5,8 @@
 //! (SIGHUP or `POST /-/reload`) and discovery updates reach it over
 //! channels; a bad configuration on reload keeps the old one running.
 
+#![warn(missing_docs)]
+
 mod app;
 pub mod jobs;
 pub mod runner;
@@ -36,10 +38,12 @@ pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
 pub enum ConfigSource {
     /// The embedded default (no `--config.file`).
     Embedded,
+    /// `--config.file`, read again at every reload.
     File(PathBuf),
 }
 
 impl ConfigSource {
+    /// Reads (for a file) and validates the configuration.
     pub fn load(&self) -> Result<Config, ConfigError> {
         match self {
             ConfigSource::Embedded => Ok(Config::default_embedded()),
@@ -50,6 +54,7 @@ impl ConfigSource {
 
 /// Sockets the service serves on, bound by the caller (port 0 in tests).
 pub struct Listeners {
+    /// Where `/metrics`, `/probe` and the rest are served.
     pub http: TcpListener,
     /// The responder's TCP listener and UDP socket; `None` to bind them from
     /// the configuration (or not at all when the responder is disabled).
@@ -62,12 +67,17 @@ type ReloadReply = oneshot::Sender<Result<(), String>>;
 /// force, the results, readiness, the responder, and the way to ask for a
 /// reload. (The service's own counters are [`ServiceState`].)
 pub struct ServiceContext {
+    /// The configuration in force; replaced whole by a good reload.
     pub config: RwLock<Arc<Config>>,
+    /// The latest result of every probe.
     pub store: Arc<ResultStore>,
+    /// The service's own counters.
     pub state: Arc<ServiceState>,
     /// The IRQ filter of the host metrics, from the configuration.
     pub host_metrics: RwLock<Arc<HostMetrics>>,
+    /// Set once the first schedule is applied, cleared at shutdown.
     pub ready: AtomicBool,
+    /// The responder, when this service runs one.
     pub responder: Option<ResponderHandle>,
     reload_tx: mpsc::Sender<ReloadReply>,
     /// Shared with the scheduler, so that `/probe` runs do not overlap
@@ -76,6 +86,7 @@ pub struct ServiceContext {
 }
 
 impl ServiceContext {
+    /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()

@@ -93,7 +93,9 @@ pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
 
 /// The scheduler's runner for `pathprobe serve`.
 pub struct ProbeRunner {
+    /// Where results go.
     pub store: Arc<ResultStore>,
+    /// Counts skipped runs and scheduling lag.
     pub state: Arc<ServiceState>,
 }
 

@@ -8,6 +8,8 @@
 //!   is `pathprobe_probe_success 0`, not an HTTP error.
 //! - `/-/healthy`, `/-/ready`, `/-/reload` (POST), and `/`, a landing page.
 
+#![warn(missing_docs)]
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -20,10 +22,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::scheduler::BoxFuture;
-
-/// Prometheus' text exposition format.
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+use crate::future::BoxFuture;
+use crate::metrics;
 
 /// What a `/probe` request produced.
 pub struct ProbeResponse {
@@ -37,12 +37,14 @@ pub struct ProbeResponse {
 /// ran and failed, which is a metric value).
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeRequestError {
+    /// The request itself is wrong (unknown module, bad target); 400.
     #[error("{0}")]
     BadRequest(String),
 }
 
 /// What the HTTP layer asks of the service.
 pub trait App: Send + Sync + 'static {
+    /// The body of `/metrics`.
     fn metrics(&self) -> String;
     /// Runs one probe of `module` against `target` within `timeout`.
     fn probe(
@@ -51,7 +53,9 @@ pub trait App: Send + Sync + 'static {
         module: String,
         timeout: Option<Duration>,
     ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>>;
+    /// Reloads the configuration; the error says why it was kept.
     fn reload(&self) -> BoxFuture<Result<(), String>>;
+    /// Whether `/-/ready` answers 200.
     fn ready(&self) -> bool;
     /// The landing page's HTML.
     fn landing_page(&self) -> String;
@@ -134,7 +138,7 @@ async fn handle<A: App>(
     let path = req.uri().path().to_string();
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET | &Method::HEAD, "/metrics") => {
-            response(StatusCode::OK, METRICS_CONTENT_TYPE, app.metrics())
+            response(StatusCode::OK, metrics::CONTENT_TYPE, app.metrics())
         }
         (&Method::GET, "/probe") => {
             let params = query_params(req.uri().query());
@@ -150,7 +154,7 @@ async fn handle<A: App>(
                                 r.debug, r.metrics
                             ),
                         ),
-                        Ok(r) => response(StatusCode::OK, METRICS_CONTENT_TYPE, r.metrics),
+                        Ok(r) => response(StatusCode::OK, metrics::CONTENT_TYPE, r.metrics),
                         Err(ProbeRequestError::BadRequest(m)) => {
                             text(StatusCode::BAD_REQUEST, m + "\n")
                         }

@@ -11,10 +11,13 @@
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`auth`]: the shared secret and the HMAC challenge and response that
 //!   prove both ends hold it.
-//! - [`config`]: the YAML configuration of `pathprobe serve`, and discovery.
+//! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
+//!   checked (what to discover included; no I/O beyond reading files).
 //! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
-//! - [`discovery`]: keeps file_sd and DNS discovered peers current.
+//! - [`discovery`]: keeps file_sd and DNS discovered peers current (the
+//!   file reads and DNS look-ups).
+//! - [`future`]: the boxed future of the service's object-safe traits.
 //! - [`http`]: the HTTP endpoints of `pathprobe serve`.
 //! - [`loopback`]: probes of this host's own stack against an in-process
 //!   responder.
@@ -27,6 +30,7 @@ pub mod auth;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod future;
 pub mod host;
 pub mod http;
 pub mod loopback;

@@ -6,6 +6,8 @@
 //! 1.1924 MB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
 //! ```
 
+#![warn(missing_docs)]
+
 use std::fmt::Write as _;
 
 use serde_json::json;

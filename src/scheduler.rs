@@ -13,9 +13,9 @@
 //! - [`Scheduler::update`] applies a new job set: removed jobs stop, changed
 //!   ones restart, unchanged ones keep their rhythm.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +23,14 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::future::BoxFuture;
+
 /// Identifies a job: one module run against one target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobKey {
+    /// The `target` label.
     pub target: String,
+    /// The module's name.
     pub module: String,
 }
 
@@ -39,10 +43,13 @@ impl std::fmt::Display for JobKey {
 /// A job as the scheduler sees it; `payload` is what the runner needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job<P> {
+    /// Which job this is; one task per key.
     pub key: JobKey,
+    /// Time between the starts of two runs.
     pub interval: Duration,
     /// Hard deadline of one run (retries on busy included).
     pub timeout: Duration,
+    /// What the runner needs to run it.
     pub payload: P,
 }
 
@@ -67,6 +74,7 @@ pub enum Skip {
 }
 
 impl Skip {
+    /// The `reason` label of the skip counter.
     pub fn as_str(self) -> &'static str {
         match self {
             Skip::Missed => "missed",
@@ -75,8 +83,6 @@ impl Skip {
         }
     }
 }
-
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Runs jobs and records their results; the scheduler only times them.
 pub trait Runner<P>: Send + Sync + 'static {
@@ -91,12 +97,14 @@ pub trait Runner<P>: Send + Sync + 'static {
 /// Scheduling knobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
+    /// Runs at once (at least 1).
     pub max_concurrent: usize,
     /// Random jitter added to each start, as a fraction of the interval.
     pub jitter: f64,
     /// First wait after a busy reply when the responder gives no hint;
     /// doubled on each further busy reply up to `busy_backoff_max`.
     pub busy_backoff: Duration,
+    /// Cap of the doubled wait.
     pub busy_backoff_max: Duration,
     /// Retries after busy replies before the run is given up as busy.
     pub busy_retries: u32,
@@ -144,6 +152,7 @@ fn random_unit() -> f64 {
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// One task per job, started and stopped by [`Scheduler::update`].
 pub struct Scheduler<P, R> {
     runner: Arc<R>,
     config: SchedulerConfig,
@@ -158,6 +167,7 @@ where
     P: Clone + PartialEq + Send + Sync + 'static,
     R: Runner<P>,
 {
+    /// A scheduler with no jobs yet.
     pub fn new(runner: Arc<R>, config: SchedulerConfig) -> Self {
         let slots = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
         Scheduler {
@@ -201,6 +211,7 @@ where
         self.slots.clone()
     }
 
+    /// The jobs scheduled now, sorted.
     pub fn keys(&self) -> Vec<JobKey> {
         let mut k: Vec<_> = self.tasks.keys().cloned().collect();
         k.sort();
@@ -647,19 +658,21 @@ mod tests {
         );
         let cut = Instant::now();
         tokio::time::sleep(Duration::from_secs(30)).await;
-        let attempts = runner.attempts.lock().unwrap();
-        assert!(
-            attempts.iter().all(|(k, t)| k.target == "keep" || *t < cut),
-            "a removed job ran again"
-        );
-        assert!(
-            attempts
-                .iter()
-                .filter(|(k, t)| k.target == "keep" && *t >= cut)
-                .count()
-                >= 3
-        );
-        drop(attempts);
+        {
+            // Scoped, so that the lock is not held across the awaits below.
+            let attempts = runner.attempts.lock().unwrap();
+            assert!(
+                attempts.iter().all(|(k, t)| k.target == "keep" || *t < cut),
+                "a removed job ran again"
+            );
+            assert!(
+                attempts
+                    .iter()
+                    .filter(|(k, t)| k.target == "keep" && *t >= cut)
+                    .count()
+                    >= 3
+            );
+        }
         s.shutdown().await;
         let n = runner.attempts.lock().unwrap().len();
         tokio::time::sleep(Duration::from_secs(30)).await;

@@ -1,8 +1,11 @@
 //! Parsing and formatting of the quantities users type: bit rates (`500M`,
-//! `1g`), byte sizes (`128K`, `4M`) and durations (`30s`, `5m`, `1.5`).
+//! `1g`), byte sizes (`128K`, `4M`), durations (`30s`, `5m`, `1.5`), and
+//! the TOS byte and CPU affinity of `pathprobe probe`.
 //!
 //! Rates use decimal multiples (k = 1000), as iperf3's `-b` and every network
 //! engineer do; sizes use binary multiples (K = 1024), as iperf3's `-l`/`-w`.
+
+#![warn(missing_docs)]
 
 use std::time::Duration;
 
@@ -111,14 +114,55 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
     Duration::try_from_secs_f64(seconds).map_err(|_| err())
 }
 
+/// Parses an IP type-of-service / traffic-class byte: decimal (`16`) or
+/// hexadecimal with a `0x` prefix (`0x10`), as iperf3's `--tos` takes it.
+pub fn parse_tos(input: &str) -> Result<u8, ParseError> {
+    let v = match input
+        .strip_prefix("0x")
+        .or_else(|| input.strip_prefix("0X"))
+    {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => input.parse(),
+    };
+    v.map_err(|_| ParseError {
+        what: "TOS",
+        input: input.to_string(),
+        expected: "a byte, e.g. 0x10 or 16",
+    })
+}
+
+/// Parses CPU affinity as iperf3's `-A` writes it: `n` pins the local side
+/// to CPU n, `n,m` also asks the remote side for CPU m, and `,m` pins only
+/// the remote side.
+pub fn parse_affinity(input: &str) -> Result<(Option<usize>, Option<usize>), ParseError> {
+    let err = || ParseError {
+        what: "affinity",
+        input: input.to_string(),
+        expected: "n or n,m (CPU numbers)",
+    };
+    let (local, remote) = match input.split_once(',') {
+        Some((l, r)) => (l, Some(r)),
+        None => (input, None),
+    };
+    let local = if local.is_empty() {
+        None
+    } else {
+        Some(local.trim().parse().map_err(|_| err())?)
+    };
+    let remote = remote
+        .map(|r| r.trim().parse().map_err(|_| err()))
+        .transpose()?;
+    Ok((local, remote))
+}
+
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 && ms > 0 {
+    if ms.is_multiple_of(3_600_000) && ms > 0 {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(60_000) && ms > 0 {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -133,11 +177,22 @@ pub fn format_rate(bits_per_second: u64) -> String {
         (1_000_000, "M"),
         (1000, "K"),
     ] {
-        if bits_per_second >= div && bits_per_second % div == 0 {
+        if bits_per_second >= div && bits_per_second.is_multiple_of(div) {
             return format!("{}{suffix}", bits_per_second / div);
         }
     }
     bits_per_second.to_string()
+}
+
+/// Formats a size in bytes with a binary suffix (`16M`), the way
+/// [`parse_size`] reads it back.
+pub fn format_size(bytes: u64) -> String {
+    for (div, suffix) in [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
+        if bytes >= div && bytes.is_multiple_of(div) {
+            return format!("{}{suffix}", bytes / div);
+        }
+    }
+    bytes.to_string()
 }
 
 #[cfg(test)]
@@ -198,5 +253,36 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_rate(500_000_000), "500M");
         assert_eq!(format_rate(1_500_000), "1500K");
+        assert_eq!(format_size(16 << 20), "16M");
+        assert_eq!(format_size(1536), "1536");
+        assert_eq!(format_size(0), "0");
+        assert_eq!(parse_size(&format_size(3 << 30)).unwrap(), 3 << 30);
+    }
+
+    #[test]
+    fn tos_takes_decimal_or_hex() {
+        assert_eq!(parse_tos("16").unwrap(), 16);
+        assert_eq!(parse_tos("0x10").unwrap(), 16);
+        assert_eq!(parse_tos("0XB8").unwrap(), 0xb8);
+        assert_eq!(
+            parse_tos("256").unwrap_err().to_string(),
+            "invalid TOS \"256\": expected a byte, e.g. 0x10 or 16"
+        );
+        assert!(parse_tos("0x").is_err());
+        assert!(parse_tos("-1").is_err());
+    }
+
+    #[test]
+    fn affinity_is_local_then_remote() {
+        assert_eq!(parse_affinity("2").unwrap(), (Some(2), None));
+        assert_eq!(parse_affinity("2,3").unwrap(), (Some(2), Some(3)));
+        assert_eq!(parse_affinity(" 1 , 0 ").unwrap(), (Some(1), Some(0)));
+        assert_eq!(parse_affinity(",3").unwrap(), (None, Some(3)));
+        assert_eq!(
+            parse_affinity("a").unwrap_err().to_string(),
+            "invalid affinity \"a\": expected n or n,m (CPU numbers)"
+        );
+        assert!(parse_affinity("1,").is_err());
+        assert!(parse_affinity("1,2,3").is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! file_sd target files (re-read on change and every `refresh_interval`)
 //! and DNS names (re-resolved every `refresh_interval`), so that a fleet
 //! assembles itself. This file holds the configuration types and the
-//! file_sd parser; resolution is in [`super::dns`].
+//! file_sd parser; reading and resolution are in [`crate::discovery`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

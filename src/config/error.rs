@@ -130,22 +130,6 @@ fn tidy_path(message: String) -> String {
     }
 }
 
-/// Why DNS discovery produced no peers.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DnsError {
-    /// The system resolver configuration (/etc/resolv.conf) is unusable.
-    #[error("cannot set up the DNS resolver: {0}")]
-    Setup(String),
-    /// A query failed (no such name, server failure, timeout...).
-    #[error("cannot resolve {record_type} records of {name}: {message}")]
-    Lookup {
-        name: String,
-        record_type: &'static str,
-        message: String,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

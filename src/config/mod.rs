@@ -5,16 +5,14 @@
 //!
 //! - [`Config`]: the whole file; sections in [`sections`], [`module`],
 //!   [`target`] and [`discovery`].
-//! - [`discovery::parse_file_sd`]: Prometheus file_sd target files.
-//! - [`dns::resolve_dns`]: A/AAAA/SRV discovery; [`is_local_address`]
-//!   for mesh mode.
+//! - [`discovery::parse_file_sd`]: Prometheus file_sd target files. The
+//!   reading of those files as they change, and the DNS look-ups, are in
+//!   [`crate::discovery`]: this module only parses.
 //! - [`DEFAULT_CONFIG`]: the configuration used when none is given, shipped
 //!   as `config/pathprobe.yml`.
 
 pub mod discovery;
-pub mod dns;
 mod error;
-mod local;
 mod locate;
 pub mod module;
 mod quantity;
@@ -33,9 +31,7 @@ pub use discovery::{
     parse_file_sd, read_file_sd, DiscoveryConfig, DnsRecordType, DnsSdConfig, FileSdConfig,
     FileSdGroup,
 };
-pub use dns::{resolve_dns, resolve_dns_with, SrvRecord, SrvResolver, SystemSrvResolver};
-pub use error::{ConfigError, DnsError};
-pub use local::is_local_address;
+pub use error::ConfigError;
 pub use module::{Module, ModuleDirection, ModuleKind};
 pub use sections::{HostMetricsConfig, IrqPattern, ResponderSection, SchedulerConfig};
 pub use target::{check_label_name, TargetConfig};

@@ -4,6 +4,8 @@
 //! shape so that an operator can go straight to the offending line of a
 //! /proc file.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 
 /// Why a host measurement could not be read or understood.
@@ -14,19 +16,29 @@ pub enum HostError {
     /// permission, ...).
     #[error("{}: {error}", path.display())]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         error: std::io::Error,
     },
     /// One line of the file did not have the expected shape.
     #[error("{file}: line {line}: {message}")]
     Line {
+        /// The file, e.g. `/proc/stat`.
         file: &'static str,
+        /// 1-based.
         line: usize,
+        /// What was wrong with it.
         message: String,
     },
     /// The file as a whole lacked something (a header, a counter).
     #[error("{file}: {message}")]
-    File { file: &'static str, message: String },
+    File {
+        /// The file, e.g. `/proc/net/snmp`.
+        file: &'static str,
+        /// What it lacked.
+        message: String,
+    },
 }
 
 impl HostError {

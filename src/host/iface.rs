@@ -2,6 +2,8 @@
 //! to that interface, so a probe can count the interrupts its own traffic
 //! caused rather than the whole host's.
 
+#![warn(missing_docs)]
+
 use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -16,6 +18,25 @@ pub fn interface_for_peer(peer: IpAddr) -> Option<String> {
     let local = source_address_for(peer).ok()?;
     let addresses = interface_addresses().ok()?;
     interface_with_address(&addresses, local)
+}
+
+/// True when `ip` is one of this host's addresses (or loopback, or the
+/// unspecified address, which also mean "here"), so that mesh mode can
+/// leave the host itself out of the peers it probes.
+///
+/// The routing table decides: for a destination that is a local address,
+/// the kernel picks that same address as the source (the `local` routing
+/// table on Linux, rule 1 of RFC 6724 for IPv6). Unlike a test bind, it is
+/// not fooled by `ip_nonlocal_bind`, which VRRP setups often turn on.
+pub fn is_local_address(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    if ip.is_loopback() || ip.is_unspecified() {
+        return true;
+    }
+    if ip.is_multicast() {
+        return false;
+    }
+    matches!(source_address_for(ip), Ok(local) if local.to_canonical() == ip)
 }
 
 /// Asks the routing table for the source address towards `peer`.
@@ -301,5 +322,37 @@ mod tests {
         ));
         assert!(!mentions("anything", ""));
         assert!(mentions("é eth0 é", "eth0"));
+    }
+
+    #[test]
+    fn loopback_and_unspecified_are_local() {
+        assert!(is_local_address("127.0.0.1".parse().unwrap()));
+        assert!(is_local_address("127.0.0.53".parse().unwrap()));
+        assert!(is_local_address("::1".parse().unwrap()));
+        assert!(is_local_address("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(is_local_address("0.0.0.0".parse().unwrap()));
+    }
+
+    #[test]
+    fn documentation_addresses_are_not_ours() {
+        // TEST-NET-3 and the v6 documentation prefix are never assigned to
+        // a real host (the test hosts here use TEST-NET-1 and fd00::/8).
+        assert!(!is_local_address("203.0.113.9".parse().unwrap()));
+        assert!(!is_local_address("2001:db8::9".parse().unwrap()));
+        assert!(!is_local_address("224.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn this_hosts_interface_addresses_are_local() {
+        // The address the host would use towards an outside peer is, by
+        // definition, one of its own; skip where there is no route at all.
+        let Ok(socket) = UdpSocket::bind("0.0.0.0:0") else {
+            return;
+        };
+        if socket.connect("203.0.113.9:9").is_err() {
+            return;
+        }
+        let own = socket.local_addr().unwrap().ip();
+        assert!(is_local_address(own), "{own}");
     }
 }

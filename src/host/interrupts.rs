@@ -6,6 +6,8 @@
 //! system-wide error counters with a single count and no description
 //! (`ERR:`, `MIS:` on x86, `Err:` on arm).
 
+#![warn(missing_docs)]
+
 use super::error::{read_to_string, HostError};
 use super::percpu::{
     cpu_columns, found_instead, leading_counts, numbered_lines, saturating_sum, split_label,

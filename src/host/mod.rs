@@ -1,8 +1,8 @@
 //! Host measurements taken around each probe and at scrape time: CPU time
 //! (/proc/stat), hardware interrupts (/proc/interrupts), softirqs
 //! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
-//! IRQs that carry a peer's traffic, per-thread CPU usage, and kernel
-//! identity.
+//! IRQs that carry a peer's traffic (and whether an address is this
+//! host's own), per-thread CPU usage, and kernel identity.
 //!
 //! Each /proc file has a `parse_*` function that takes the file's text and
 //! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
@@ -21,7 +21,7 @@ mod thread;
 mod uname;
 
 pub use error::HostError;
-pub use iface::{interface_for_peer, interface_irqs};
+pub use iface::{interface_for_peer, interface_irqs, is_local_address};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 pub use snapshot::{HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};

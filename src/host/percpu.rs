@@ -2,6 +2,8 @@
 //! line naming one column per CPU, then one `LABEL: count count ...` row per
 //! interrupt source.
 
+#![warn(missing_docs)]
+
 use super::error::{quoted, HostError};
 
 /// Non-blank lines with their 1-based line numbers, so that error messages

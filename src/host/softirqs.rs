@@ -5,6 +5,8 @@
 //! /proc/interrupts every row is a bare list of counts, so any extra or
 //! missing column means the layout is not what we think and is an error.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use super::error::{quoted, read_to_string, HostError};

@@ -4,6 +4,8 @@
 //! aggregate `cpu` line in ticks, and converts ticks to seconds for the
 //! exporter.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use procfs::{ExplicitSystemInfo, FromBufReadSI, KernelStats};
@@ -17,13 +19,21 @@ const FILE: &str = "/proc/stat";
 /// Modes the running kernel does not report are 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuTicks {
+    /// Normal processes in user mode.
     pub user: u64,
+    /// Niced processes in user mode.
     pub nice: u64,
+    /// Kernel mode, interrupts excluded.
     pub system: u64,
+    /// Nothing to run.
     pub idle: u64,
+    /// Idle while I/O was outstanding.
     pub iowait: u64,
+    /// Hardware interrupt handlers.
     pub irq: u64,
+    /// Softirqs (network receive and transmit among them).
     pub softirq: u64,
+    /// Taken by the hypervisor for other guests.
     pub steal: u64,
     /// Already included in `user`; kept only to report it separately.
     pub guest: u64,

@@ -2,12 +2,16 @@
 //! how much CPU its own send/receive loop used (a saturated stream thread
 //! explains a throughput ceiling).
 
+#![warn(missing_docs)]
+
 use std::time::Duration;
 
 /// Resource usage of one thread since it started, or between two readings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThreadUsage {
+    /// CPU time in user mode.
     pub user: Duration,
+    /// CPU time in the kernel on the thread's behalf.
     pub system: Duration,
     /// Times the thread gave up the CPU by blocking (e.g. on a socket).
     pub voluntary_switches: u64,

@@ -1,6 +1,8 @@
 //! Kernel release, kernel version and host name, as labels for reports and
 //! metrics (a throughput change after a kernel upgrade should be visible).
 
+#![warn(missing_docs)]
+
 /// `uname -r`, e.g. `"6.8.0-45-generic"`. Empty if uname(2) fails.
 pub fn kernel_release() -> String {
     uname().map(|u| field(&u.release)).unwrap_or_default()

@@ -30,8 +30,10 @@ pub use host::{HostMetrics, DEFAULT_IRQ_PATTERN};
 pub use service::ServiceState;
 pub use store::{check_user_label, ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
 
-/// The Content-Type of [`render`]'s output.
-pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+/// The Content-Type of [`render`]'s output, as `/metrics` and `/probe`
+/// send it: the text exposition format 0.0.4 (`prometheus::TEXT_FORMAT`),
+/// with the charset spelled out, as Prometheus' own exporters send it.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Why metrics could not be set up or rendered.
 #[derive(Debug, thiserror::Error)]

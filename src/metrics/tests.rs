@@ -1247,3 +1247,14 @@ fn promtool_accepts_the_output() {
         );
     }
 }
+
+#[test]
+fn content_type_is_the_text_format_the_encoder_writes() {
+    // The charset is ours; the media type and version must be the ones
+    // the prometheus crate's encoder produces.
+    assert!(
+        CONTENT_TYPE.starts_with(prometheus::TEXT_FORMAT),
+        "{CONTENT_TYPE}"
+    );
+    assert!(CONTENT_TYPE.ends_with("; charset=utf-8"), "{CONTENT_TYPE}");
+}

@@ -6,16 +6,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::future::BoxFuture;
 use crate::http::{App, ProbeRequestError, ProbeResponse};
 use crate::metrics::{ProbeFailure, ProbeOutcome};
 use crate::probe::Target;
 use crate::protocol::DEFAULT_PORT;
-use crate::scheduler::BoxFuture;
 
 use super::runner::run_contained;
-use super::Shared;
+use super::ServiceContext;
 
-pub struct ServiceApp(pub Arc<Shared>);
+pub struct ServiceApp(pub Arc<ServiceContext>);
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")

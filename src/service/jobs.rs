@@ -14,7 +14,9 @@ use crate::scheduler::{Job, JobKey};
 pub struct ProbeJob {
     /// `None` for loopback modules.
     pub endpoint: Option<Target>,
+    /// How to probe it.
     pub module: Module,
+    /// The target's own labels, added to its series.
     pub labels: BTreeMap<String, String>,
 }
 
@@ -91,7 +93,7 @@ pub fn build(
 /// Whether a target names this host, for mesh mode: a literal address of
 /// one of its interfaces.
 pub fn is_local_target(t: &Target) -> bool {
-    t.host.parse().is_ok_and(crate::config::is_local_address)
+    t.host.parse().is_ok_and(crate::host::is_local_address)
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! (SIGHUP or `POST /-/reload`) and discovery updates reach it over
 //! channels; a bad configuration on reload keeps the old one running.
 
+#![warn(missing_docs)]
+
 mod app;
 pub mod jobs;
 pub mod runner;
@@ -36,10 +38,12 @@ pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
 pub enum ConfigSource {
     /// The embedded default (no `--config.file`).
     Embedded,
+    /// `--config.file`, read again at every reload.
     File(PathBuf),
 }
 
 impl ConfigSource {
+    /// Reads (for a file) and validates the configuration.
     pub fn load(&self) -> Result<Config, ConfigError> {
         match self {
             ConfigSource::Embedded => Ok(Config::default_embedded()),
@@ -50,6 +54,7 @@ impl ConfigSource {
 
 /// Sockets the service serves on, bound by the caller (port 0 in tests).
 pub struct Listeners {
+    /// Where `/metrics`, `/probe` and the rest are served.
     pub http: TcpListener,
     /// The responder's TCP listener and UDP socket; `None` to bind them from
     /// the configuration (or not at all when the responder is disabled).
@@ -58,14 +63,21 @@ pub struct Listeners {
 
 type ReloadReply = oneshot::Sender<Result<(), String>>;
 
-/// State shared by the controller and the HTTP endpoints.
-pub struct Shared {
+/// What the controller and the HTTP endpoints share: the configuration in
+/// force, the results, readiness, the responder, and the way to ask for a
+/// reload. (The service's own counters are [`ServiceState`].)
+pub struct ServiceContext {
+    /// The configuration in force; replaced whole by a good reload.
     pub config: RwLock<Arc<Config>>,
+    /// The latest result of every probe.
     pub store: Arc<ResultStore>,
+    /// The service's own counters.
     pub state: Arc<ServiceState>,
     /// The IRQ filter of the host metrics, from the configuration.
     pub host_metrics: RwLock<Arc<HostMetrics>>,
+    /// Set once the first schedule is applied, cleared at shutdown.
     pub ready: AtomicBool,
+    /// The responder, when this service runs one.
     pub responder: Option<ResponderHandle>,
     reload_tx: mpsc::Sender<ReloadReply>,
     /// Shared with the scheduler, so that `/probe` runs do not overlap
@@ -73,7 +85,8 @@ pub struct Shared {
     slots: RwLock<Arc<tokio::sync::Semaphore>>,
 }
 
-impl Shared {
+impl ServiceContext {
+    /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -151,7 +164,7 @@ pub async fn run(
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone());
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ServiceContext {
         config: RwLock::new(config.clone()),
         store: store.clone(),
         state: state.clone(),
@@ -252,7 +265,7 @@ pub async fn run(
 /// responder's new limits, on failure keeps the old one.
 fn reload(
     source: &ConfigSource,
-    shared: &Shared,
+    shared: &ServiceContext,
     current: &mut Arc<Config>,
 ) -> Result<bool, String> {
     let loaded = source.load().map_err(|e| e.to_string()).and_then(|new| {
@@ -298,7 +311,7 @@ async fn restart_if_needed(
     scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
     sched_cfg: &mut SchedulerConfig,
     runner: &Arc<ProbeRunner>,
-    shared: &Shared,
+    shared: &ServiceContext,
     current: &Config,
     discovery: &mut Discovery,
 ) {

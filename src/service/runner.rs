@@ -8,9 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::future::BoxFuture;
 use crate::metrics::{ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
 use crate::probe::{self, ProbeError, ProbeResult, ProbeSpec};
-use crate::scheduler::{Attempt, BoxFuture, Job, Runner, Skip};
+use crate::scheduler::{Attempt, Job, Runner, Skip};
 
 use super::jobs::ProbeJob;
 use crate::metrics::ServiceState;
@@ -92,7 +93,9 @@ pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
 
 /// The scheduler's runner for `pathprobe serve`.
 pub struct ProbeRunner {
+    /// Where results go.
     pub store: Arc<ResultStore>,
+    /// Counts skipped runs and scheduling lag.
     pub state: Arc<ServiceState>,
 }
 

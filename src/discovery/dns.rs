@@ -1,4 +1,5 @@
-//! DNS discovery: turning `discovery.dns` names into peers.
+//! DNS discovery: turning `discovery.dns` names into peers, re-resolved
+//! every `refresh_interval`.
 //!
 //! A and AAAA names go through the system resolver (getaddrinfo, via
 //! tokio), so /etc/hosts and nsswitch apply as for every other program on
@@ -9,20 +10,26 @@
 //! query sits behind [`SrvResolver`] so tests and callers can substitute
 //! their own.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 
 use hickory_resolver::TokioResolver;
+use tokio::sync::mpsc;
 
-use super::discovery::{DnsRecordType, DnsSdConfig};
-use super::error::DnsError;
+use super::DiscoveredTarget;
+use crate::config::{DnsRecordType, DnsSdConfig};
+use crate::probe::Target;
 
 /// One SRV answer (RFC 2782). Priority and weight are kept for the record;
 /// discovery probes every target regardless.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SrvRecord {
+    /// Lower is preferred.
     pub priority: u16,
+    /// Share among records of the same priority.
     pub weight: u16,
+    /// The responder port on `target`.
     pub port: u16,
     /// Host name of the target, without the trailing dot.
     pub target: String,
@@ -31,6 +38,7 @@ pub struct SrvRecord {
 /// Answers SRV queries. Implementations return an empty list when the name
 /// has no SRV records, so that a service scaled to zero is not an error.
 pub trait SrvResolver {
+    /// The SRV records of `name`.
     fn lookup_srv(
         &self,
         name: &str,
@@ -152,6 +160,58 @@ impl SrvResolver for NoSrv {
             record_type: "SRV",
             message: "no SRV resolver configured".into(),
         })
+    }
+}
+
+/// Why DNS discovery produced no peers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DnsError {
+    /// The system resolver configuration (/etc/resolv.conf) is unusable.
+    #[error("cannot set up the DNS resolver: {0}")]
+    Setup(String),
+    /// A query failed (no such name, server failure, timeout...).
+    #[error("cannot resolve {record_type} records of {name}: {message}")]
+    Lookup {
+        /// The name queried.
+        name: String,
+        /// `A`, `AAAA`, `SRV`, or `A/AAAA` for an SRV record's target.
+        record_type: &'static str,
+        /// The resolver's own words.
+        message: String,
+    },
+}
+
+pub(super) async fn watch_dns(
+    source: usize,
+    entry: DnsSdConfig,
+    out: mpsc::Sender<(usize, Vec<DiscoveredTarget>)>,
+) {
+    loop {
+        match resolve_dns(&entry).await {
+            Ok(peers) => {
+                if peers.is_empty() {
+                    tracing::warn!(names = ?entry.names, "DNS discovery found no peers");
+                }
+                let found = peers
+                    .into_iter()
+                    .map(|(_, addr)| DiscoveredTarget {
+                        name: addr.to_string(),
+                        endpoint: Target::from_addr(addr),
+                        modules: entry.modules.clone(),
+                        interval: entry.interval,
+                        labels: BTreeMap::new(),
+                    })
+                    .collect();
+                if out.send((source, found)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(names = ?entry.names, error = %e, "DNS discovery failed; keeping the previous peers")
+            }
+        }
+        tokio::time::sleep(entry.refresh_interval).await;
     }
 }
 

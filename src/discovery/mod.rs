@@ -1,37 +1,49 @@
 //! Runtime discovery for `pathprobe serve`: keeps the list of discovered
 //! peers current by re-reading file_sd files (when they change, and every
-//! refresh interval) and re-resolving DNS names.
+//! refresh interval, [`file_sd`]) and re-resolving DNS names ([`dns`]).
+//! What to discover is configuration, parsed in [`crate::config::discovery`];
+//! the reading and the look-ups are here.
 //!
 //! Each source runs as its own task and publishes its peers; a source that
 //! fails keeps what it last found, so a transient DNS or file error does not
 //! drop a fleet's series. The merged list is published on a watch channel.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::config::{read_file_sd, resolve_dns, DnsSdConfig, FileSdConfig};
-use crate::probe::Target;
+pub mod dns;
+pub mod file_sd;
 
-/// How often target files are checked for changes between full re-reads.
-pub const FILE_POLL: Duration = Duration::from_secs(5);
+pub use dns::{resolve_dns, resolve_dns_with, DnsError, SrvRecord, SrvResolver, SystemSrvResolver};
+pub use file_sd::{targets_from_groups, FILE_POLL};
+
+use crate::config::{DnsSdConfig, FileSdConfig};
+use crate::probe::Target;
 
 /// A peer found by discovery.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DiscoveredTarget {
     /// The `target` label: the address as written, or `ip:port` for DNS.
     pub name: String,
+    /// Where its responder listens.
     pub endpoint: Target,
+    /// The modules run against it, from its discovery entry.
     pub modules: Vec<String>,
+    /// Its entry's interval; `None` for `scheduler.default_interval`.
     pub interval: Option<Duration>,
+    /// Target labels (file_sd `labels`; none for DNS).
     pub labels: BTreeMap<String, String>,
 }
 
 /// Running discovery tasks; dropping this stops them.
 pub struct Discovery {
+    /// Every peer found, merged over the sources, sorted.
     pub targets: watch::Receiver<Vec<DiscoveredTarget>>,
     tasks: JoinSet<()>,
     sources: (Vec<FileSdConfig>, Vec<DnsSdConfig>, PathBuf),
@@ -45,7 +57,7 @@ impl Discovery {
         let (updates_tx, mut updates) = mpsc::channel::<(usize, Vec<DiscoveredTarget>)>(16);
         let mut tasks = JoinSet::new();
         for (i, entry) in file_sd.iter().enumerate() {
-            tasks.spawn(watch_files(
+            tasks.spawn(file_sd::watch_files(
                 i,
                 entry.clone(),
                 base_dir.to_path_buf(),
@@ -53,7 +65,7 @@ impl Discovery {
             ));
         }
         for (j, entry) in dns.iter().enumerate() {
-            tasks.spawn(watch_dns(
+            tasks.spawn(dns::watch_dns(
                 file_sd.len() + j,
                 entry.clone(),
                 updates_tx.clone(),
@@ -96,112 +108,9 @@ impl Discovery {
         self.sources.0 == file_sd && self.sources.1 == dns && self.sources.2 == base_dir
     }
 
+    /// Stops every task and waits until they have ended.
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
-    }
-}
-
-/// Turns file_sd groups into targets of this entry.
-pub fn targets_from_groups(
-    entry: &FileSdConfig,
-    groups: &[crate::config::FileSdGroup],
-) -> Vec<DiscoveredTarget> {
-    let mut out = Vec::new();
-    for g in groups {
-        for t in &g.targets {
-            let Ok(endpoint) = Target::parse(t, entry.port()) else {
-                continue;
-            };
-            out.push(DiscoveredTarget {
-                name: t.clone(),
-                endpoint,
-                modules: entry.modules.clone(),
-                interval: entry.interval,
-                labels: g.labels.clone(),
-            });
-        }
-    }
-    out
-}
-
-fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
-    paths
-        .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
-}
-
-async fn watch_files(
-    source: usize,
-    entry: FileSdConfig,
-    base_dir: PathBuf,
-    out: mpsc::Sender<(usize, Vec<DiscoveredTarget>)>,
-) {
-    let mut last_read: Option<(Vec<PathBuf>, Vec<Option<SystemTime>>)> = None;
-    let mut last_good: HashMap<PathBuf, Vec<DiscoveredTarget>> = HashMap::new();
-    let mut since_full = Duration::ZERO;
-    let poll = FILE_POLL.min(entry.refresh_interval);
-    loop {
-        let paths = entry.expand_files(&base_dir);
-        let stamps = modified(&paths);
-        let changed = last_read.as_ref() != Some(&(paths.clone(), stamps.clone()));
-        if changed || since_full >= entry.refresh_interval {
-            since_full = Duration::ZERO;
-            // A file that vanished takes its targets with it; one that fails
-            // to parse keeps its previous targets.
-            last_good.retain(|p, _| paths.contains(p));
-            for path in &paths {
-                match read_file_sd(path) {
-                    Ok(groups) => {
-                        last_good.insert(path.clone(), targets_from_groups(&entry, &groups));
-                    }
-                    Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %e, "file_sd: keeping the previous targets")
-                    }
-                }
-            }
-            let mut all: Vec<_> = last_good.values().flatten().cloned().collect();
-            all.sort();
-            if out.send((source, all)).await.is_err() {
-                return;
-            }
-            last_read = Some((paths, stamps));
-        }
-        tokio::time::sleep(poll).await;
-        since_full += poll;
-    }
-}
-
-async fn watch_dns(
-    source: usize,
-    entry: DnsSdConfig,
-    out: mpsc::Sender<(usize, Vec<DiscoveredTarget>)>,
-) {
-    loop {
-        match resolve_dns(&entry).await {
-            Ok(peers) => {
-                if peers.is_empty() {
-                    tracing::warn!(names = ?entry.names, "DNS discovery found no peers");
-                }
-                let found = peers
-                    .into_iter()
-                    .map(|(_, addr)| DiscoveredTarget {
-                        name: addr.to_string(),
-                        endpoint: Target::from_addr(addr),
-                        modules: entry.modules.clone(),
-                        interval: entry.interval,
-                        labels: BTreeMap::new(),
-                    })
-                    .collect();
-                if out.send((source, found)).await.is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(names = ?entry.names, error = %e, "DNS discovery failed; keeping the previous peers")
-            }
-        }
-        tokio::time::sleep(entry.refresh_interval).await;
     }
 }
 

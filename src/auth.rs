@@ -484,7 +484,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Parses hex of either case; `None` for odd lengths or other characters.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.as_bytes()

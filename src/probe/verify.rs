@@ -413,7 +413,8 @@ mod tests {
             f(&mut r);
             check_results(&request, &local, &r).unwrap_err()
         };
-        let cases: Vec<(&str, Box<dyn Fn(&mut SideStats)>)> = vec![
+        type Forgery = Box<dyn Fn(&mut SideStats)>;
+        let cases: Vec<(&str, Forgery)> = vec![
             ("sent 60000000", Box::new(|r| r.streams[0].bytes *= 250)),
             (
                 "took 5 s to send",

@@ -117,7 +117,7 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
 
 /// Milliseconds as "60 s" or "2.5 s".
 fn seconds(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)

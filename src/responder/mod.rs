@@ -240,7 +240,7 @@ pub(crate) struct ResponderState {
     pending: Mutex<HashMap<String, PendingTest>>,
     running: Mutex<Vec<RunningSlot>>,
     /// Clients told busy, and until when their turn is kept.
-    waiting: Mutex<HashMap<IpAddr, Instant>>,
+    waiting: Mutex<HashMap<IpAddr, Waiting>>,
     next_slot: AtomicU64,
     client_rate: Mutex<ClientRate>,
     slot_time: Mutex<SlotTime>,
@@ -275,9 +275,13 @@ impl ResponderState {
         let key = access::client_key(client);
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.retain(|_, until| *until > now);
+        waiting.retain(|_, w| w.until > now);
         let full = running.len() >= self.config().max_concurrent_tests;
-        let others_first = !waiting.contains_key(&key) && !waiting.is_empty();
+        // Turns go to whoever was told busy first.
+        let mine = waiting.get(&key).map(|w| w.since);
+        let others_first = waiting
+            .iter()
+            .any(|(k, w)| *k != key && mine.is_none_or(|since| w.since < since));
         if full || others_first {
             // The hint is the planned end of the soonest test, which is when
             // its slot frees: tests end on time, or earlier.
@@ -291,8 +295,14 @@ impl ResponderState {
             } else {
                 Duration::from_secs(1)
             };
-            if waiting.len() < MAX_WAITING_CLIENTS || waiting.contains_key(&key) {
-                waiting.insert(key, now + wait + TURN_GRACE);
+            let until = now + wait + TURN_GRACE;
+            let room = waiting.len() < MAX_WAITING_CLIENTS;
+            match waiting.get_mut(&key) {
+                Some(w) => w.until = until,
+                None if room => {
+                    waiting.insert(key, Waiting { since: now, until });
+                }
+                None => {}
             }
             return Err(wait);
         }
@@ -372,6 +382,13 @@ struct RunningSlot {
     /// When the slot is expected to free: the planned end, set again when
     /// the test starts.
     end: Instant,
+}
+
+/// A client told busy: since when it waits, and until when its turn is
+/// kept if it does not come back.
+struct Waiting {
+    since: Instant,
+    until: Instant,
 }
 
 /// How long past its retry hint a client told busy keeps its turn.

@@ -8,20 +8,19 @@
 //! `pathprobe serve` and from the CLI; `r`, the router between them, plays
 //! the victim of the spoofed request. Needs root.
 
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use crate::common::lab::in_netns;
 use crate::common::lab::{require_root, Lab};
+use crate::common::metrics::sample;
+use crate::common::serve::Serve;
 use pathprobe::probe::{Direction, Kind};
 use pathprobe::protocol::message::Hello;
 use pathprobe::protocol::{decode_frame, encode_frame, Message, TestRequest};
-use crate::common::lab::in_netns;
-use crate::common::metrics::sample;
-use crate::common::serve::Serve;
 
 fn write_secret(dir: &tempfile::TempDir, name: &str, secret: &str) -> String {
     let path = dir.path().join(name);
@@ -192,7 +191,8 @@ fn a_client_outside_the_allow_list_is_denied() {
         ),
     );
     let target = format!("{}:5301", lab.addr_b());
-    let a = Serve::in_lab(&lab,
+    let a = Serve::in_lab(
+        &lab,
         "a",
         &format!(
             "responder: {{enabled: false}}\nscheduler: {{default_interval: 4s, jitter: 0}}\n\
@@ -258,7 +258,8 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
         return;
     }
     let lab = Lab::up("spoofudp").unwrap();
-    let b = Serve::in_lab(&lab,
+    let b = Serve::in_lab(
+        &lab,
         "b",
         "responder: {listen: \"0.0.0.0:5301\", idle_timeout: 2s}\nmodules: {}\n",
     );

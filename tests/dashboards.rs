@@ -255,7 +255,8 @@ fn each_dashboard_covers_its_list() {
         }
     }
     // The pieces that are not metric names.
-    let kernel = load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
     let release_table = panels(&kernel)
         .into_iter()
         .find(|p| p["title"] == "Throughput per kernel release")
@@ -511,7 +512,8 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 /// steps. Figures chosen so that results are exact in binary floating point.
 #[test]
 fn kernel_release_table_computes_what_its_description_says() {
-    let kernel = load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
     let values: Vec<(&str, &str)> = default_values()
         .into_iter()
         .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
@@ -631,11 +633,11 @@ fn kernel_release_table_computes_what_its_description_says() {
         serde_yaml::to_string(&tests).unwrap(),
     )
     .unwrap();
-    let (ok, text) = promtool::run(
-        promtool::command()
-            .current_dir(dir.path())
-            .args(["test", "rules", "table.test.yml"]),
-    );
+    let (ok, text) = promtool::run(promtool::command().current_dir(dir.path()).args([
+        "test",
+        "rules",
+        "table.test.yml",
+    ]));
     assert!(ok, "{text}");
 }
 

@@ -20,7 +20,6 @@
 //! package `prometheus`, installed by .ci/run). Without root it prints why
 //! and passes, like the other lab tests.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;

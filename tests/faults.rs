@@ -6,7 +6,6 @@
 //! `a` runs `pathprobe serve` probing `b`; `b` runs `pathprobe serve` as the
 //! responder (so its counters are on its /metrics). Needs root.
 
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

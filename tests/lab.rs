@@ -6,7 +6,6 @@
 //! PATHPROBE_LAB_TOOL=iperf3 runs the same tests against iperf3 instead, to
 //! check the lab and this harness with a tool we trust.
 
-
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::process::{Child, Stdio};

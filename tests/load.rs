@@ -87,10 +87,18 @@ fn responder_under_a_minute_of_load() {
         j.join().unwrap();
     }
     let m = serve.metrics();
-    let served = sample(&m, "pathprobe_responder_tests_total", &["result=\"success\""])
-        .unwrap_or(0.0);
-    let admitted_failed = sample(&m, "pathprobe_responder_tests_total", &["result=\"failure\""])
-        .unwrap_or(0.0);
+    let served = sample(
+        &m,
+        "pathprobe_responder_tests_total",
+        &["result=\"success\""],
+    )
+    .unwrap_or(0.0);
+    let admitted_failed = sample(
+        &m,
+        "pathprobe_responder_tests_total",
+        &["result=\"failure\""],
+    )
+    .unwrap_or(0.0);
     let mut reasons = std::collections::BTreeMap::new();
     for r in &failed {
         *reasons.entry(*r).or_insert(0u32) += 1;

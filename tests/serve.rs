@@ -30,25 +30,26 @@ targets:
 async fn serve_probes_and_exports() {
     let run = InProcess::start(CONFIG).await;
     let peer = run.peer;
-    let body = run.wait_for(Duration::from_secs(60), |b| {
-        [
-            ("loopback", "lo_tcp"),
-            ("loopback", "lo_udp"),
-            ("peer", "tcp"),
-            ("peer", "udp_both"),
-            ("nobody", "tcp"),
-        ]
-        .iter()
-        .all(|(tg, m)| {
-            b.contains(&format!(
-                "pathprobe_probe_success{{target=\"{tg}\",module=\"{m}\""
-            ))
-        }) && b
-            .matches("pathprobe_probe_success{target=\"peer\",module=\"udp_both\"")
-            .count()
-            == 2
-    })
-    .await;
+    let body = run
+        .wait_for(Duration::from_secs(60), |b| {
+            [
+                ("loopback", "lo_tcp"),
+                ("loopback", "lo_udp"),
+                ("peer", "tcp"),
+                ("peer", "udp_both"),
+                ("nobody", "tcp"),
+            ]
+            .iter()
+            .all(|(tg, m)| {
+                b.contains(&format!(
+                    "pathprobe_probe_success{{target=\"{tg}\",module=\"{m}\""
+                ))
+            }) && b
+                .matches("pathprobe_probe_success{target=\"peer\",module=\"udp_both\"")
+                .count()
+                == 2
+        })
+        .await;
     // The exposition must satisfy Prometheus' own linter (names, units,
     // help text), with real results of every kind in it.
     promtool::check_metrics(&body);
@@ -213,10 +214,11 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_broken() {
     std::fs::write(run.config.path(), "modules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{name: self, modules: [lo]}]\n").unwrap();
     let (status, _) = http(run.http, "POST", "/-/reload").await;
     assert_eq!(status, 200);
-    let m = run.wait_for(Duration::from_secs(30), |b| {
-        b.contains("pathprobe_probe_success{target=\"self\"")
-    })
-    .await;
+    let m = run
+        .wait_for(Duration::from_secs(30), |b| {
+            b.contains("pathprobe_probe_success{target=\"self\"")
+        })
+        .await;
     assert_eq!(
         sample(&m, "pathprobe_config_last_reload_successful", &[]),
         Some(1.0)

@@ -44,13 +44,6 @@ pub fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     try_request(addr, method, path).unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
 }
 
-/// The body of `GET path`, which must answer 200.
-pub fn get(addr: SocketAddr, path: &str) -> String {
-    let (status, body) = request(addr, "GET", path);
-    assert_eq!(status, 200, "GET http://{addr}{path}: {body}");
-    body
-}
-
 /// [`request`] from async code, on a blocking thread so that the runtime
 /// (which may be serving the other end) keeps running.
 pub async fn request_async(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
@@ -63,7 +56,8 @@ pub async fn request_async(addr: SocketAddr, method: &str, path: &str) -> (u16, 
 fn dechunk(mut rest: &str) -> String {
     let mut out = String::new();
     while let Some((size, after)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
         if size == 0 || after.len() < size {
             break;
         }
@@ -75,5 +69,8 @@ fn dechunk(mut rest: &str) -> String {
 
 #[test]
 fn chunked_bodies_are_decoded() {
-    assert_eq!(dechunk("4\r\nWiki\r\n5;x=y\r\npedia\r\n0\r\n\r\n"), "Wikipedia");
+    assert_eq!(
+        dechunk("4\r\nWiki\r\n5;x=y\r\npedia\r\n0\r\n\r\n"),
+        "Wikipedia"
+    );
 }

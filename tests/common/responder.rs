@@ -26,5 +26,12 @@ pub async fn start(config: ResponderConfig) -> (SocketAddr, Arc<ResponderCounter
     tokio::spawn(r.serve(async {
         let _ = rx.await;
     }));
-    (addr, counters, Stop { _tx: tx, _turn: turn })
+    (
+        addr,
+        counters,
+        Stop {
+            _tx: tx,
+            _turn: turn,
+        },
+    )
 }

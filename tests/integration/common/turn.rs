@@ -1,5 +1,5 @@
 //! Which tests may run at the same time. The integration tests are one
-//! process (tests/tests.rs), so tests that used to run alone in their own
+//! process (tests/integration/main.rs), so tests that used to run alone in their own
 //! binary now share the machine's two cores with every other test. Tests
 //! that measure (the lab's throughput and loss figures, the one-minute load
 //! test, the end-to-end run against Prometheus) take [`exclusive`]; what the

@@ -1,9 +1,9 @@
 //! Reading the Grafana dashboards in dashboards/ the way Grafana would run
 //! them: every PromQL expression they hold (panel targets, template variable
 //! queries, annotation queries) and template variables filled in (the
-//! metric names a query reads come from `promql::metric_names`). Shared by tests/dashboards.rs (static checks,
-//! promtool, live scrape) and the end-to-end test that runs each query
-//! through a real Prometheus.
+//! metric names a query reads come from `promql::metric_names`). Shared by
+//! the dashboards module (static checks, promtool, live scrape) and the
+//! end-to-end test that runs each query through a real Prometheus.
 
 use std::path::{Path, PathBuf};
 

@@ -74,6 +74,8 @@ fn require(rel: &Path, named_by: &str) -> bool {
 
 /// Runs `cmd` to completion, killing it if it outlives `limit`.
 fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    // Builds and promtool runs load the machine as a test's traffic does.
+    let _turn = crate::common::turn::shared();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

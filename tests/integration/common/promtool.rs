@@ -35,6 +35,7 @@ pub fn command() -> Command {
 /// Runs `cmd` (from [`command`]); whether it succeeded, and its stdout
 /// and stderr together.
 pub fn run(cmd: &mut Command) -> (bool, String) {
+    let _turn = super::turn::shared();
     let out = cmd.output().expect("run promtool");
     let text = format!(
         "{}{}",
@@ -46,6 +47,7 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
 
 /// `promtool check metrics` on a scrape; fails the test if promtool does.
 pub fn check_metrics(body: &str) {
+    let _turn = super::turn::shared();
     let mut child = command()
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

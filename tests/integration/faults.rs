@@ -6,17 +6,13 @@
 //! `a` runs `pathprobe serve` probing `b`; `b` runs `pathprobe serve` as the
 //! responder (so its counters are on its /metrics). Needs root.
 
-#[path = "common/lab.rs"]
-mod common_lab;
-#[path = "common/service.rs"]
-mod service;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common_lab::{require_root, Lab};
-use service::{in_netns, sample, Serve};
+use crate::common::lab::{in_netns, require_root, Lab};
+use crate::common::metrics::sample;
+use crate::common::serve::Serve;
 
 /// The responder side: no targets of its own.
 const RESPONDER: &str = "responder: {listen: \"0.0.0.0:5301\", idle_timeout: 2s}\nmodules: {}\n";
@@ -65,8 +61,8 @@ fn peer_killed_mid_probe_then_back() {
         return;
     }
     let lab = Lab::up("peer_killed").unwrap();
-    let mut b = Serve::start(&lab, "b", RESPONDER);
-    let a = Serve::start(&lab, "a", &prober(lab.addr_b()));
+    let mut b = Serve::in_lab(&lab, "b", RESPONDER);
+    let a = Serve::in_lab(&lab, "a", &prober(lab.addr_b()));
     a.wait_for(Duration::from_secs(20), "first good probe", |m| {
         success(m) == Some(1.0)
     });
@@ -88,7 +84,7 @@ fn peer_killed_mid_probe_then_back() {
         Some(0.0)
     );
 
-    let _b = Serve::start(&lab, "b", RESPONDER);
+    let _b = Serve::in_lab(&lab, "b", RESPONDER);
     a.wait_for(Duration::from_secs(20), "recovery", |m| {
         success(m) == Some(1.0)
     });
@@ -100,8 +96,8 @@ fn blackholed_path_times_out_then_recovers() {
         return;
     }
     let lab = Lab::up("blackhole").unwrap();
-    let b = Serve::start(&lab, "b", RESPONDER);
-    let a = Serve::start(&lab, "a", &prober(lab.addr_b()));
+    let b = Serve::in_lab(&lab, "b", RESPONDER);
+    let a = Serve::in_lab(&lab, "a", &prober(lab.addr_b()));
     a.wait_for(Duration::from_secs(20), "first good probe", |m| {
         success(m) == Some(1.0)
     });
@@ -136,8 +132,8 @@ fn restarted_responder_is_refused_meanwhile_then_probed_again() {
         return;
     }
     let lab = Lab::up("restart").unwrap();
-    let mut b = Serve::start(&lab, "b", RESPONDER);
-    let a = Serve::start(&lab, "a", &prober(lab.addr_b()));
+    let mut b = Serve::in_lab(&lab, "b", RESPONDER);
+    let a = Serve::in_lab(&lab, "a", &prober(lab.addr_b()));
     a.wait_for(Duration::from_secs(20), "first good probe", |m| {
         success(m) == Some(1.0)
     });
@@ -150,7 +146,7 @@ fn restarted_responder_is_refused_meanwhile_then_probed_again() {
         failed_with(m, "refused")
     });
     assert!(probes(&m, "refused") >= 1.0);
-    let _b = Serve::start(&lab, "b", RESPONDER);
+    let _b = Serve::in_lab(&lab, "b", RESPONDER);
     a.wait_for(Duration::from_secs(20), "recovery", |m| {
         success(m) == Some(1.0)
     });
@@ -162,7 +158,7 @@ fn slow_and_garbage_clients_are_cut_off_and_counted() {
         return;
     }
     let lab = Lab::up("junk").unwrap();
-    let b = Serve::start(&lab, "b", RESPONDER);
+    let b = Serve::in_lab(&lab, "b", RESPONDER);
     let target: SocketAddr = (lab.addr_b(), 5301).into();
     let ns_a = format!("{}-a", lab.name());
 
@@ -260,7 +256,7 @@ fn a_connection_flood_leaves_memory_flat_and_probes_served() {
         return;
     }
     let lab = Lab::up("flood").unwrap();
-    let b = Serve::start(&lab, "b", RESPONDER);
+    let b = Serve::in_lab(&lab, "b", RESPONDER);
     let target: SocketAddr = (lab.addr_b(), 5301).into();
     let ns_a = format!("{}-a", lab.name());
     let before = b.rss_kib();

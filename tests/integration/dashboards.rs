@@ -7,23 +7,18 @@
 //! promtool comes from the Debian package `prometheus` (.ci/run installs
 //! it); without it the promtool tests fail and say so.
 
-mod common {
-    pub mod dashboards;
-    pub mod promql;
-}
-
 use std::collections::{BTreeSet, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::dashboards::{
-    dashboard_files, default_values, load, may_be_empty, metric_names, panel_queries, panels,
+use serde_json::{json, Value};
+
+use crate::common::dashboards::{
+    dashboard_files, default_values, load, may_be_empty, panel_queries, panels,
     substitute_variables, variable_promql, MAY_BE_EMPTY,
 };
-use serde_json::{json, Value};
+use crate::common::promql::{exposed_names, metric_names};
+use crate::common::promtool;
+use crate::common::serve::Serve;
 
 /// The files the issue asks for; a missing one is a failure, an extra one is
 /// checked like the others.
@@ -56,21 +51,6 @@ fn all_queries() -> Vec<(String, String, String)> {
         }
     }
     out
-}
-
-fn promtool() -> &'static str {
-    let found = Command::new("promtool")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "promtool not found: install the Debian package `prometheus` \
-         (apt-get update && apt-get install -y prometheus); .ci/run does"
-    );
-    "promtool"
 }
 
 #[test]
@@ -275,7 +255,8 @@ fn each_dashboard_covers_its_list() {
         }
     }
     // The pieces that are not metric names.
-    let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
     let release_table = panels(&kernel)
         .into_iter()
         .find(|p| p["title"] == "Throughput per kernel release")
@@ -301,7 +282,7 @@ fn each_dashboard_covers_its_list() {
         .any(|a| a["expr"]
             .as_str()
             .is_some_and(|e| e.contains("kernel_release"))));
-    let fleet = load(&common::dashboards::dashboards_dir().join("fleet.json")).unwrap();
+    let fleet = load(&crate::common::dashboards::dashboards_dir().join("fleet.json")).unwrap();
     assert!(
         fleet.to_string().contains("\"groupingToMatrix\""),
         "fleet: mesh matrix transformation missing"
@@ -342,7 +323,6 @@ fn every_variable_in_every_query_is_known() {
 /// the panel.
 #[test]
 fn every_expression_parses_with_promtool() {
-    let promtool = promtool();
     let queries = all_queries();
     assert!(queries.len() > 40, "only {} queries found", queries.len());
     let groups: Vec<Value> = queries
@@ -362,17 +342,8 @@ fn every_expression_parses_with_promtool() {
         serde_yaml::to_string(&json!({ "groups": groups })).unwrap(),
     )
     .unwrap();
-    let out = Command::new(promtool)
-        .args(["check", "rules"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool check rules failed:\n{text}");
+    let (ok, text) = promtool::run(promtool::command().args(["check", "rules"]).arg(&path));
+    assert!(ok, "promtool check rules failed:\n{text}");
     assert!(
         text.contains(&format!("SUCCESS: {} rules found", queries.len())),
         "{text}"
@@ -442,77 +413,6 @@ fn variable_substitution() {
 
 // ---------------------------------------------------------------- live scrape
 
-fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    // The body only; /metrics is sent with a Content-Length, not chunked.
-    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
-}
-
-/// `pathprobe serve`, killed on drop.
-struct Serve {
-    child: Child,
-    http: SocketAddr,
-}
-
-impl Serve {
-    fn start(config: &Path) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
-            .args([
-                "serve",
-                "--web.listen-address",
-                "127.0.0.1:0",
-                "--config.file",
-            ])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let addr = line
-                    .split("serving metrics on http://")
-                    .nth(1)
-                    .map(|rest| rest.split('/').next().unwrap_or_default().to_string());
-                let _ = tx.send((line, addr));
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut log = Vec::new();
-        let addr = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((_, Some(addr))) => break addr,
-                Ok((line, None)) => log.push(line),
-                Err(e) => panic!("serve did not log its address ({e}):\n{}", log.join("\n")),
-            }
-        };
-        Serve {
-            child,
-            http: addr.parse().unwrap(),
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Every metric name the dashboards read is one a real `pathprobe serve`
 /// exports: compared against /metrics of the default configuration after
 /// its first loopback probes. One target is added that cannot work (a closed
@@ -560,7 +460,7 @@ fn every_metric_name_is_exported_by_a_live_serve() {
     ];
     let start = Instant::now();
     let body = loop {
-        let body = http_get(serve.http, "/metrics");
+        let body = serve.metrics();
         if want.iter().all(|w| body.contains(w)) {
             break body;
         }
@@ -577,7 +477,7 @@ fn every_metric_name_is_exported_by_a_live_serve() {
     {
         assert!(line.ends_with(" 1"), "{line}");
     }
-    let exposed = common::promql::exposed_names(&body);
+    let exposed = exposed_names(&body);
     assert!(
         exposed.contains("pathprobe_scheduler_lag_seconds_bucket"),
         "{exposed:?}"
@@ -612,8 +512,8 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 /// steps. Figures chosen so that results are exact in binary floating point.
 #[test]
 fn kernel_release_table_computes_what_its_description_says() {
-    let promtool = promtool();
-    let kernel = load(&common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
     let values: Vec<(&str, &str)> = default_values()
         .into_iter()
         .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
@@ -733,17 +633,12 @@ fn kernel_release_table_computes_what_its_description_says() {
         serde_yaml::to_string(&tests).unwrap(),
     )
     .unwrap();
-    let out = Command::new(promtool)
-        .current_dir(dir.path())
-        .args(["test", "rules", "table.test.yml"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, text) = promtool::run(promtool::command().current_dir(dir.path()).args([
+        "test",
+        "rules",
+        "table.test.yml",
+    ]));
+    assert!(ok, "{text}");
 }
 
 /// Every entry of MAY_BE_EMPTY names a real query, and exactly the queries

@@ -3,56 +3,22 @@
 //! back to back. The responder stays up, every test it admits succeeds,
 //! and its memory stays bounded. The figures are printed for the record.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::metrics::sample;
+use crate::common::serve::Serve;
+use crate::common::turn;
+
 const LOAD_TIME: Duration = Duration::from_secs(60);
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn metrics(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-fn sample(body: &str, metric: &str, label: &str) -> f64 {
-    body.lines()
-        .find(|l| l.starts_with(metric) && l.contains(label))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
 
 #[test]
 fn responder_under_a_minute_of_load() {
+    // Alone: the figures are for the record, and the bound on memory.
+    let _turn = turn::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("responder.yml");
     std::fs::write(
@@ -62,50 +28,9 @@ fn responder_under_a_minute_of_load() {
         "responder: {listen: \"127.0.0.1:0\", idle_timeout: 2s, max_tests_per_client_per_minute: 0}\nmodules: {}\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
-        .args([
-            "serve",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--config.file",
-            config.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let pid = child.id();
-    let proc_guard = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let field = |key: &str| {
-                line.split(key)
-                    .nth(1)
-                    .map(|r| r.split_whitespace().next().unwrap_or("").to_string())
-            };
-            if line.contains("responder listening") {
-                let _ = tx.send(("responder", field("addr=").unwrap_or_default()));
-            } else if line.contains("serving metrics") {
-                let _ = tx.send(("http", field("addr=").unwrap_or_default()));
-            }
-        }
-    });
-    let (mut responder, mut http) = (None, None);
-    while responder.is_none() || http.is_none() {
-        let (what, addr) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("serve logged its addresses");
-        let addr: SocketAddr = addr.parse().unwrap();
-        if what == "responder" {
-            responder = Some(addr)
-        } else {
-            http = Some(addr)
-        }
-    }
-    let (responder, http) = (responder.unwrap(), http.unwrap());
-    let baseline = rss_kib(pid);
+    let serve = Serve::start(&config);
+    let responder = serve.responder.expect("serve logged its responder");
+    let baseline = serve.rss_kib();
 
     let stop = Arc::new(AtomicBool::new(false));
     let junk_made = Arc::new(AtomicU64::new(0));
@@ -155,15 +80,25 @@ fn responder_under_a_minute_of_load() {
             }
             Err(e) => failed.push(e.reason()),
         }
-        peak = peak.max(rss_kib(pid));
+        peak = peak.max(serve.rss_kib());
     }
     stop.store(true, Ordering::Relaxed);
     for j in junk {
         j.join().unwrap();
     }
-    let m = metrics(http);
-    let served = sample(&m, "pathprobe_responder_tests_total", "result=\"success\"");
-    let admitted_failed = sample(&m, "pathprobe_responder_tests_total", "result=\"failure\"");
+    let m = serve.metrics();
+    let served = sample(
+        &m,
+        "pathprobe_responder_tests_total",
+        &["result=\"success\""],
+    )
+    .unwrap_or(0.0);
+    let admitted_failed = sample(
+        &m,
+        "pathprobe_responder_tests_total",
+        &["result=\"failure\""],
+    )
+    .unwrap_or(0.0);
     let mut reasons = std::collections::BTreeMap::new();
     for r in &failed {
         *reasons.entry(*r).or_insert(0u32) += 1;
@@ -185,5 +120,5 @@ fn responder_under_a_minute_of_load() {
         peak < baseline + 32 * 1024,
         "RSS grew from {baseline} KiB to {peak} KiB"
     );
-    drop(proc_guard);
+    drop(serve);
 }

@@ -3,9 +3,10 @@
 //!
 //! Labs are serialized, within the process by a global mutex and across
 //! processes by a lock file: a shaping measurement must not share the
-//! machine's CPUs with another lab's traffic. A `Lab` tears its namespaces
-//! down when dropped, also when the test panics.
-#![allow(dead_code)]
+//! machine's CPUs with another lab's traffic. A lab also holds the
+//! exclusive turn (`turn::exclusive`), so that no other test's traffic runs
+//! beside it either. A `Lab` tears its namespaces down when dropped, also
+//! when the test panics.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -18,6 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use super::turn::{self, Turn};
 
 static LAB_MUTEX: Mutex<()> = Mutex::new(());
 
@@ -180,6 +183,7 @@ pub struct Lab {
     // Dropped after `Drop::drop` has taken the lab down, in this order.
     _file_lock: File,
     _guard: MutexGuard<'static, ()>,
+    _turn: Turn,
 }
 
 impl Lab {
@@ -187,6 +191,7 @@ impl Lab {
     /// makes the namespaces recognisable; the lab is named `pp<pid>`, and
     /// only one exists at a time per process.
     pub fn up(name: &str) -> Result<Lab> {
+        let turn = turn::exclusive();
         // A test that panicked while holding the lock poisons it; the lab
         // it held has been torn down by its Drop, so the lock is still good.
         let guard = LAB_MUTEX.lock().unwrap_or_else(|p| p.into_inner());
@@ -202,6 +207,7 @@ impl Lab {
             b: Ipv4Addr::UNSPECIFIED,
             _file_lock: file_lock,
             _guard: guard,
+            _turn: turn,
         };
         // From here on, Drop cleans up a partial lab too.
         script(&["up", &lab.name])?;
@@ -240,9 +246,6 @@ impl Lab {
             &limit_bytes.to_string(),
         ])
         .map(drop)
-    }
-    pub fn unshape(&self) -> Result<()> {
-        script(&["unshape", &self.name]).map(drop)
     }
     /// Random drop of `percent` % of the packets r forwards.
     pub fn drop_percent(&self, percent: f64) -> Result<()> {
@@ -343,4 +346,18 @@ impl Drop for Lab {
             eprintln!("lab {}: down failed: {e:#}", self.name);
         }
     }
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    thread::spawn(move || {
+        let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: setns on this thread only, with an open namespace fd.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("namespace thread")
 }

@@ -1,9 +1,7 @@
 //! The responder survives garbage, silence and a second prober, and keeps
 //! serving real probes afterwards.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,25 +13,9 @@ use pathprobe::probe::{self, ProbeError, ProbeSpec, Target};
 use pathprobe::protocol::message::{Hello, HelloAuth};
 use pathprobe::protocol::{Message, RejectReason, TestRequest};
 use pathprobe::responder::access::AccessList;
-use pathprobe::responder::{bind, LimitPolicy, Responder, ResponderConfig, ResponderCounters};
+use pathprobe::responder::{LimitPolicy, ResponderConfig};
 
-async fn responder(
-    config: ResponderConfig,
-) -> (
-    SocketAddr,
-    Arc<ResponderCounters>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let r = Responder::new(tcp, udp, config).unwrap();
-    let addr = r.local_addr().unwrap();
-    let counters = r.counters();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(r.serve(async {
-        let _ = rx.await;
-    }));
-    (addr, counters, tx)
-}
+use crate::common::responder;
 
 fn short_probe() -> ProbeSpec {
     ProbeSpec {
@@ -63,7 +45,7 @@ async fn expect_closed(conn: &mut TcpStream, within: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_control_port_is_closed_and_counted() {
-    let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let garbage: [&[u8]; 4] = [
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
         &[0, 0, 0, 5, b'{', b'x', 0xff, 0xfe, b'}'],
@@ -88,7 +70,7 @@ async fn a_silent_client_is_dropped_after_the_idle_timeout() {
         idle_timeout: Duration::from_millis(500),
         ..ResponderConfig::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let mut silent = TcpStream::connect(addr).await.unwrap();
     expect_closed(&mut silent, Duration::from_secs(5)).await;
     assert_eq!(counters.timeouts.load(Ordering::Relaxed), 1);
@@ -107,7 +89,7 @@ async fn a_silent_client_is_dropped_after_the_idle_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_prober_is_told_busy_with_a_retry_hint() {
-    let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let target = Target::from_addr(addr);
     let long = ProbeSpec {
         duration: Duration::from_secs(2),
@@ -163,7 +145,7 @@ async fn requests_over_the_limits_are_refused_with_the_limit_named() {
         limit_policy: LimitPolicy::Refuse,
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let target = Target::from_addr(addr);
     let cases = [
         (
@@ -209,7 +191,7 @@ async fn requests_over_the_limits_are_clamped_and_the_prober_is_told() {
         max_streams: 1,
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let spec = ProbeSpec {
         duration: Duration::from_secs(3),
         streams: 2,
@@ -267,7 +249,7 @@ async fn refused_and_version_mismatch_say_what_happened() {
         }
         other => panic!("expected refused, got {other:?}"),
     }
-    let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let mut conn = TcpStream::connect(addr).await.unwrap();
     let mut hello = pathprobe::protocol::message::Hello::new();
     hello.version = 999;
@@ -289,7 +271,7 @@ async fn refused_and_version_mismatch_say_what_happened() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_datagrams_from_strangers_are_ignored() {
-    let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // Junk, and a hello for a test that does not exist.
     sock.send_to(b"junk", addr).unwrap();
@@ -331,7 +313,7 @@ async fn a_secret_is_required_checked_and_counted() {
         secret: Some(secret(SECRET)),
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let target = Target::from_addr(addr);
 
     let e = probe::probe(&target, &short_probe()).await.unwrap_err();
@@ -368,7 +350,7 @@ async fn a_secret_is_required_checked_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prober_with_a_secret_refuses_a_responder_without_one() {
-    let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let e = probe::probe(
         &Target::from_addr(addr),
         &with_secret(short_probe(), SECRET),
@@ -409,7 +391,7 @@ async fn a_replayed_handshake_fails() {
         secret: Some(key.clone()),
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let t = Duration::from_secs(5);
     // A prober's genuine handshake, recorded by an eavesdropper.
     let client = Nonce::random().unwrap();
@@ -450,7 +432,7 @@ async fn data_connections_need_the_derived_token() {
         secret: Some(key.clone()),
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let t = Duration::from_secs(5);
     let client = Nonce::random().unwrap();
     let mut control = TcpStream::connect(addr).await.unwrap();
@@ -523,7 +505,7 @@ async fn clients_outside_the_allow_list_or_inside_the_deny_list_are_refused() {
             access,
             ..Default::default()
         };
-        let (addr, counters, _stop) = responder(config).await;
+        let (addr, counters, _stop) = responder::start(config).await;
         match probe::probe(&Target::from_addr(addr), &short_probe()).await {
             Err(e @ ProbeError::Rejected { .. }) => {
                 assert_eq!(e.reason(), "denied");
@@ -544,7 +526,7 @@ async fn clients_outside_the_allow_list_or_inside_the_deny_list_are_refused() {
         },
         ..Default::default()
     };
-    let (addr, _counters, _stop) = responder(config).await;
+    let (addr, _counters, _stop) = responder::start(config).await;
     assert!(probe::probe(&Target::from_addr(addr), &short_probe())
         .await
         .is_ok());
@@ -556,7 +538,7 @@ async fn a_client_over_its_tests_per_minute_is_refused_with_a_retry_time() {
         max_tests_per_client_per_minute: 1,
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let target = Target::from_addr(addr);
     probe::probe(&target, &short_probe()).await.unwrap();
     match probe::probe(&target, &short_probe()).await {
@@ -580,7 +562,7 @@ async fn the_hourly_byte_budget_stops_further_tests_once_spent() {
         max_bytes_per_hour: 1,
         ..Default::default()
     };
-    let (addr, counters, _stop) = responder(config).await;
+    let (addr, counters, _stop) = responder::start(config).await;
     let target = Target::from_addr(addr);
     // The first test starts with the budget untouched, and spends it.
     let r = probe::probe(&target, &short_probe()).await.unwrap();

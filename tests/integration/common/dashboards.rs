@@ -1,13 +1,10 @@
 //! Reading the Grafana dashboards in dashboards/ the way Grafana would run
 //! them: every PromQL expression they hold (panel targets, template variable
-//! queries, annotation queries), template variables filled in, and the metric
-//! names an expression reads. Shared by tests/dashboards.rs (static checks,
-//! promtool, live scrape) and the end-to-end test that runs each query
-//! through a real Prometheus.
+//! queries, annotation queries) and template variables filled in (the
+//! metric names a query reads come from `promql::metric_names`). Shared by
+//! the dashboards module (static checks, promtool, live scrape) and the
+//! end-to-end test that runs each query through a real Prometheus.
 
-#![allow(dead_code)] // each test crate uses a different part
-
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -193,158 +190,6 @@ pub fn substitute_variables(expr: &str, values: &[(&str, &str)]) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// PromQL aggregation operators: followed by `(` or by `by`/`without`.
-const AGGREGATIONS: &[&str] = &[
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "group",
-    "stddev",
-    "stdvar",
-    "count",
-    "count_values",
-    "bottomk",
-    "topk",
-    "quantile",
-    "limitk",
-    "limit_ratio",
-];
-
-/// Keywords followed by a parenthesized list of label names.
-const LABEL_LIST_KEYWORDS: &[&str] = &[
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-];
-
-/// Other words that are never metric names in a PromQL expression.
-const KEYWORDS: &[&str] = &[
-    "and", "or", "unless", "bool", "offset", "atan2", "inf", "nan", "start", "end",
-];
-
-/// Metric names an expression reads: identifiers that are not functions
-/// (followed by `(`), aggregation operators, keywords, label names (inside
-/// `{}` or in by/without/on/ignoring/group_left/group_right lists), numbers
-/// or durations (inside `[]` or after `offset`), or parts of strings.
-/// Template variables must be substituted first. Err on unbalanced
-/// brackets or an unterminated string.
-pub fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
-    let s: Vec<char> = expr.chars().collect();
-    // A `$` outside strings (where it may anchor a regex) is a template
-    // variable, also inside `[]`, which the scan below skips whole.
-    let mut i = 0;
-    while i < s.len() {
-        match s[i] {
-            '"' | '\'' | '`' => i = skip_string(&s, i)?,
-            '$' => return Err(format!("unsubstituted template variable in {expr:?}")),
-            _ => i += 1,
-        }
-    }
-    let mut names = BTreeSet::new();
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        match c {
-            '"' | '\'' | '`' => i = skip_string(&s, i)?,
-            '{' => i = skip_group(&s, i, '{', '}')?,
-            '[' => i = skip_group(&s, i, '[', ']')?,
-            '#' => {
-                while i < s.len() && s[i] != '\n' {
-                    i += 1;
-                }
-            }
-            c if c.is_ascii_digit()
-                || (c == '.' && s.get(i + 1).is_some_and(char::is_ascii_digit)) =>
-            {
-                // Numbers, including 1e9, 1e-3, 0x1f, and durations (5m, 1h30m).
-                i += 1;
-                while i < s.len() {
-                    let d = s[i];
-                    let exponent_sign = (d == '+' || d == '-')
-                        && matches!(s[i - 1], 'e' | 'E')
-                        && s[i - 2].is_ascii_digit();
-                    if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exponent_sign {
-                        i += 1;
-                    } else {
-                        break;
-                    }
-                }
-            }
-            c if c.is_ascii_alphabetic() || c == '_' || c == ':' => {
-                let start = i;
-                while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == '_' || s[i] == ':') {
-                    i += 1;
-                }
-                let word: String = s[start..i].iter().collect();
-                let mut next = i;
-                while next < s.len() && s[next].is_whitespace() {
-                    next += 1;
-                }
-                let followed_by_paren = s.get(next) == Some(&'(');
-                if LABEL_LIST_KEYWORDS.contains(&word.as_str()) {
-                    if followed_by_paren {
-                        i = skip_group(&s, next, '(', ')')?;
-                    }
-                } else if followed_by_paren
-                    || AGGREGATIONS.contains(&word.as_str())
-                    || KEYWORDS.contains(&word.as_str())
-                {
-                    // a function, an aggregation or a keyword
-                } else {
-                    names.insert(word);
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    Ok(names)
-}
-
-/// Index just past the string starting at `start` (quote at `start`).
-fn skip_string(s: &[char], start: usize) -> Result<usize, String> {
-    let quote = s[start];
-    let mut i = start + 1;
-    while i < s.len() {
-        if s[i] == '\\' && quote != '`' {
-            i += 2;
-            continue;
-        }
-        if s[i] == quote {
-            return Ok(i + 1);
-        }
-        i += 1;
-    }
-    Err(format!("unterminated string at {start}"))
-}
-
-/// Index just past the group opened at `start`, skipping strings inside.
-fn skip_group(s: &[char], start: usize, open: char, close: char) -> Result<usize, String> {
-    let mut depth = 0;
-    let mut i = start;
-    while i < s.len() {
-        match s[i] {
-            '"' | '\'' | '`' => {
-                i = skip_string(s, i)?;
-                continue;
-            }
-            c if c == open => depth += 1,
-            c if c == close => {
-                depth -= 1;
-                if depth == 0 {
-                    return Ok(i + 1);
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    Err(format!("unbalanced {open}{close} at {start}"))
 }
 
 /// Queries that may legitimately return nothing on a healthy setup with

@@ -9,48 +9,25 @@
 //! Runs the real binary, so that SIGHUP is covered as well as
 //! `POST /-/reload`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::metrics::{sample, sum};
+use crate::common::serve::Serve;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pathprobe"))
 }
 
-/// One HTTP/1.1 request; returns the status and body.
-fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, body.to_string())
-}
-
 /// The value of the unlabelled gauge `name`.
 fn gauge(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    sample(body, name, &[])
 }
 
 /// Probes run for target `old`, whatever their result.
 fn old_probes(body: &str) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with("pathprobe_probes_total{") && l.contains("target=\"old\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    sum(body, "pathprobe_probes_total", &["target=\"old\""])
 }
 
 const HEAD: &str = "responder: {listen: \"127.0.0.1:0\"}
@@ -62,73 +39,6 @@ const OLD_TARGET: &str = "targets:\n  - {name: old, modules: [lo], interval: 1s}
 
 fn good() -> String {
     format!("{HEAD}{OLD_TARGET}")
-}
-
-struct Serve {
-    child: Child,
-    http: SocketAddr,
-}
-
-impl Serve {
-    fn start(config: &Path) -> Serve {
-        let mut child = bin()
-            .args(["serve", "--web.listen-address", "127.0.0.1:0"])
-            .arg("--config.file")
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("serving metrics on http://").nth(1) {
-                    let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("serve logged its address");
-        Serve {
-            child,
-            http: addr.parse().unwrap(),
-        }
-    }
-
-    fn metrics(&self) -> String {
-        let (status, body) = http(self.http, "GET", "/metrics");
-        assert_eq!(status, 200);
-        body
-    }
-
-    fn wait_for(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let body = self.metrics();
-            if ok(&body) {
-                return body;
-            }
-            assert!(start.elapsed() < limit, "{what} never happened:\n{body}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn sighup(&self) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) },
-            0
-        );
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// What goes where the config file was.
@@ -313,12 +223,12 @@ fn every_bad_config_is_refused_and_the_old_one_keeps_probing() {
         );
 
         if case.sighup {
-            serve.sighup();
+            serve.signal(libc::SIGHUP);
             serve.wait_for(Duration::from_secs(10), name, |b| {
                 gauge(b, "pathprobe_config_last_reload_successful") == Some(0.0)
             });
         } else {
-            let (status, body) = http(serve.http, "POST", "/-/reload");
+            let (status, body) = serve.request("POST", "/-/reload");
             assert_eq!(status, 500, "{name}: {body}");
             assert!(
                 body.starts_with("failed to reload config: ") && body.contains(&want),
@@ -339,7 +249,7 @@ fn every_bad_config_is_refused_and_the_old_one_keeps_probing() {
 
         remove(&path);
         std::fs::write(&path, good()).unwrap();
-        let (status, body) = http(serve.http, "POST", "/-/reload");
+        let (status, body) = serve.request("POST", "/-/reload");
         assert_eq!((status, body.as_str()), (200, "Reloaded.\n"), "{name}");
         assert_eq!(
             gauge(&serve.metrics(), "pathprobe_config_last_reload_successful"),

@@ -1,89 +1,13 @@
 //! `pathprobe serve` and `check-config` as processes: signals, exit codes,
 //! the embedded default.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::common::serve::Serve;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pathprobe"))
-}
-
-fn get(addr: SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-struct Serve {
-    child: Child,
-    http: SocketAddr,
-}
-
-impl Serve {
-    /// Starts serve with the web listener on port 0, reading the address it logs.
-    fn start(args: &[&str]) -> Serve {
-        let mut child = bin()
-            .args(["serve", "--web.listen-address", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("serving metrics on http://").nth(1) {
-                    let addr = rest.split('/').next().unwrap().to_string();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("serve logged its address");
-        Serve {
-            child,
-            http: addr.parse().unwrap(),
-        }
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill with our own child's pid.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, sig) },
-            0
-        );
-    }
-
-    fn wait_for(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let body = get(self.http, "/metrics");
-            if ok(&body) {
-                return body;
-            }
-            assert!(start.elapsed() < limit, "{what} never happened:\n{body}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -97,7 +21,7 @@ fn embedded_default_shows_loopback_throughput_within_seconds() {
         pathprobe::config::DEFAULT_CONFIG.replace("\"[::]:5301\"", "\"127.0.0.1:0\""),
     )
     .unwrap();
-    let serve = Serve::start(&["--config.file", path.to_str().unwrap()]);
+    let serve = Serve::start(&path);
     let body = serve.wait_for(Duration::from_secs(40), "first loopback probes", |b| {
         b.contains("pathprobe_probe_success{target=\"loopback\",module=\"loopback_tcp\"")
             && b.contains("pathprobe_probe_success{target=\"loopback\",module=\"loopback_udp\"")
@@ -115,7 +39,7 @@ fn sighup_with_a_broken_file_keeps_running_and_sigterm_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pathprobe.yml");
     std::fs::write(&path, "responder: {listen: \"127.0.0.1:0\"}\nmodules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{modules: [lo]}]\n").unwrap();
-    let mut serve = Serve::start(&["--config.file", path.to_str().unwrap()]);
+    let mut serve = Serve::start(&path);
     serve.wait_for(Duration::from_secs(30), "first probe", |b| {
         b.contains("pathprobe_probe_success{target=\"loopback\"")
     });

@@ -5,12 +5,16 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::turn::{self, Turn};
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pathprobe"))
 }
 
 /// Runs to completion, killing the process if it outlives `limit`.
 fn run(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    // A probe loads the machine as a test's traffic does.
+    let _turn = turn::shared();
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -27,11 +31,16 @@ fn run(cmd: &mut Command, limit: Duration) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-struct Responder(Child, String);
+struct Responder {
+    child: Child,
+    addr: String,
+    _turn: Turn,
+}
 
 impl Responder {
     /// Starts `pathprobe respond --port 0` and reads the port it printed.
     fn start(extra: &[&str]) -> Responder {
+        let turn = turn::shared();
         let mut child = bin()
             .args(["respond", "--listen", "127.0.0.1", "--port", "0"])
             .args(extra)
@@ -48,14 +57,18 @@ impl Responder {
             .nth(4)
             .expect("listening line names the address")
             .to_string();
-        Responder(child, addr)
+        Responder {
+            child,
+            addr,
+            _turn: turn,
+        }
     }
 }
 
 impl Drop for Responder {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -63,7 +76,7 @@ impl Drop for Responder {
 fn tcp_probe_prints_a_nuttcp_line() {
     let r = Responder::start(&[]);
     let out = run(
-        bin().args(["probe", "-t", "0.5", &r.1]),
+        bin().args(["probe", "-t", "0.5", &r.addr]),
         Duration::from_secs(20),
     );
     assert!(
@@ -96,7 +109,7 @@ fn tcp_probe_prints_a_nuttcp_line() {
 fn udp_probe_reports_drops_and_json_is_one_document() {
     let r = Responder::start(&[]);
     let out = run(
-        bin().args(["probe", "-u", "-b", "100m", "-t", "0.5", "-J", &r.1]),
+        bin().args(["probe", "-u", "-b", "100m", "-t", "0.5", "-J", &r.addr]),
         Duration::from_secs(20),
     );
     assert!(
@@ -112,7 +125,7 @@ fn udp_probe_reports_drops_and_json_is_one_document() {
     assert!(received <= sent && sent > 4000, "{sent} {received}");
     let text = String::from_utf8(
         run(
-            bin().args(["probe", "-u", "-t", "0.3", &r.1]),
+            bin().args(["probe", "-u", "-t", "0.3", &r.addr]),
             Duration::from_secs(20),
         )
         .stdout,
@@ -192,14 +205,14 @@ fn failures_exit_non_zero_with_a_message_or_a_json_error() {
 fn busy_responder_is_reported() {
     let r = Responder::start(&[]);
     let mut long = bin()
-        .args(["probe", "-t", "3", &r.1])
+        .args(["probe", "-t", "3", &r.addr])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     // Wait until the first test is admitted: its data connection exists
     // only once the responder has accepted the test.
-    let port = r.1.rsplit(':').next().unwrap().to_string();
+    let port = r.addr.rsplit(':').next().unwrap().to_string();
     let start = Instant::now();
     loop {
         let out = Command::new("ss")
@@ -223,7 +236,7 @@ fn busy_responder_is_reported() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = run(
-        bin().args(["probe", "-J", "-t", "0.2", &r.1]),
+        bin().args(["probe", "-J", "-t", "0.2", &r.addr]),
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(1));
@@ -254,7 +267,7 @@ fn secrets_come_from_files_and_failures_say_which() {
     let r = Responder::start(&["--auth.secret-file", &good]);
     let probe = |extra: &[&str]| {
         run(
-            bin().args(["probe", "-t", "0.3"]).args(extra).arg(&r.1),
+            bin().args(["probe", "-t", "0.3"]).args(extra).arg(&r.addr),
             Duration::from_secs(20),
         )
     };
@@ -303,7 +316,7 @@ fn secrets_come_from_files_and_failures_say_which() {
 fn clamping_is_printed_and_the_allow_list_refuses() {
     let r = Responder::start(&["--max-duration", "0.5s", "--max-streams", "1"]);
     let out = run(
-        bin().args(["probe", "-t", "2", "-P", "2", &r.1]),
+        bin().args(["probe", "-t", "2", "-P", "2", &r.addr]),
         Duration::from_secs(20),
     );
     assert!(
@@ -327,7 +340,7 @@ fn clamping_is_printed_and_the_allow_list_refuses() {
 
     let r = Responder::start(&["--max-duration", "0.5s", "--limit-policy", "refuse"]);
     let out = run(
-        bin().args(["probe", "-t", "2", &r.1]),
+        bin().args(["probe", "-t", "2", &r.addr]),
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(1));
@@ -339,7 +352,7 @@ fn clamping_is_printed_and_the_allow_list_refuses() {
 
     let r = Responder::start(&["--allow", "10.0.0.0/8", "--deny", "192.0.2.1"]);
     let out = run(
-        bin().args(["probe", "-J", "-t", "0.3", &r.1]),
+        bin().args(["probe", "-J", "-t", "0.3", &r.addr]),
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(1));

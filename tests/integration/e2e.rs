@@ -20,25 +20,18 @@
 //! package `prometheus`, installed by .ci/run). Without root it prints why
 //! and passes, like the other lab tests.
 
-#[path = "common/lab.rs"]
-mod common_lab;
-#[path = "common/service.rs"]
-mod service;
-mod common {
-    pub mod dashboards;
-}
-
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::dashboards;
-use common_lab::{require_root, Lab};
 use serde_json::Value;
-use service::{in_netns, Serve};
+
+use crate::common::lab::{in_netns, require_root, Lab};
+use crate::common::metrics::samples;
+use crate::common::serve::Serve;
+use crate::common::{dashboards, http};
 
 /// Prometheus' port inside namespace `a`: the namespace is private to this
 /// test, so the port is free by construction.
@@ -106,36 +99,15 @@ fn poll<T>(limit: Duration, what: &str, mut f: impl FnMut(&mut String) -> Option
     }
 }
 
-/// An HTTP/1.0 exchange from inside `ns`. HTTP/1.0, because Prometheus
-/// then answers with a plain body (no chunked encoding) and closes.
-fn http10(
+/// An HTTP exchange from inside `ns`.
+fn http_in(
     ns: &str,
     addr: SocketAddr,
     method: &str,
     target: &str,
 ) -> std::io::Result<(u16, String)> {
     let (method, target) = (method.to_string(), target.to_string());
-    in_netns(ns, move || {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        write!(
-            s,
-            "{method} {target} HTTP/1.0\r\nHost: e2e\r\nContent-Length: 0\r\n\r\n"
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let raw = String::from_utf8_lossy(&raw);
-        let status = raw
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = raw
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
-    })
+    in_netns(ns, move || http::try_request(addr, &method, &target))
 }
 
 /// A Prometheus server in one lab namespace; killed when dropped.
@@ -205,7 +177,7 @@ impl Prometheus {
     }
 
     fn get(&self, target: &str) -> std::io::Result<(u16, String)> {
-        http10(&self.ns, self.addr, "GET", target)
+        http_in(&self.ns, self.addr, "GET", target)
     }
 
     /// `data` of a successful API answer.
@@ -252,7 +224,7 @@ impl Prometheus {
     fn reload_rules(&self, rules: &str) {
         std::fs::write(self.dir.path().join("rules.yml"), rules).unwrap();
         let (status, body) =
-            http10(&self.ns, self.addr, "POST", "/-/reload").expect("POST /-/reload");
+            http_in(&self.ns, self.addr, "POST", "/-/reload").expect("POST /-/reload");
         assert_eq!(status, 200, "reload: {body}\n{}", self.log());
     }
 
@@ -260,11 +232,9 @@ impl Prometheus {
     fn group_counters(&self, metric: &str) -> BTreeMap<String, f64> {
         let (status, body) = self.get("/metrics").expect("prometheus /metrics");
         assert_eq!(status, 200);
-        body.lines()
-            .filter(|l| l.starts_with(&format!("{metric}{{")))
-            .filter_map(|l| {
-                let group = l.split("rule_group=\"").nth(1)?.split('"').next()?;
-                let value = l.rsplit(' ').next()?.parse().ok()?;
+        samples(&body, metric, &[])
+            .filter_map(|(labels, value)| {
+                let group = labels.split("rule_group=\"").nth(1)?.split('"').next()?;
                 Some((group.to_string(), value))
             })
             .collect()
@@ -385,8 +355,8 @@ fn prometheus_dashboards_and_alerts_against_the_lab() {
     let started = Instant::now();
     let lab = Lab::up("e2e").unwrap();
     lab.shape(RATE_BEFORE).unwrap();
-    let b = Serve::start(&lab, "b", RESPONDER);
-    let a = Serve::start(&lab, "a", &prober(lab.addr_b()));
+    let b = Serve::in_lab(&lab, "b", RESPONDER);
+    let a = Serve::in_lab(&lab, "a", &prober(lab.addr_b()));
     let real_rules =
         std::fs::read_to_string(repo().join("config/alerts.yml")).expect("config/alerts.yml");
     let prom = Prometheus::start(

@@ -1,166 +1,15 @@
 //! `pathprobe serve` end to end, in process: a config with loopback modules
 //! and a target at a second in-process responder, scraped over HTTP.
 
-use std::io::Write as _;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use crate::common::metrics::sample;
+use crate::common::promtool;
+use crate::common::serve::InProcess;
 
-use pathprobe::responder::{bind, Responder, ResponderConfig};
-use pathprobe::service::{self, ConfigSource, Listeners};
-
-/// A minimal HTTP/1.1 request; returns the status and body.
 async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut s = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
-        .await
-        .unwrap()
-        .unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The value of the first sample of `metric` whose labels contain all of `labels`.
-fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            let name = l.split(['{', ' ']).next().unwrap_or("");
-            name == metric && labels.iter().all(|want| l.contains(want))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// `promtool check metrics` on a live scrape (CI installs promtool).
-fn promtool_check(body: &str) {
-    use std::process::{Command, Stdio};
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        panic!("promtool is not installed (apt-get install prometheus; .ci/run does)");
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Running {
-    http: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    _peer_stop: oneshot::Sender<()>,
-    config: tempfile::NamedTempFile,
-}
-
-impl Running {
-    async fn shutdown(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("serve stopped in time")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-/// Starts a peer responder and `serve` with `yaml` (PEER replaced by the
-/// peer's address); everything on port 0.
-async fn start(yaml: &str) -> (Running, SocketAddr) {
-    let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let peer = Responder::new(tcp, udp, ResponderConfig::default()).unwrap();
-    let peer_addr = peer.local_addr().unwrap();
-    let (peer_tx, peer_rx) = oneshot::channel::<()>();
-    tokio::spawn(peer.serve(async {
-        let _ = peer_rx.await;
-    }));
-
-    let mut config = tempfile::Builder::new().suffix(".yml").tempfile().unwrap();
-    config
-        .write_all(yaml.replace("PEER", &peer_addr.to_string()).as_bytes())
-        .unwrap();
-    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_addr = http.local_addr().unwrap();
-    let responder = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let (_reload_tx, reload_rx) = mpsc::channel(1);
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let source = ConfigSource::File(config.path().to_path_buf());
-    let task = tokio::spawn(async move {
-        let _keep = _reload_tx;
-        service::run(
-            source,
-            Listeners {
-                http,
-                responder: Some(responder),
-            },
-            reload_rx,
-            async {
-                let _ = stop_rx.await;
-            },
-        )
-        .await
-    });
-    (
-        Running {
-            http: http_addr,
-            stop: Some(stop_tx),
-            task,
-            _peer_stop: peer_tx,
-            config,
-        },
-        peer_addr,
-    )
-}
-
-/// Scrapes until `ready` holds for the body, within `limit`.
-async fn scrape_until(addr: SocketAddr, limit: Duration, ready: impl Fn(&str) -> bool) -> String {
-    let start = Instant::now();
-    loop {
-        let (status, body) = http(addr, "GET", "/metrics").await;
-        assert_eq!(status, 200);
-        if ready(&body) {
-            return body;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "metrics never became ready:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::common::http::request_async(addr, method, path).await
 }
 
 const CONFIG: &str = r#"
@@ -179,29 +28,31 @@ targets:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_probes_and_exports() {
-    let (run, peer) = start(CONFIG).await;
-    let body = scrape_until(run.http, Duration::from_secs(60), |b| {
-        [
-            ("loopback", "lo_tcp"),
-            ("loopback", "lo_udp"),
-            ("peer", "tcp"),
-            ("peer", "udp_both"),
-            ("nobody", "tcp"),
-        ]
-        .iter()
-        .all(|(tg, m)| {
-            b.contains(&format!(
-                "pathprobe_probe_success{{target=\"{tg}\",module=\"{m}\""
-            ))
-        }) && b
-            .matches("pathprobe_probe_success{target=\"peer\",module=\"udp_both\"")
-            .count()
-            == 2
-    })
-    .await;
+    let run = InProcess::start(CONFIG).await;
+    let peer = run.peer;
+    let body = run
+        .wait_for(Duration::from_secs(60), |b| {
+            [
+                ("loopback", "lo_tcp"),
+                ("loopback", "lo_udp"),
+                ("peer", "tcp"),
+                ("peer", "udp_both"),
+                ("nobody", "tcp"),
+            ]
+            .iter()
+            .all(|(tg, m)| {
+                b.contains(&format!(
+                    "pathprobe_probe_success{{target=\"{tg}\",module=\"{m}\""
+                ))
+            }) && b
+                .matches("pathprobe_probe_success{target=\"peer\",module=\"udp_both\"")
+                .count()
+                == 2
+        })
+        .await;
     // The exposition must satisfy Prometheus' own linter (names, units,
     // help text), with real results of every kind in it.
-    promtool_check(&body);
+    promtool::check_metrics(&body);
     let ok = |target: &str, module: &str| {
         sample(
             &body,
@@ -334,10 +185,11 @@ async fn serve_probes_and_exports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_keeps_the_old_config_when_the_new_one_is_broken() {
-    let (run, _peer) =
-        start("modules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{modules: [lo]}]\n")
-            .await;
-    scrape_until(run.http, Duration::from_secs(30), |b| {
+    let run = InProcess::start(
+        "modules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{modules: [lo]}]\n",
+    )
+    .await;
+    run.wait_for(Duration::from_secs(30), |b| {
         b.contains("pathprobe_probe_success{target=\"loopback\"")
     })
     .await;
@@ -362,10 +214,11 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_broken() {
     std::fs::write(run.config.path(), "modules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{name: self, modules: [lo]}]\n").unwrap();
     let (status, _) = http(run.http, "POST", "/-/reload").await;
     assert_eq!(status, 200);
-    let m = scrape_until(run.http, Duration::from_secs(30), |b| {
-        b.contains("pathprobe_probe_success{target=\"self\"")
-    })
-    .await;
+    let m = run
+        .wait_for(Duration::from_secs(30), |b| {
+            b.contains("pathprobe_probe_success{target=\"self\"")
+        })
+        .await;
     assert_eq!(
         sample(&m, "pathprobe_config_last_reload_successful", &[]),
         Some(1.0)

@@ -1,16 +1,17 @@
 //! Series names in PromQL expressions and in a /metrics scrape, for tests
 //! that hold rules and dashboards to the names the exporter really exposes.
 //!
-//! Self-contained on purpose (std only): include it with
-//! `#[path = "common/promql.rs"] mod promql;`. It is a small lexer, not a
+//! One reader with two strictnesses ([`Mode`]): rules may hold Grafana-free
+//! PromQL only, but the reader tolerates what it cannot place; dashboards'
+//! queries are read after their template variables are filled in, and
+//! there a leftover `$`, an unterminated string or an unclosed bracket is an
+//! error. It is a small lexer, not a
 //! parser; promtool (or Prometheus' API) is what proves an expression parses.
 //! It recognises what a name can sit next to in valid PromQL: strings,
 //! comments, label matchers in `{}`, ranges and subqueries in `[]`, numbers
 //! and durations, function calls, aggregation and set operators, label lists
 //! after `by`, `without`, `on`, `ignoring`, `group_left` and `group_right`,
-//! and Grafana variables (`$var`, `${var}`, `$__rate_interval`).
-
-#![allow(dead_code)]
+//! and (leniently) Grafana variables (`$var`, `${var}`, `$__rate_interval`).
 
 use std::collections::BTreeSet;
 
@@ -44,8 +45,19 @@ const LABEL_LIST_KEYWORDS: &[&str] = &[
 
 /// Other words that are not series names.
 const KEYWORDS: &[&str] = &[
-    "and", "or", "unless", "offset", "bool", "atan2", "inf", "nan",
+    "and", "or", "unless", "offset", "bool", "atan2", "inf", "nan", "start", "end",
 ];
+
+/// How much the reader demands of an expression.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// Skips Grafana variables and reads to the end of an unterminated
+    /// string or bracket.
+    Lenient,
+    /// A `$` outside strings (an unsubstituted template variable), an
+    /// unterminated string or an unbalanced bracket is an error.
+    Strict,
+}
 
 fn is_ident_start(c: u8) -> bool {
     c.is_ascii_alphabetic() || c == b'_' || c == b':'
@@ -56,43 +68,53 @@ fn is_ident(c: u8) -> bool {
 }
 
 /// Index after the string literal that opens at `i` (quote at `b[i]`).
-fn skip_string(b: &[u8], mut i: usize) -> usize {
-    let q = b[i];
-    i += 1;
+fn skip_string(b: &[u8], start: usize, mode: Mode) -> Result<usize, String> {
+    let q = b[start];
+    let mut i = start + 1;
     while i < b.len() {
         if b[i] == b'\\' && q != b'`' {
             i += 2;
             continue;
         }
         if b[i] == q {
-            return i + 1;
+            return Ok(i + 1);
         }
         i += 1;
     }
-    i
+    match mode {
+        Mode::Lenient => Ok(b.len()),
+        Mode::Strict => Err(format!("unterminated string at {start}")),
+    }
 }
 
 /// Index after the bracket group that opens at `i`, strings respected.
-fn skip_group(b: &[u8], mut i: usize, open: u8, close: u8) -> usize {
+fn skip_group(b: &[u8], start: usize, open: u8, close: u8, mode: Mode) -> Result<usize, String> {
     let mut depth = 0usize;
+    let mut i = start;
     while i < b.len() {
         match b[i] {
             b'"' | b'\'' | b'`' => {
-                i = skip_string(b, i);
+                i = skip_string(b, i, mode)?;
                 continue;
             }
             c if c == open => depth += 1,
             c if c == close => {
                 depth -= 1;
                 if depth == 0 {
-                    return i + 1;
+                    return Ok(i + 1);
                 }
             }
             _ => {}
         }
         i += 1;
     }
-    i
+    match mode {
+        Mode::Lenient => Ok(b.len()),
+        Mode::Strict => Err(format!(
+            "unbalanced {}{} at {start}",
+            open as char, close as char
+        )),
+    }
 }
 
 fn skip_space(b: &[u8], mut i: usize) -> usize {
@@ -122,6 +144,8 @@ fn string_value(lit: &str) -> String {
 
 /// `__name__="x"` matchers inside a `{...}` group: exact names only.
 fn names_in_matchers(group: &str, out: &mut BTreeSet<String>) {
+    // The group was skipped whole before, so its strings are terminated.
+    let skip_string = |b: &[u8], i: usize| skip_string(b, i, Mode::Lenient).unwrap_or(b.len());
     let b = group.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -156,33 +180,57 @@ fn names_in_matchers(group: &str, out: &mut BTreeSet<String>) {
     }
 }
 
+/// Every series name an expression selects, leniently ([`Mode::Lenient`]):
+/// for rules.
+pub fn series_names(expr: &str) -> BTreeSet<String> {
+    names(expr, Mode::Lenient).expect("the lenient reader accepts everything")
+}
+
+/// Every metric name an expression reads, strictly ([`Mode::Strict`]): for
+/// dashboards' queries, template variables substituted first.
+pub fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
+    names(expr, Mode::Strict)
+}
+
 /// Every series name an expression selects: metric names and recorded
 /// series names (with colons), including `{__name__="x"}`. Function,
 /// aggregation, keyword and label names are left out.
-pub fn series_names(expr: &str) -> BTreeSet<String> {
+pub fn names(expr: &str, mode: Mode) -> Result<BTreeSet<String>, String> {
     let b = expr.as_bytes();
+    if mode == Mode::Strict {
+        // A `$` outside strings (where it may anchor a regex) is a template
+        // variable, also inside `[]`, which the scan below skips whole.
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'"' | b'\'' | b'`' => i = skip_string(b, i, mode)?,
+                b'$' => return Err(format!("unsubstituted template variable in {expr:?}")),
+                _ => i += 1,
+            }
+        }
+    }
     let mut names = BTreeSet::new();
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
         match c {
-            b'"' | b'\'' | b'`' => i = skip_string(b, i),
+            b'"' | b'\'' | b'`' => i = skip_string(b, i, mode)?,
             b'#' => {
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
             }
             b'{' => {
-                let end = skip_group(b, i, b'{', b'}');
+                let end = skip_group(b, i, b'{', b'}', mode)?;
                 names_in_matchers(&expr[i..end], &mut names);
                 i = end;
             }
             // Ranges, subqueries and Grafana's old [[var]]: no names inside.
-            b'[' => i = skip_group(b, i, b'[', b']'),
+            b'[' => i = skip_group(b, i, b'[', b']', mode)?,
             b'$' => {
                 i += 1;
                 if i < b.len() && b[i] == b'{' {
-                    i = skip_group(b, i, b'{', b'}');
+                    i = skip_group(b, i, b'{', b'}', mode)?;
                 } else {
                     while i < b.len() && is_ident(b[i]) {
                         i += 1;
@@ -216,7 +264,7 @@ pub fn series_names(expr: &str) -> BTreeSet<String> {
                 // PromQL keywords and aggregations are case-insensitive.
                 if LABEL_LIST_KEYWORDS.contains(&lower.as_str()) {
                     if next < b.len() && b[next] == b'(' {
-                        i = skip_group(b, next, b'(', b')');
+                        i = skip_group(b, next, b'(', b')', mode)?;
                     }
                 } else if b.get(next) == Some(&b'(')
                     || AGGREGATIONS.contains(&lower.as_str())
@@ -230,7 +278,7 @@ pub fn series_names(expr: &str) -> BTreeSet<String> {
             _ => i += 1,
         }
     }
-    names
+    Ok(names)
 }
 
 /// Sample names in a text exposition (/metrics), as PromQL sees them, and
@@ -260,6 +308,20 @@ pub fn exposed_names(body: &str) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strict_refuses_what_lenient_reads_past() {
+        for (expr, lenient) in [
+            ("rate(x[$__rate_interval])", &["x"][..]),
+            ("x{a=~\"${target}\"} + $y", &["x"][..]),
+            ("x[5m", &["x"][..]),
+            ("x{a=\"b", &["x"][..]),
+        ] {
+            assert_eq!(series_names(expr), set(lenient), "{expr}");
+            assert!(metric_names(expr).is_err(), "{expr}");
+        }
+        assert_eq!(metric_names("x{a=~\"b$\"}").unwrap(), set(&["x"]));
+    }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()

@@ -8,22 +8,19 @@
 //! `pathprobe serve` and from the CLI; `r`, the router between them, plays
 //! the victim of the spoofed request. Needs root.
 
-#[path = "common/lab.rs"]
-mod common_lab;
-#[path = "common/service.rs"]
-mod service;
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common_lab::{require_root, Lab};
+use crate::common::lab::in_netns;
+use crate::common::lab::{require_root, Lab};
+use crate::common::metrics::sample;
+use crate::common::serve::Serve;
 use pathprobe::probe::{Direction, Kind};
 use pathprobe::protocol::message::Hello;
 use pathprobe::protocol::{decode_frame, encode_frame, Message, TestRequest};
-use service::{in_netns, sample, Serve};
 
 fn write_secret(dir: &tempfile::TempDir, name: &str, secret: &str) -> String {
     let path = dir.path().join(name);
@@ -70,7 +67,7 @@ fn failed_with(body: &str, module: &str, reason: &str) -> bool {
 fn cli(lab: &Lab, end: &str, args: &[&str]) -> Output {
     let mut cmd = lab.exec(end, env!("CARGO_BIN_EXE_pathprobe"));
     cmd.arg("probe").args(args);
-    let out = common_lab::run_bounded(&mut cmd, Duration::from_secs(30)).unwrap();
+    let out = crate::common::lab::run_bounded(&mut cmd, Duration::from_secs(30)).unwrap();
     Output {
         status: out.status,
         stdout: out.stdout.into_bytes(),
@@ -87,16 +84,14 @@ fn missing_and_wrong_secrets_are_refused_by_reason() {
     let good = write_secret(&dir, "good", "the fleet's shared secret");
     let wrong = write_secret(&dir, "wrong", "somebody else's secret");
     let lab = Lab::up("authsecret").unwrap();
-    let b = Serve::start(
-        &lab,
+    let b = Serve::in_lab(&lab,
         "b",
         &format!(
             "responder: {{listen: \"0.0.0.0:5301\", idle_timeout: 2s, secret_file: \"{good}\"}}\nmodules: {{}}\n"
         ),
     );
     let target = format!("{}:5301", lab.addr_b());
-    let a = Serve::start(
-        &lab,
+    let a = Serve::in_lab(&lab,
         "a",
         &format!(
             "responder: {{enabled: false}}\nscheduler: {{default_interval: 4s, jitter: 0}}\n\
@@ -189,15 +184,14 @@ fn a_client_outside_the_allow_list_is_denied() {
     // r reaches b from its b-side address, inside the allow list; a's
     // network is outside it.
     let r_ip = Ipv4Addr::from(u32::from(lab.addr_b()) - 1);
-    let b = Serve::start(
-        &lab,
+    let b = Serve::in_lab(&lab,
         "b",
         &format!(
             "responder: {{listen: \"0.0.0.0:5301\", idle_timeout: 2s, allow: [\"{r_ip}/32\", 192.0.2.0/24], deny: [198.51.100.0/24]}}\nmodules: {{}}\n"
         ),
     );
     let target = format!("{}:5301", lab.addr_b());
-    let a = Serve::start(
+    let a = Serve::in_lab(
         &lab,
         "a",
         &format!(
@@ -264,7 +258,7 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
         return;
     }
     let lab = Lab::up("spoofudp").unwrap();
-    let b = Serve::start(
+    let b = Serve::in_lab(
         &lab,
         "b",
         "responder: {listen: \"0.0.0.0:5301\", idle_timeout: 2s}\nmodules: {}\n",

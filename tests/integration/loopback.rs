@@ -2,26 +2,15 @@
 //! loopback, bound to port 0. The figures must be consistent with each other
 //! and with what was asked.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
-use pathprobe::responder::{bind, Responder, ResponderConfig};
+use pathprobe::responder::ResponderConfig;
 
-/// Starts a responder on 127.0.0.1:0; it stops when the sender is dropped.
-async fn responder(config: ResponderConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let r = Responder::new(tcp, udp, config).unwrap();
-    let addr = r.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(r.serve(async {
-        let _ = rx.await;
-    }));
-    (addr, tx)
-}
+use crate::common::{responder, turn};
 
 async fn run(kind: Kind, direction: Direction, streams: u32) -> ProbeResult {
-    let (addr, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, _, _stop) = responder::start(ResponderConfig::default()).await;
     let spec = ProbeSpec {
         kind,
         direction,
@@ -182,7 +171,7 @@ async fn udp_bidir() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn omit_excludes_the_warm_up() {
-    let (addr, _stop) = responder(ResponderConfig::default()).await;
+    let (addr, _, _stop) = responder::start(ResponderConfig::default()).await;
     let spec = ProbeSpec {
         kind: Kind::Udp,
         duration: Duration::from_millis(1000),
@@ -222,7 +211,9 @@ async fn loopback_probe_runs_its_own_responder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_bitrate_paces_the_sender_without_overrunning_the_time() {
-    let (addr, _stop) = responder(ResponderConfig::default()).await;
+    // A rate measured to 3 %: alone, as it was in its own test binary.
+    let _turn = turn::exclusive();
+    let (addr, _, _stop) = responder::start(ResponderConfig::default()).await;
     let spec = ProbeSpec {
         duration: Duration::from_secs(1),
         bitrate: Some(50_000_000),

@@ -6,16 +6,13 @@
 //! PATHPROBE_LAB_TOOL=iperf3 runs the same tests against iperf3 instead, to
 //! check the lab and this harness with a tool we trust.
 
-#[path = "common/lab.rs"]
-mod common_lab;
-
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common_lab::{require_root, run_bounded, wait_bounded, Lab};
+use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab};
 use serde_json::Value;
 
 const PORT: u16 = 5301;

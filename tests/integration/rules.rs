@@ -16,17 +16,17 @@
 //! promtool is required: without it these tests fail and say how to install
 //! it (`.ci/run` installs the `prometheus` package).
 
-#[path = "common/promql.rs"]
-mod promql;
-
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pathprobe::metrics::names::{self, MetricType};
 use serde_yaml::Value;
+
+use crate::common::metrics::parse_sample;
+use crate::common::serve::Serve;
+use crate::common::{promql, promtool};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -49,42 +49,9 @@ fn rule_test_files() -> Vec<PathBuf> {
     files
 }
 
-/// The promtool binary: $PROMTOOL, or promtool on the PATH. Panics when
-/// there is none: a missing promtool must not pass as checked rules.
-fn promtool() -> PathBuf {
-    let candidates = std::env::var_os("PROMTOOL")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(std::env::var_os("PATH").into_iter().flat_map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("promtool"))
-                .collect::<Vec<_>>()
-        }));
-    for c in candidates {
-        if c.is_file() {
-            return c;
-        }
-    }
-    panic!(
-        "promtool not found, so config/alerts.yml and config/prometheus.yml cannot be checked. \
-         Install it with `apt-get install prometheus` (Debian; .ci/run does this) or point \
-         PROMTOOL at a promtool binary."
-    );
-}
-
 /// Runs promtool in `dir`; returns whether it succeeded and its output.
 fn promtool_output(args: &[&str], dir: &Path) -> (bool, String) {
-    let out = Command::new(promtool())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run promtool");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    promtool::run(promtool::command().args(args).current_dir(dir))
 }
 
 fn run_promtool(args: &[&str]) -> String {
@@ -423,33 +390,6 @@ const SCRAPE_SERIES: &[&str] = &[
     "scrape_series_added",
 ];
 
-fn http_get(addr: SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "GET {path}: {out}");
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
-}
-
-/// A `pathprobe serve` process, killed on drop.
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// /metrics of `pathprobe serve` running the default configuration (the
 /// responder moved to a free port), once the first loopback probes of both
 /// default modules have reported. Scraped once per test run.
@@ -468,39 +408,12 @@ fn scrape_default_serve() -> String {
         "responder port not found"
     );
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
-        .args([
-            "serve",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--config.file",
-        ])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let serve = Serve(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in stderr.lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("serving metrics on http://").nth(1) {
-                let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
-            }
-        }
-    });
-    let addr: SocketAddr = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("serve logged its metrics address")
-        .parse()
-        .unwrap();
+    let serve = Serve::start(&path);
     // The default schedule runs the first probes right after start; each
     // lasts 5 seconds, one at a time.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let body = http_get(addr, "/metrics");
+        let body = serve.metrics();
         let done = ["loopback_tcp", "loopback_udp"].iter().all(|m| {
             body.contains(&format!(
                 "pathprobe_probe_success{{target=\"loopback\",module=\"{m}\""
@@ -599,30 +512,6 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
             }
         }
     }
-}
-
-/// One sample line of a text exposition: name, `{labels}` as written (or
-/// empty) and value.
-fn parse_sample(line: &str) -> Option<(&str, &str, f64)> {
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
-    let (name, rest) = line.split_at(name_end);
-    let (labels, rest) = if rest.starts_with('{') {
-        let b = rest.as_bytes();
-        let (mut i, mut quoted) = (1, false);
-        while i < b.len() && (quoted || b[i] != b'}') {
-            match b[i] {
-                b'\\' if quoted => i += 1,
-                b'"' => quoted = !quoted,
-                _ => {}
-            }
-            i += 1;
-        }
-        rest.split_at((i + 1).min(rest.len()))
-    } else {
-        ("", rest)
-    };
-    let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some((name, labels, value))
 }
 
 /// `{a="b"}` plus the labels Prometheus adds when it scrapes.

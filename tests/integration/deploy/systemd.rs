@@ -1,0 +1,161 @@
+//! The systemd unit.
+
+use super::*;
+
+/// The unit's sections as (key, value) lists, in order; `\` continues a
+/// line, `#` and `;` start comments.
+pub(super) fn parse_unit(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut section = None;
+    let mut pending = String::new();
+    for raw in text.lines() {
+        let line = raw.trim();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with(';'))
+        {
+            continue;
+        }
+        if let Some(head) = line.strip_suffix('\\') {
+            pending.push_str(head);
+            pending.push(' ');
+            continue;
+        }
+        let line = std::mem::take(&mut pending) + line;
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = Some(name.to_string());
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("not key=value: {line}"));
+        let section = section
+            .clone()
+            .unwrap_or_else(|| panic!("{line} outside a section"));
+        out.entry(section)
+            .or_default()
+            .push((k.trim().to_string(), v.trim().to_string()));
+    }
+    out
+}
+
+#[test]
+fn systemd_unit_is_hardened_and_its_command_line_runs() {
+    let unit = parse_unit(&read(&repo().join("deploy/systemd/pathprobe.service")));
+    let service = &unit["Service"];
+    let last = |k: &str| {
+        service
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+
+    // A misspelt directive is only a warning to systemd, and the hardening
+    // silently goes; every key must be one systemd knows.
+    const KNOWN: &[&str] = &[
+        "Type",
+        "ExecStart",
+        "ExecReload",
+        "Restart",
+        "RestartSec",
+        "KillSignal",
+        "TimeoutStopSec",
+        "ConfigurationDirectory",
+        "DynamicUser",
+        "NoNewPrivileges",
+        "CapabilityBoundingSet",
+        "AmbientCapabilities",
+        "ProtectSystem",
+        "ProtectHome",
+        "PrivateTmp",
+        "PrivateDevices",
+        "UMask",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+        "ProtectClock",
+        "ProtectHostname",
+        "ProtectProc",
+        "ProcSubset",
+        "RestrictAddressFamilies",
+        "RestrictNamespaces",
+        "RestrictRealtime",
+        "RestrictSUIDSGID",
+        "LockPersonality",
+        "MemoryDenyWriteExecute",
+        "RemoveIPC",
+        "PrivateUsers",
+        "SystemCallArchitectures",
+        "SystemCallFilter",
+        "SystemCallErrorNumber",
+        "DevicePolicy",
+        "KeyringMode",
+        "LimitNOFILE",
+        "Environment",
+        "IPAddressDeny",
+        "IPAddressAllow",
+        "PrivateIPC",
+        "ExecStartPre",
+    ];
+    for (k, _) in service {
+        assert!(
+            KNOWN.contains(&k.as_str()),
+            "unknown or unexpected directive {k}"
+        );
+    }
+    for (k, v) in [
+        ("DynamicUser", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("RestrictNamespaces", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("LockPersonality", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("SystemCallArchitectures", "native"),
+    ] {
+        assert_eq!(last(k), Some(v), "{k}");
+    }
+    assert!(
+        last("User").is_none() && last("Group").is_none(),
+        "DynamicUser picks the user"
+    );
+    let families: BTreeSet<&str> = last("RestrictAddressFamilies")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let allowed: BTreeSet<&str> = ["AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"].into();
+    assert!(families.contains("AF_INET") && families.contains("AF_INET6"));
+    assert!(families.is_subset(&allowed), "{families:?}");
+    assert!(service
+        .iter()
+        .any(|(k, v)| k == "SystemCallFilter" && v == "@system-service"));
+    // Host figures come from /proc/stat and friends: ProcSubset=pid would
+    // hide them.
+    assert_ne!(last("ProcSubset"), Some("pid"));
+
+    let exec = last("ExecStart").expect("ExecStart");
+    assert!(
+        !exec.contains(['"', '\'']),
+        "quoting is not checked here: {exec}"
+    );
+    let words: Vec<String> = exec.split_whitespace().map(String::from).collect();
+    assert!(words[0].starts_with('/'), "{}", words[0]);
+    assert!(words[0].ends_with("/pathprobe"));
+    check_serve_command(&words[1..], "ExecStart");
+    assert!(
+        last("ExecReload").is_some_and(|r| r.contains("-HUP $MAINPID")),
+        "reload is SIGHUP"
+    );
+    assert_eq!(
+        unit["Install"][0],
+        ("WantedBy".to_string(), "multi-user.target".to_string())
+    );
+}

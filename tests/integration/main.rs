@@ -1,0 +1,24 @@
+//! pathprobe's integration tests, one crate with a module per area (as
+//! ripgrep's tests/tests.rs), sharing the harness in `common`: one binary
+//! to link, and no `#[path]` includes. Select an area by its module path,
+//! e.g. `cargo test --release --test integration rules::`.
+//!
+//! The modules run in one process, in parallel: tests that measure take
+//! the exclusive turn (`common::turn`), so that they still run alone.
+
+mod common;
+
+mod access;
+mod cli;
+mod dashboards;
+mod deploy;
+mod e2e;
+mod faults;
+mod lab;
+mod load;
+mod loopback;
+mod reload;
+mod responder;
+mod rules;
+mod serve;
+mod serve_process;

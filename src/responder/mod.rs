@@ -241,6 +241,8 @@ pub(crate) struct ResponderState {
     running: Mutex<Vec<RunningSlot>>,
     /// Clients told busy, and until when their turn is kept.
     waiting: Mutex<HashMap<IpAddr, Waiting>>,
+    /// Clients whose last test moved no data, and until when they wait.
+    stalled: Mutex<HashMap<IpAddr, Instant>>,
     next_slot: AtomicU64,
     client_rate: Mutex<ClientRate>,
     slot_time: Mutex<SlotTime>,
@@ -326,6 +328,28 @@ impl ResponderState {
             .admit(ip, per_minute, Instant::now())
     }
 
+    /// A client whose test moved no data sits out [`STALL_PENALTY`]: a
+    /// prober that opens its streams and then does nothing would otherwise
+    /// take every other turn at the slot for the seconds it takes to notice.
+    fn penalize_stall(&self, ip: IpAddr) {
+        let now = Instant::now();
+        let mut stalled = self.stalled.lock().unwrap_or_else(|p| p.into_inner());
+        stalled.retain(|_, until| *until > now);
+        if stalled.len() < MAX_WAITING_CLIENTS {
+            stalled.insert(access::client_key(ip), now + STALL_PENALTY);
+        }
+    }
+
+    /// How long `ip` still sits out after a test that moved no data.
+    fn stall_penalty(&self, ip: IpAddr) -> Option<Duration> {
+        let now = Instant::now();
+        let stalled = self.stalled.lock().unwrap_or_else(|p| p.into_inner());
+        stalled
+            .get(&access::client_key(ip))
+            .filter(|until| **until > now)
+            .map(|until| until.saturating_duration_since(now))
+    }
+
     /// Whether `ip` may hold a slot for another `planned` within its hour.
     fn check_slot_time(
         &self,
@@ -390,6 +414,9 @@ struct Waiting {
     since: Instant,
     until: Instant,
 }
+
+/// How long a client whose test moved no data waits before its next test.
+pub const STALL_PENALTY: Duration = Duration::from_secs(30);
 
 /// How long past its retry hint a client told busy keeps its turn.
 const TURN_GRACE: Duration = Duration::from_secs(3);
@@ -498,6 +525,7 @@ impl Responder {
                 pending: Mutex::default(),
                 running: Mutex::default(),
                 waiting: Mutex::default(),
+                stalled: Mutex::default(),
                 next_slot: AtomicU64::new(0),
                 client_rate: Mutex::default(),
                 slot_time: Mutex::default(),
@@ -562,9 +590,11 @@ impl Responder {
 /// most one small frame, so junk connections cost bounded memory.
 pub const MAX_PENDING_CONNECTIONS: usize = 256;
 /// Connections one client (an IPv4 address or an IPv6 /64) may have
-/// waiting for their first message. A prober opens its data connections one
-/// after another, each sending its hello at once, so it never needs many.
-pub const MAX_PENDING_PER_CLIENT: u32 = 8;
+/// waiting for their first message: a quarter of all, so one client cannot
+/// take them all. A prober opens its data connections one after another
+/// without waiting for the responder to read each hello, so a test of 16
+/// streams each way can have all 32 waiting at once.
+pub const MAX_PENDING_PER_CLIENT: u32 = 64;
 /// Control sessions open at once, past their hello, in all and per client.
 /// Only one test runs at a time; the rest are handshakes and busy answers,
 /// which are quick.

@@ -148,6 +148,23 @@ pub(super) async fn run(
     }
     let request = admission.request;
     let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
+    if let Some(wait) = shared.stall_penalty(peer.ip()) {
+        limited_info!(shared.log, "stall_penalty", %peer, "test refused: the client's last test moved no data");
+        let message = format!(
+            "{}'s last test moved no data; retry in {}",
+            peer.ip(),
+            whole_seconds(wait)
+        );
+        refuse(
+            &mut control,
+            counters,
+            RejectReason::RateLimited,
+            message,
+            timeout,
+        )
+        .await;
+        return;
+    }
     if let Err(wait) = shared.check_slot_time(
         peer.ip(),
         planned,
@@ -240,6 +257,9 @@ pub(super) async fn run(
         Err(e) => {
             ResponderCounters::inc(&counters.tests_failed);
             drop(slot);
+            if matches!(e, TestError::Stalled(_)) {
+                shared.penalize_stall(peer.ip());
+            }
             tracing::info!(%peer, error = %e, "test failed");
             let _ = control
                 .send(

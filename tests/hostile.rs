@@ -1227,5 +1227,8 @@ fn b6_bidir_16_streams_of_16_mib_writes_cost_under_128_mib() {
     );
     // The test runs, cut down to max_length: a bound that only held
     // because the test failed would prove nothing.
-    assert!(status.contains("exit status: 0"), "probe {status}: {summary}");
+    assert!(
+        status.contains("exit status: 0"),
+        "probe {status}: {summary}"
+    );
 }

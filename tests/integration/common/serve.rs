@@ -31,6 +31,47 @@ pub struct Builder {
     config: Config,
     flags: Vec<OsString>,
     lab: Option<(Command, String, IpAddr)>,
+    limits: Limits,
+}
+
+/// Resource limits for the child, set between fork and exec: a descriptor
+/// limit to test exhaustion against, an address-space cap so that an
+/// allocation explosion aborts the child and not the machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub nofile: Option<u64>,
+    pub address_space: Option<u64>,
+}
+
+impl Limits {
+    fn apply(self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        if self.nofile.is_none() && self.address_space.is_none() {
+            return;
+        }
+        // SAFETY: only async-signal-safe setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let set = |res, v: u64| {
+                    let lim = libc::rlimit {
+                        rlim_cur: v as libc::rlim_t,
+                        rlim_max: v as libc::rlim_t,
+                    };
+                    if libc::setrlimit(res, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                };
+                if let Some(n) = self.nofile {
+                    set(libc::RLIMIT_NOFILE, n)?;
+                }
+                if let Some(n) = self.address_space {
+                    set(libc::RLIMIT_AS, n)?;
+                }
+                Ok(())
+            });
+        }
+    }
 }
 
 enum Config {
@@ -56,6 +97,12 @@ impl Builder {
     /// More flags after `--config.file` and `--web.listen-address`.
     pub fn flags<S: Into<OsString>>(mut self, flags: impl IntoIterator<Item = S>) -> Builder {
         self.flags.extend(flags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Under resource `limits`.
+    pub fn limits(mut self, limits: Limits) -> Builder {
+        self.limits = limits;
         self
     }
 
@@ -95,6 +142,7 @@ impl Builder {
                 Ipv4Addr::LOCALHOST.into(),
             ),
         };
+        self.limits.apply(&mut cmd);
         let mut child = cmd
             .arg("serve")
             .arg("--config.file")
@@ -192,6 +240,7 @@ impl Serve {
             config: Config::File(config.to_path_buf()),
             flags: Vec::new(),
             lab: None,
+            limits: Limits::default(),
         }
     }
 
@@ -201,6 +250,7 @@ impl Serve {
             config: Config::Yaml(yaml.to_string()),
             flags: Vec::new(),
             lab: None,
+            limits: Limits::default(),
         }
     }
 
@@ -223,6 +273,16 @@ impl Serve {
             "pathprobe serve did not {what} within {READY_WITHIN:?}:\n{}",
             self.log()
         );
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How it exited, once it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// The last lines serve logged.

@@ -11,11 +11,8 @@
 //! from 127.0.0.2, clients outside an allow list from 127.0.0.3.
 //! The figures each test observed are printed (`--nocapture`).
 
-#[path = "hostile/fake.rs"]
 mod fake;
-#[path = "hostile/relay.rs"]
 mod relay;
-#[path = "hostile/util.rs"]
 mod util;
 
 use std::io::Read;
@@ -34,6 +31,8 @@ use pathprobe::protocol::{encode_frame, Message, TestRequest};
 use pathprobe::responder::access::AccessList;
 use pathprobe::responder::ResponderConfig;
 
+use crate::common::serve::{Limits as ServeLimits, Serve};
+use crate::common::turn;
 use fake::Fake;
 use relay::{walk_objects, Dir, Relay, Rule};
 use util::*;
@@ -142,9 +141,14 @@ fn a1_case(test: &str, what: &str, spec: fn() -> ProbeSpec, lie: fn(&mut Value))
 /// and how it ended.
 fn run_child(test: &str, addr: &str, limit: Duration) -> (String, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, addr)
-        .stdin(Stdio::null());
+    cmd.args([
+        &format!("hostile::{test}"),
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, addr)
+    .stdin(Stdio::null());
     apply_limits(
         &mut cmd,
         Limits {
@@ -215,6 +219,8 @@ fn set(r: &mut Value, field: &str, v: Value) {
 
 #[test]
 fn a1_accepted_with_u32_max_bidir_streams_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_u32_max_bidir_streams_is_refused",
         "streams 4294967295 bidir",
@@ -228,6 +234,8 @@ fn a1_accepted_with_u32_max_bidir_streams_is_refused() {
 
 #[test]
 fn a1_accepted_with_1_gib_length_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_1_gib_length_is_refused",
         "length 1 GiB, 4 streams",
@@ -241,6 +249,8 @@ fn a1_accepted_with_1_gib_length_is_refused() {
 
 #[test]
 fn a1_accepted_with_max_omit_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_max_omit_is_refused",
         "omit_ms u64::MAX",
@@ -251,6 +261,8 @@ fn a1_accepted_with_max_omit_is_refused() {
 
 #[test]
 fn a1_accepted_with_longer_duration_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_longer_duration_is_refused",
         "duration 0.5 s -> 5 s",
@@ -261,6 +273,8 @@ fn a1_accepted_with_longer_duration_is_refused() {
 
 #[test]
 fn a1_accepted_with_higher_bitrate_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_higher_bitrate_is_refused",
         "bitrate 10 Mbit/s -> 10 Gbit/s",
@@ -274,6 +288,8 @@ fn a1_accepted_with_higher_bitrate_is_refused() {
 
 #[test]
 fn a1_accepted_unpaced_when_a_rate_was_asked_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_unpaced_when_a_rate_was_asked_is_refused",
         "bitrate 10 Mbit/s -> 0 (unpaced)",
@@ -287,6 +303,8 @@ fn a1_accepted_unpaced_when_a_rate_was_asked_is_refused() {
 
 #[test]
 fn a1_accepted_with_larger_window_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_larger_window_is_refused",
         "window 128 KiB -> 256 MiB",
@@ -300,6 +318,8 @@ fn a1_accepted_with_larger_window_is_refused() {
 
 #[test]
 fn a1_accepted_with_another_kind_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_another_kind_is_refused",
         "kind tcp -> udp",
@@ -310,6 +330,8 @@ fn a1_accepted_with_another_kind_is_refused() {
 
 #[test]
 fn a1_accepted_with_another_direction_is_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a1_case(
         "a1_accepted_with_another_direction_is_refused",
         "direction send -> receive",
@@ -320,6 +342,8 @@ fn a1_accepted_with_another_direction_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a1_accepted_asking_for_less_with_a_clamped_note_is_still_run() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (addr, _c, _stop) = responder(ResponderConfig {
         max_streams: 1,
         ..ResponderConfig::default()
@@ -387,6 +411,8 @@ async fn a2_case(what: &str, lie: fn(Value) -> Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2_results_beyond_10_tbit_per_second_are_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a2_case("bytes implying > 10 Tbit/s", |mut v| {
         for s in streams_of(&mut v) {
             // 2 TB in about half a second: 32 Tbit/s.
@@ -399,6 +425,8 @@ async fn a2_results_beyond_10_tbit_per_second_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2_results_with_another_stream_count_are_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a2_case("3 streams reported for a 1-stream test", |mut v| {
         let streams = streams_of(&mut v);
         let first = streams[0].clone();
@@ -414,6 +442,8 @@ async fn a2_results_with_another_stream_count_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2_results_with_negative_duration_are_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a2_case("seconds -0.5", |mut v| {
         for s in streams_of(&mut v) {
             s["seconds"] = json!(-0.5);
@@ -425,6 +455,8 @@ async fn a2_results_with_negative_duration_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2_results_with_negative_cpu_are_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     a2_case("cpu_user -3 s, cpu_system -1 s", |mut v| {
         for s in streams_of(&mut v) {
             s["cpu_user_seconds"] = json!(-3.0);
@@ -437,6 +469,8 @@ async fn a2_results_with_negative_cpu_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2_results_with_non_finite_figures_are_refused() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     // JSON has no NaN or infinity: serde_json writes them as null, and the
     // nearest a peer can send to infinity is 1e308.
     a2_case("seconds null (NaN as JSON writes it)", |mut v| {
@@ -462,21 +496,22 @@ async fn a2_results_with_non_finite_figures_are_refused() {
 
 #[test]
 fn a3_lying_target_of_serve_probe_fails_the_probe_not_the_service() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (mut serve, _, http) = spawn_serve(
-        &dir,
+    let mut serve = Serve::yaml(
         "responder: {enabled: false}\nmodules:\n  tcp: {kind: tcp, duration: 500ms, timeout: 6s, connect_timeout: 2s}\n",
-        Limits {
-            nofile: None,
-            address_space: Some(2 * GIB),
-        },
-        false,
-    );
+    )
+    .limits(ServeLimits {
+        nofile: None,
+        address_space: Some(2 * GIB),
+    })
+    .start();
+    let http = serve.http;
     let results_liar = rt.block_on(Fake::reporting(|mut v| {
         for s in streams_of(&mut v) {
             s["bytes"] = json!(2_000_000_000_000u64);
@@ -530,7 +565,7 @@ fn a3_lying_target_of_serve_probe_fails_the_probe_not_the_service() {
             failures.push(format!(
                 "{what}: serve died ({status:?}, 2 GiB address-space cap): {}",
                 serve
-                    .stderr()
+                    .log()
                     .lines()
                     .filter(|l| l.contains("memory") || l.contains("panicked"))
                     .collect::<Vec<_>>()
@@ -619,6 +654,8 @@ fn assert_auth_failed(what: &str, r: Result<probe::ProbeResult, probe::ProbeErro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a4_relay_passing_frames_through_leaves_probes_working() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (r, rewrites, direct) = through_relay(Arc::new(|_, _| None), 1).await;
     report_a4("pass-through", &r, rewrites, direct);
     let res = r.expect("a faithful relay changes nothing");
@@ -628,6 +665,8 @@ async fn a4_relay_passing_frames_through_leaves_probes_working() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a4_relay_rewriting_accepted_streams_is_caught() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     // Fewer streams than asked: a change a prober would take from an
     // honest responder with a clamped note, so only the MAC can catch it.
     let rule: Rule = Arc::new(|dir, v| {
@@ -649,6 +688,8 @@ async fn a4_relay_rewriting_accepted_streams_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a4_relay_inflating_results_is_caught() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let rule: Rule = Arc::new(|dir, v| {
         if dir != Dir::ToProber || v["type"] != "results" {
             return None;
@@ -672,6 +713,8 @@ async fn a4_relay_inflating_results_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a4_relay_forging_ready_is_caught() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     // A forged Ready goes out right after Accepted and the real one is
     // dropped. The forgery carries whatever extra fields (a MAC) the real
     // Accepted had: a MAC cut from one frame must not vouch for another.
@@ -705,6 +748,8 @@ async fn a4_relay_forging_ready_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn b1_silent_connections_do_not_lock_out_probes() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     raise_nofile();
     let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
     let spec = short_probe(0.4, PROBER_IP);
@@ -730,6 +775,8 @@ async fn b1_silent_connections_do_not_lock_out_probes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn b2_connections_from_outside_the_allow_list_do_not_lock_out_probes() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     raise_nofile();
     let (addr, counters, _stop) = responder(ResponderConfig {
         access: AccessList {
@@ -775,6 +822,8 @@ const FD_LIMIT: Limits = Limits {
 
 #[test]
 fn b3_hello_flood_on_respond_with_1024_descriptors() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     raise_nofile();
     let (proc, addr) = spawn_respond(&[], FD_LIMIT);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -811,15 +860,17 @@ fn b3_hello_flood_on_respond_with_1024_descriptors() {
 
 #[test]
 fn b3_hello_flood_on_serve_keeps_metrics_and_probes_answering() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     raise_nofile();
-    let dir = tempfile::tempdir().unwrap();
-    let (_proc, responder_addr, http) = spawn_serve(
-        &dir,
-        "responder: {listen: \"127.0.0.1:0\"}\nmodules: {}\n",
-        FD_LIMIT,
-        true,
-    );
-    let addr = responder_addr.unwrap();
+    let serve = Serve::yaml("responder: {listen: \"127.0.0.1:0\"}\nmodules: {}\n")
+        .limits(ServeLimits {
+            nofile: FD_LIMIT.nofile,
+            address_space: FD_LIMIT.address_space,
+        })
+        .start();
+    let addr = serve.responder.expect("serve runs its responder");
+    let http = serve.http;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(3)
         .enable_all()
@@ -866,6 +917,8 @@ fn b3_hello_flood_on_serve_keeps_metrics_and_probes_answering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b3_unauthenticated_sessions_are_closed_within_3_s() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("secret");
     std::fs::write(&path, "the hostile test's responder secret\n").unwrap();
@@ -1026,6 +1079,8 @@ async fn wait_closed_or_message(c: &mut tokio::net::TcpStream, limit: Duration) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn b4_silent_back_to_back_tests_cannot_keep_the_slot() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (addr, _c, _stop) = responder(ResponderConfig::default()).await;
     // The hog keeps on 3 s past the real probes, so that none of them is
     // served only because the hog stopped.
@@ -1055,6 +1110,8 @@ async fn b4_silent_back_to_back_tests_cannot_keep_the_slot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b4_request_then_disconnect_frees_the_slot_within_1_s() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (addr, _c, _stop) = responder(ResponderConfig::default()).await;
     let (c, reply) = hand_request(addr, long_send_request(60_000)).await.unwrap();
     assert!(matches!(reply, Message::Accepted { .. }), "{reply:?}");
@@ -1085,6 +1142,8 @@ async fn b4_request_then_disconnect_frees_the_slot_within_1_s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b4_busy_retry_hint_follows_the_running_tests_real_remaining_time() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (addr, counters, _stop) = responder(ResponderConfig::default()).await;
     let spec = short_probe(3.0, OUTSIDER_IP);
     let running = tokio::spawn(async move { probe::probe(&Target::from_addr(addr), &spec).await });
@@ -1169,11 +1228,15 @@ fn b5_case(what: &str, extra: &[&str]) {
 
 #[test]
 fn b5_reverse_tcp_with_100_byte_paced_writes_never_fakes_success() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     b5_case("reverse -l 100 -b 1m", &["-R"]);
 }
 
 #[test]
 fn b5_forward_tcp_with_100_byte_paced_writes_never_fakes_success() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     b5_case("forward -l 100 -b 1m", &[]);
 }
 
@@ -1183,6 +1246,8 @@ fn b5_forward_tcp_with_100_byte_paced_writes_never_fakes_success() {
 
 #[test]
 fn b6_bidir_16_streams_of_16_mib_writes_cost_under_128_mib() {
+    // Attacks measure shares of probes served and peak RSS: alone.
+    let _turn = turn::exclusive();
     let (resp, addr) = spawn_respond(
         &[],
         Limits {

@@ -178,58 +178,6 @@ pub fn spawn_respond(args: &[&str], limits: Limits) -> (Proc, SocketAddr) {
     (proc, addr)
 }
 
-/// `pathprobe serve` on `config` (YAML) under `limits`: the process, its
-/// responder's address (when it runs one) and its HTTP address.
-pub fn spawn_serve(
-    dir: &tempfile::TempDir,
-    config: &str,
-    limits: Limits,
-    with_responder: bool,
-) -> (Proc, Option<SocketAddr>, SocketAddr) {
-    let path = dir.path().join("serve.yml");
-    std::fs::write(&path, config).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pathprobe"));
-    cmd.args([
-        "serve",
-        "--web.listen-address",
-        "127.0.0.1:0",
-        "--config.file",
-        path.to_str().unwrap(),
-    ])
-    .stdout(Stdio::null());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let tx = Mutex::new(tx);
-    let proc = spawn_logged(cmd, limits, move |line| {
-        let addr = || {
-            line.split("addr=")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|a| a.parse::<SocketAddr>().ok())
-        };
-        if line.contains("responder listening") {
-            if let Some(a) = addr() {
-                let _ = tx.lock().unwrap().send((true, a));
-            }
-        } else if line.contains("serving metrics") {
-            if let Some(a) = addr() {
-                let _ = tx.lock().unwrap().send((false, a));
-            }
-        }
-    });
-    let (mut responder, mut http) = (None, None);
-    while http.is_none() || (with_responder && responder.is_none()) {
-        let (is_responder, a) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("serve logged its addresses:\n{}", proc.stderr()));
-        if is_responder {
-            responder = Some(a);
-        } else {
-            http = Some(a);
-        }
-    }
-    (proc, responder, http.unwrap())
-}
-
 /// GET `path`: status, body and how long it took, or why it failed,
 /// all within `limit`.
 pub fn http_get(addr: SocketAddr, path: &str, limit: Duration) -> Result<(u16, String), String> {

@@ -33,6 +33,7 @@ pub mod discovery;
 pub mod future;
 pub mod host;
 pub mod http;
+pub mod limits;
 pub mod loopback;
 pub mod metrics;
 pub mod probe;

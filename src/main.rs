@@ -54,8 +54,19 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Raises the descriptor limit before any listener opens, so that many
+/// connections cannot run the service out of descriptors at 1024. A failure
+/// is only logged: the service still runs, at the old limit.
+fn raise_fd_limit() {
+    match pathprobe::limits::raise_nofile_limit() {
+        Ok(n) => tracing::debug!(limit = n, "RLIMIT_NOFILE soft limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
+    }
+}
+
 async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     use pathprobe::service::{self, ConfigSource, Listeners};
+    raise_fd_limit();
     let source = match args.config_file {
         Some(p) => ConfigSource::File(p),
         None => ConfigSource::Embedded,
@@ -136,6 +147,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
 }
 
 async fn run_respond(args: RespondArgs) -> anyhow::Result<()> {
+    raise_fd_limit();
     let section = args.section()?;
     let addr = section.listen;
     let (tcp, udp) = bind_or_ipv4(addr, responder::bind)

@@ -1958,6 +1958,7 @@ fn systemd_unit_is_hardened_and_its_command_line_runs() {
     }
     for (k, v) in [
         ("DynamicUser", "yes"),
+        ("LimitNOFILE", "65536"),
         ("NoNewPrivileges", "yes"),
         ("CapabilityBoundingSet", ""),
         ("AmbientCapabilities", ""),

@@ -133,6 +133,47 @@ impl ResponderSection {
     }
 }
 
+/// `http:` limits of the HTTP endpoints, chiefly `/probe`, which makes this
+/// host send traffic wherever a request says.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// HTTP connections open at once; more are closed at accept, so idle
+    /// connections cannot hold the descriptors.
+    pub max_connections: usize,
+    /// `/probe` requests running at once; more are answered 503.
+    pub probe_max_concurrent: usize,
+    /// When true, `/probe` only probes addresses of the static `targets:`.
+    pub probe_restrict_to_targets: bool,
+    /// Networks `/probe` may probe (every address a name resolves to must
+    /// be in one); empty allows any.
+    #[serde(deserialize_with = "networks")]
+    pub probe_allow: Vec<IpNet>,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            max_connections: 256,
+            probe_max_concurrent: 4,
+            probe_restrict_to_targets: false,
+            probe_allow: Vec::new(),
+        }
+    }
+}
+
+impl HttpSection {
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.max_connections == 0 {
+            return Err(("max_connections", "must be at least 1".into()));
+        }
+        if self.probe_max_concurrent == 0 {
+            return Err(("probe_max_concurrent", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
 /// `scheduler:` when probes run.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

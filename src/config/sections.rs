@@ -49,8 +49,16 @@ pub struct ResponderSection {
     /// limit.
     #[serde(deserialize_with = "quantity::size")]
     pub max_bytes_per_hour: u64,
+    /// Seconds of test slot one client may hold in any hour; 0 for no
+    /// limit.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub max_test_seconds_per_client_per_hour: Duration,
     #[serde(deserialize_with = "quantity::duration")]
     pub idle_timeout: Duration,
+    /// Wait for a new connection's first message and for the proof after
+    /// the challenge.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub first_message_timeout: Duration,
     /// File holding the shared secret probers must prove they know;
     /// relative paths are taken from the config file's directory.
     pub secret_file: Option<PathBuf>,
@@ -82,7 +90,9 @@ impl Default for ResponderSection {
             max_concurrent_tests: limits.max_concurrent_tests,
             max_tests_per_client_per_minute: limits.max_tests_per_client_per_minute,
             max_bytes_per_hour: limits.max_bytes_per_hour,
+            max_test_seconds_per_client_per_hour: limits.max_test_seconds_per_client_per_hour,
             idle_timeout: limits.idle_timeout,
+            first_message_timeout: limits.first_message_timeout,
             secret_file: None,
             secret: None,
             allow: Vec::new(),
@@ -103,7 +113,9 @@ impl ResponderSection {
             max_concurrent_tests: self.max_concurrent_tests,
             max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
             max_bytes_per_hour: self.max_bytes_per_hour,
+            max_test_seconds_per_client_per_hour: self.max_test_seconds_per_client_per_hour,
             idle_timeout: self.idle_timeout,
+            first_message_timeout: self.first_message_timeout,
             secret: self.secret.clone(),
             access: AccessList {
                 allow: self.allow.clone(),
@@ -128,6 +140,9 @@ impl ResponderSection {
         }
         if self.max_length == 0 {
             return Err(("max_length", "must be at least 1 byte".into()));
+        }
+        if self.first_message_timeout.is_zero() {
+            return Err(("first_message_timeout", "must be greater than zero".into()));
         }
         Ok(())
     }
@@ -410,6 +425,31 @@ mod tests {
         assert_eq!(c.max_bitrate, 2_000_000_000);
         assert_eq!(c.max_concurrent_tests, 2);
         assert_eq!(c.idle_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn responder_section_carries_the_per_client_time_and_first_message_limits() {
+        let c: super::super::Config = serde_yaml::from_str(
+            "responder:\n  max_test_seconds_per_client_per_hour: 10m\n  first_message_timeout: 500ms\n",
+        )
+        .unwrap();
+        let r = c.responder.to_responder_config();
+        assert_eq!(
+            r.max_test_seconds_per_client_per_hour,
+            Duration::from_secs(600)
+        );
+        assert_eq!(r.first_message_timeout, Duration::from_millis(500));
+        let d = ResponderSection::default();
+        assert_eq!(
+            d.max_test_seconds_per_client_per_hour,
+            Duration::from_secs(1800)
+        );
+        assert_eq!(d.first_message_timeout, Duration::from_secs(2));
+        let zero = ResponderSection {
+            first_message_timeout: Duration::ZERO,
+            ..d
+        };
+        assert_eq!(zero.check().unwrap_err().0, "first_message_timeout");
     }
 
     #[test]

@@ -121,7 +121,6 @@ impl ResponderSection {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
-            ..ResponderConfig::default()
         }
     }
 

@@ -103,6 +103,9 @@ pub struct RespondArgs {
     /// Test time one client may use in any hour (e.g. 30m); 0 for no limit.
     #[arg(long, value_parser = parse_duration)]
     max_test_seconds_per_client_per_hour: Option<Duration>,
+    /// Cap on UDP this responder sends while no secret is set (e.g. 1g); 0 for none.
+    #[arg(long, value_parser = parse_rate)]
+    max_unauthenticated_udp_bitrate: Option<u64>,
     /// Wait for a new connection's first message (e.g. 2s).
     #[arg(long, value_parser = parse_duration)]
     first_message_timeout: Option<Duration>,
@@ -217,6 +220,10 @@ fn with_responder_defaults(cmd: clap::Command) -> clap::Command {
             units::format_duration(d.max_test_seconds_per_client_per_hour),
         ),
         (
+            "max_unauthenticated_udp_bitrate",
+            units::format_rate(d.max_unauthenticated_udp_bitrate),
+        ),
+        (
             "first_message_timeout",
             units::format_duration(d.first_message_timeout),
         ),
@@ -261,6 +268,9 @@ impl RespondArgs {
                 .max_tests_per_client_per_minute
                 .unwrap_or(d.max_tests_per_client_per_minute),
             max_bytes_per_hour: self.max_bytes_per_hour.unwrap_or(d.max_bytes_per_hour),
+            max_unauthenticated_udp_bitrate: self
+                .max_unauthenticated_udp_bitrate
+                .unwrap_or(d.max_unauthenticated_udp_bitrate),
             max_test_seconds_per_client_per_hour: self
                 .max_test_seconds_per_client_per_hour
                 .unwrap_or(d.max_test_seconds_per_client_per_hour),

@@ -55,6 +55,10 @@ pub struct ResponderSection {
     pub max_test_seconds_per_client_per_hour: Duration,
     #[serde(deserialize_with = "quantity::duration")]
     pub idle_timeout: Duration,
+    /// Bits per second of UDP the responder sends when no secret is set;
+    /// 0 for no cap.
+    #[serde(deserialize_with = "quantity::rate")]
+    pub max_unauthenticated_udp_bitrate: u64,
     /// Wait for a new connection's first message and for the proof after
     /// the challenge.
     #[serde(deserialize_with = "quantity::duration")]
@@ -93,6 +97,7 @@ impl Default for ResponderSection {
             max_test_seconds_per_client_per_hour: limits.max_test_seconds_per_client_per_hour,
             idle_timeout: limits.idle_timeout,
             first_message_timeout: limits.first_message_timeout,
+            max_unauthenticated_udp_bitrate: limits.max_unauthenticated_udp_bitrate,
             secret_file: None,
             secret: None,
             allow: Vec::new(),
@@ -116,6 +121,7 @@ impl ResponderSection {
             max_test_seconds_per_client_per_hour: self.max_test_seconds_per_client_per_hour,
             idle_timeout: self.idle_timeout,
             first_message_timeout: self.first_message_timeout,
+            max_unauthenticated_udp_bitrate: self.max_unauthenticated_udp_bitrate,
             secret: self.secret.clone(),
             access: AccessList {
                 allow: self.allow.clone(),
@@ -429,7 +435,7 @@ mod tests {
     #[test]
     fn responder_section_carries_the_per_client_time_and_first_message_limits() {
         let c: super::super::Config = serde_yaml::from_str(
-            "responder:\n  max_test_seconds_per_client_per_hour: 10m\n  first_message_timeout: 500ms\n",
+            "responder:\n  max_test_seconds_per_client_per_hour: 10m\n  first_message_timeout: 500ms\n  max_unauthenticated_udp_bitrate: 100M\n",
         )
         .unwrap();
         let r = c.responder.to_responder_config();
@@ -438,6 +444,7 @@ mod tests {
             Duration::from_secs(600)
         );
         assert_eq!(r.first_message_timeout, Duration::from_millis(500));
+        assert_eq!(r.max_unauthenticated_udp_bitrate, 100_000_000);
         let d = ResponderSection::default();
         assert_eq!(
             d.max_test_seconds_per_client_per_hour,

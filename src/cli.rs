@@ -100,6 +100,15 @@ pub struct RespondArgs {
     /// Payload bytes all tests may move in any hour (e.g. 100G); 0 for no limit.
     #[arg(long, value_parser = parse_size)]
     max_bytes_per_hour: Option<u64>,
+    /// Test time one client may use in any hour (e.g. 30m); 0 for no limit.
+    #[arg(long, value_parser = parse_duration)]
+    max_test_seconds_per_client_per_hour: Option<Duration>,
+    /// Cap on UDP this responder sends while no secret is set (e.g. 1g); 0 for none.
+    #[arg(long, value_parser = parse_rate)]
+    max_unauthenticated_udp_bitrate: Option<u64>,
+    /// Wait for a new connection's first message (e.g. 2s).
+    #[arg(long, value_parser = parse_duration)]
+    first_message_timeout: Option<Duration>,
     /// File holding the shared secret probers must prove they know.
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
@@ -206,6 +215,18 @@ fn with_responder_defaults(cmd: clap::Command) -> clap::Command {
             "max_bytes_per_hour",
             units::format_size(d.max_bytes_per_hour),
         ),
+        (
+            "max_test_seconds_per_client_per_hour",
+            units::format_duration(d.max_test_seconds_per_client_per_hour),
+        ),
+        (
+            "max_unauthenticated_udp_bitrate",
+            units::format_rate(d.max_unauthenticated_udp_bitrate),
+        ),
+        (
+            "first_message_timeout",
+            units::format_duration(d.first_message_timeout),
+        ),
     ];
     cmd.mut_subcommand("respond", |mut respond| {
         for (id, value) in defaults {
@@ -247,6 +268,17 @@ impl RespondArgs {
                 .max_tests_per_client_per_minute
                 .unwrap_or(d.max_tests_per_client_per_minute),
             max_bytes_per_hour: self.max_bytes_per_hour.unwrap_or(d.max_bytes_per_hour),
+            max_unauthenticated_udp_bitrate: self
+                .max_unauthenticated_udp_bitrate
+                .unwrap_or(d.max_unauthenticated_udp_bitrate),
+            max_test_seconds_per_client_per_hour: self
+                .max_test_seconds_per_client_per_hour
+                .unwrap_or(d.max_test_seconds_per_client_per_hour),
+            // Zero would close every connection at once; the file refuses it.
+            first_message_timeout: self
+                .first_message_timeout
+                .filter(|t| !t.is_zero())
+                .unwrap_or(d.first_message_timeout),
             secret_file: self.auth_secret_file.clone(),
             secret: read_secret(self.auth_secret_file.as_deref())?,
             allow: self.allow.clone(),
@@ -360,6 +392,10 @@ mod tests {
             "1M",
             "--deny",
             "10.0.0.0/8",
+            "--max-test-seconds-per-client-per-hour",
+            "10m",
+            "--first-message-timeout",
+            "500ms",
         ])
         .section()
         .unwrap();
@@ -370,6 +406,11 @@ mod tests {
         assert_eq!(s.limit_policy, LimitPolicy::Refuse);
         assert_eq!(s.max_window, 1 << 20);
         assert_eq!(s.deny, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            s.max_test_seconds_per_client_per_hour,
+            Duration::from_secs(600)
+        );
+        assert_eq!(s.first_message_timeout, Duration::from_millis(500));
         let d = ResponderSection::default();
         assert_eq!(s.max_bitrate, d.max_bitrate);
         assert_eq!(s.max_length, d.max_length);
@@ -388,7 +429,8 @@ mod tests {
             help.contains("Most streams per direction accepted [default: 16]"),
             "{help}"
         );
-        assert!(help.contains("(-l) accepted [default: 16M]"), "{help}");
+        assert!(help.contains("(-l) accepted [default: 1M]"), "{help}");
+        assert!(help.contains("(e.g. 2s) [default: 2s]"), "{help}");
         assert!(help.contains("(-w) accepted [default: 256M]"), "{help}");
         assert!(help.contains("[default: clamp]"), "{help}");
     }

@@ -40,6 +40,12 @@ pub enum ProbeRequestError {
     /// The request itself is wrong (unknown module, bad target); 400.
     #[error("{0}")]
     BadRequest(String),
+    /// The target is outside what this service may probe; 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Too many `/probe` requests are running; 503.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// What the HTTP layer asks of the service.
@@ -59,6 +65,13 @@ pub trait App: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// The landing page's HTML.
     fn landing_page(&self) -> String;
+    /// HTTP connections served at once; a further one is closed at accept.
+    fn max_connections(&self) -> usize {
+        256
+    }
+    /// Called for each connection closed at accept for being over
+    /// [`App::max_connections`].
+    fn connection_refused(&self) {}
 }
 
 fn response(
@@ -158,6 +171,12 @@ async fn handle<A: App>(
                         Err(ProbeRequestError::BadRequest(m)) => {
                             text(StatusCode::BAD_REQUEST, m + "\n")
                         }
+                        Err(ProbeRequestError::Forbidden(m)) => {
+                            text(StatusCode::FORBIDDEN, m + "\n")
+                        }
+                        Err(ProbeRequestError::Busy(m)) => {
+                            text(StatusCode::SERVICE_UNAVAILABLE, m + "\n")
+                        }
                     }
                 }
                 _ => text(
@@ -196,7 +215,10 @@ async fn handle<A: App>(
 }
 
 /// Serves HTTP on `listener` until `shutdown` completes; connections in
-/// progress are then given a moment to finish.
+/// progress are then given a moment to finish. Connections beyond
+/// [`App::max_connections`] are closed as soon as they are accepted: an
+/// idle connection costs a descriptor, and a thousand of them would
+/// otherwise hold the process's.
 pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Future<Output = ()>) {
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -212,6 +234,14 @@ pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Fu
                         continue;
                     }
                 };
+                // Reap finished connections first so that only open ones count.
+                while conns.try_join_next().is_some() {}
+                if conns.len() >= app.max_connections() {
+                    tracing::debug!(%peer, open = conns.len(), "HTTP connection over max_connections closed");
+                    app.connection_refused();
+                    drop(stream);
+                    continue;
+                }
                 let app = app.clone();
                 conns.spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(app.clone(), req));

@@ -34,8 +34,8 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         return Ok(soft);
     };
     let lim = libc::rlimit {
-        rlim_cur: target as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
+        rlim_cur: target,
+        rlim_max: hard,
     };
     // SAFETY: setrlimit only reads the struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {

@@ -33,7 +33,7 @@ pub use discovery::{
 };
 pub use error::ConfigError;
 pub use module::{Module, ModuleDirection, ModuleKind};
-pub use sections::{HostMetricsConfig, IrqPattern, ResponderSection, SchedulerConfig};
+pub use sections::{HostMetricsConfig, HttpSection, IrqPattern, ResponderSection, SchedulerConfig};
 pub use target::{check_label_name, TargetConfig};
 
 /// The configuration used when `--config.file` is not given: the responder,
@@ -55,6 +55,7 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     pub discovery: DiscoveryConfig,
     pub host_metrics: HostMetricsConfig,
+    pub http: HttpSection,
     /// The directory relative file_sd paths are taken from: the config
     /// file's own, or the working directory for text without a file.
     #[serde(skip)]
@@ -141,6 +142,7 @@ impl Config {
         };
         self.responder.check().map_err(|e| at("responder", e))?;
         self.scheduler.check().map_err(|e| at("scheduler", e))?;
+        self.http.check().map_err(|e| at("http", e))?;
         for (name, module) in &self.modules {
             if !valid_module_name(name) {
                 return Err(ConfigError::invalid(

@@ -49,8 +49,20 @@ pub struct ResponderSection {
     /// limit.
     #[serde(deserialize_with = "quantity::size")]
     pub max_bytes_per_hour: u64,
+    /// Seconds of test slot one client may hold in any hour; 0 for no
+    /// limit.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub max_test_seconds_per_client_per_hour: Duration,
     #[serde(deserialize_with = "quantity::duration")]
     pub idle_timeout: Duration,
+    /// Bits per second of UDP the responder sends when no secret is set;
+    /// 0 for no cap.
+    #[serde(deserialize_with = "quantity::rate")]
+    pub max_unauthenticated_udp_bitrate: u64,
+    /// Wait for a new connection's first message and for the proof after
+    /// the challenge.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub first_message_timeout: Duration,
     /// File holding the shared secret probers must prove they know;
     /// relative paths are taken from the config file's directory.
     pub secret_file: Option<PathBuf>,
@@ -82,7 +94,10 @@ impl Default for ResponderSection {
             max_concurrent_tests: limits.max_concurrent_tests,
             max_tests_per_client_per_minute: limits.max_tests_per_client_per_minute,
             max_bytes_per_hour: limits.max_bytes_per_hour,
+            max_test_seconds_per_client_per_hour: limits.max_test_seconds_per_client_per_hour,
             idle_timeout: limits.idle_timeout,
+            first_message_timeout: limits.first_message_timeout,
+            max_unauthenticated_udp_bitrate: limits.max_unauthenticated_udp_bitrate,
             secret_file: None,
             secret: None,
             allow: Vec::new(),
@@ -103,13 +118,15 @@ impl ResponderSection {
             max_concurrent_tests: self.max_concurrent_tests,
             max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
             max_bytes_per_hour: self.max_bytes_per_hour,
+            max_test_seconds_per_client_per_hour: self.max_test_seconds_per_client_per_hour,
             idle_timeout: self.idle_timeout,
+            first_message_timeout: self.first_message_timeout,
+            max_unauthenticated_udp_bitrate: self.max_unauthenticated_udp_bitrate,
             secret: self.secret.clone(),
             access: AccessList {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
-            ..ResponderConfig::default()
         }
     }
 
@@ -128,6 +145,50 @@ impl ResponderSection {
         }
         if self.max_length == 0 {
             return Err(("max_length", "must be at least 1 byte".into()));
+        }
+        if self.first_message_timeout.is_zero() {
+            return Err(("first_message_timeout", "must be greater than zero".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `http:` limits of the HTTP endpoints, chiefly `/probe`, which makes this
+/// host send traffic wherever a request says.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// HTTP connections open at once; more are closed at accept, so idle
+    /// connections cannot hold the descriptors.
+    pub max_connections: usize,
+    /// `/probe` requests running at once; more are answered 503.
+    pub probe_max_concurrent: usize,
+    /// When true, `/probe` only probes addresses of the static `targets:`.
+    pub probe_restrict_to_targets: bool,
+    /// Networks `/probe` may probe (every address a name resolves to must
+    /// be in one); empty allows any.
+    #[serde(deserialize_with = "networks")]
+    pub probe_allow: Vec<IpNet>,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            max_connections: 256,
+            probe_max_concurrent: 4,
+            probe_restrict_to_targets: false,
+            probe_allow: Vec::new(),
+        }
+    }
+}
+
+impl HttpSection {
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.max_connections == 0 {
+            return Err(("max_connections", "must be at least 1".into()));
+        }
+        if self.probe_max_concurrent == 0 {
+            return Err(("probe_max_concurrent", "must be at least 1".into()));
         }
         Ok(())
     }
@@ -369,6 +430,32 @@ mod tests {
         assert_eq!(c.max_bitrate, 2_000_000_000);
         assert_eq!(c.max_concurrent_tests, 2);
         assert_eq!(c.idle_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn responder_section_carries_the_per_client_time_and_first_message_limits() {
+        let c: super::super::Config = serde_yaml::from_str(
+            "responder:\n  max_test_seconds_per_client_per_hour: 10m\n  first_message_timeout: 500ms\n  max_unauthenticated_udp_bitrate: 100M\n",
+        )
+        .unwrap();
+        let r = c.responder.to_responder_config();
+        assert_eq!(
+            r.max_test_seconds_per_client_per_hour,
+            Duration::from_secs(600)
+        );
+        assert_eq!(r.first_message_timeout, Duration::from_millis(500));
+        assert_eq!(r.max_unauthenticated_udp_bitrate, 100_000_000);
+        let d = ResponderSection::default();
+        assert_eq!(
+            d.max_test_seconds_per_client_per_hour,
+            Duration::from_secs(1800)
+        );
+        assert_eq!(d.first_message_timeout, Duration::from_secs(2));
+        let zero = ResponderSection {
+            first_message_timeout: Duration::ZERO,
+            ..d
+        };
+        assert_eq!(zero.check().unwrap_err().0, "first_message_timeout");
     }
 
     #[test]

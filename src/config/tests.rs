@@ -181,7 +181,7 @@ fn full_fixture_reads_every_key() {
 fn invalid_fixtures_give_exact_messages() {
     let cases = [
         ("bad_unknown_field.yml", "bad_unknown_field.yml:7:5: modules.tcp: unknown field `durations`, expected one of `kind`, `duration`, `omit`, `streams`, `direction`, `bitrate`, `length`, `window`, `congestion`, `tos`, `affinity`, `remote_affinity`, `bind`, `connect_timeout`, `timeout`, `ipv6`, `secret_file`"),
-        ("bad_unknown_section.yml", "bad_unknown_section.yml:1:1: unknown field `module`, expected one of `responder`, `scheduler`, `modules`, `targets`, `discovery`, `host_metrics`"),
+        ("bad_unknown_section.yml", "bad_unknown_section.yml:1:1: unknown field `module`, expected one of `responder`, `scheduler`, `modules`, `targets`, `discovery`, `host_metrics`, `http`"),
         ("bad_duration.yml", "bad_duration.yml:4:15: modules.tcp.duration: invalid duration \"5 parsecs\": expected a number with an optional ms, s, m or h suffix (e.g. 250ms, 30s, 5m)"),
         ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown variant `icmp`, expected one of `tcp`, `udp`, `loopback_tcp`, `loopback_udp`"),
         ("bad_rate.yml", "bad_rate.yml:4:14: modules.udp.bitrate: invalid rate \"fast\": expected a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)"),
@@ -441,4 +441,34 @@ fn only_regular_files_are_read() {
         err.contains("cannot read: stream did not contain valid UTF-8"),
         "{err}"
     );
+}
+
+#[test]
+fn http_section_reads_its_keys_and_rejects_unknown_ones() {
+    let c = Config::from_yaml(
+        "http:\n  max_connections: 10\n  probe_max_concurrent: 2\n  probe_restrict_to_targets: true\n  probe_allow: [10.0.0.0/8, \"::1\"]\n",
+        "t.yml",
+    )
+    .unwrap();
+    assert_eq!(c.http.max_connections, 10);
+    assert_eq!(c.http.probe_max_concurrent, 2);
+    assert!(c.http.probe_restrict_to_targets);
+    assert_eq!(
+        c.http.probe_allow,
+        vec![
+            "10.0.0.0/8".parse::<ipnet::IpNet>().unwrap(),
+            "::1/128".parse().unwrap()
+        ]
+    );
+    let d = Config::from_yaml("", "t.yml").unwrap().http;
+    assert_eq!((d.max_connections, d.probe_max_concurrent), (256, 4));
+    let e = Config::from_yaml("http:\n  probe_alow: []\n", "t.yml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.yml:2:3: "), "{e}");
+    assert!(e.contains("probe_alow"), "{e}");
+    let e = Config::from_yaml("http:\n  probe_max_concurrent: 0\n", "t.yml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("http.probe_max_concurrent"), "{e}");
 }

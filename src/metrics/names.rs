@@ -454,6 +454,14 @@ pub static SCHEDULER_SKIPPED: MetricDef = def(
     "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
 );
 
+pub static HTTP_REFUSALS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_http_refusals_total",
+    &[REASON],
+    "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403).",
+);
+
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
@@ -504,6 +512,7 @@ pub static ALL: &[&MetricDef] = &[
     &CONFIG_RELOAD_SUCCESS_TIME,
     &SCHEDULER_LAG,
     &SCHEDULER_SKIPPED,
+    &HTTP_REFUSALS,
 ];
 
 /// Looks a metric up by its full name.
@@ -583,7 +592,7 @@ mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 48);
+        assert_eq!(ALL.len(), 49);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Metrics about pathprobe itself: build, configuration reloads, scheduler
 //! lag, and the responder's counters.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -38,6 +38,34 @@ struct Lag {
 pub struct ServiceState {
     reload: Mutex<Reload>,
     lag: Mutex<Lag>,
+    http_refusals: [AtomicU64; HttpRefusal::ALL.len()],
+}
+
+/// Why the HTTP server turned a connection or a `/probe` request away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpRefusal {
+    /// Over `http.max_connections`: closed at accept.
+    Connections,
+    /// Over `http.probe_max_concurrent`: 503.
+    ProbeBusy,
+    /// Target outside `http.probe_allow` or the static targets: 403.
+    ProbeForbidden,
+}
+
+impl HttpRefusal {
+    pub const ALL: [HttpRefusal; 3] = [
+        HttpRefusal::Connections,
+        HttpRefusal::ProbeBusy,
+        HttpRefusal::ProbeForbidden,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpRefusal::Connections => "connections",
+            HttpRefusal::ProbeBusy => "probe_busy",
+            HttpRefusal::ProbeForbidden => "probe_forbidden",
+        }
+    }
 }
 
 impl ServiceState {
@@ -50,7 +78,18 @@ impl ServiceState {
                 last_success: loaded_at,
             }),
             lag: Mutex::new(Lag::default()),
+            http_refusals: Default::default(),
         }
+    }
+
+    /// Counts one refusal by the HTTP server.
+    pub fn http_refused(&self, why: HttpRefusal) {
+        self.http_refusals[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Refusals so far for `why`.
+    pub fn http_refusals(&self, why: HttpRefusal) -> u64 {
+        self.http_refusals[why as usize].load(Ordering::Relaxed)
     }
 
     pub fn reload_succeeded(&self, at: SystemTime) {
@@ -114,6 +153,15 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
         (buckets, l.sum, l.count)
     };
     out.add_histogram(&names::SCHEDULER_LAG, &[], &buckets, sum, count);
+    // Every reason from the start, at 0, so rate() works from the first
+    // refusal.
+    for why in HttpRefusal::ALL {
+        out.add(
+            &names::HTTP_REFUSALS,
+            &[(REASON, why.as_str())],
+            s.http_refusals(why) as f64,
+        );
+    }
 }
 
 pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {

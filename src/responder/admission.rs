@@ -4,7 +4,7 @@
 //! limit named, as the operator's `limit_policy` says.
 
 use super::{LimitPolicy, ResponderConfig};
-use crate::protocol::{Kind, TestRequest};
+use crate::protocol::{Direction, Kind, TestRequest};
 
 /// A request as the responder will run it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +84,28 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
             format!("{} bit/s per direction", c.max_bitrate),
         )?;
     }
+    // Unauthenticated reverse UDP: the responder's own sending is paced
+    // unless the operator proved who may ask for more by setting a secret.
+    let cap = c.max_unauthenticated_udp_bitrate;
+    let responder_sends = matches!(r.direction, Direction::Receive | Direction::Bidir);
+    if c.secret.is_none()
+        && cap > 0
+        && r.kind == Kind::Udp
+        && responder_sends
+        && (request.bitrate == 0 || request.bitrate > cap)
+    {
+        let asked = if request.bitrate == 0 {
+            "unlimited rate".to_string()
+        } else {
+            format!("rate {} bit/s", request.bitrate)
+        };
+        request.bitrate = cap;
+        over(
+            "max_unauthenticated_udp_bitrate",
+            asked,
+            format!("{cap} bit/s for UDP this responder sends without a secret"),
+        )?;
+    }
     let (min_len, ceiling) = match r.kind {
         Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
         Kind::Tcp => (1, super::TCP_LENGTH_CEILING),
@@ -127,7 +149,6 @@ fn seconds(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Direction;
     use std::time::Duration;
 
     fn limits(policy: LimitPolicy) -> ResponderConfig {
@@ -280,5 +301,59 @@ mod tests {
                 assert_eq!(check_limits(&r, &c).unwrap_err(), want, "{policy:?}");
             }
         }
+    }
+
+    #[test]
+    fn unauthenticated_reverse_udp_is_capped() {
+        let c = ResponderConfig {
+            max_unauthenticated_udp_bitrate: 1_000_000_000,
+            ..limits(LimitPolicy::Clamp)
+        };
+        let c = ResponderConfig {
+            max_bitrate: 0,
+            ..c
+        };
+        let udp = |direction, bitrate| TestRequest {
+            kind: Kind::Udp,
+            direction,
+            bitrate,
+            length: 1400,
+            ..request()
+        };
+        for d in [Direction::Receive, Direction::Bidir] {
+            let a = check_limits(&udp(d, 0), &c).unwrap();
+            assert_eq!(a.request.bitrate, 1_000_000_000);
+            assert_eq!(
+                a.clamped,
+                ["max_unauthenticated_udp_bitrate: unlimited rate clamped to 1000000000 bit/s for UDP this responder sends without a secret"]
+            );
+            let a = check_limits(&udp(d, 5_000_000_000), &c).unwrap();
+            assert_eq!(a.request.bitrate, 1_000_000_000);
+        }
+        // Not the responder sending, within the cap, TCP, or a secret set:
+        // untouched.
+        for r in [
+            udp(Direction::Send, 0),
+            udp(Direction::Receive, 500_000_000),
+        ] {
+            assert_eq!(check_limits(&r, &c).unwrap().request, r);
+        }
+        let tcp = TestRequest {
+            direction: Direction::Receive,
+            bitrate: 0,
+            ..request()
+        };
+        assert_eq!(check_limits(&tcp, &c).unwrap().request, tcp);
+        let with_secret = ResponderConfig {
+            secret: Some(crate::auth::Secret::new(b"0123456789abcdef0123456789abcdef").unwrap()),
+            ..c.clone()
+        };
+        let r = udp(Direction::Receive, 0);
+        assert_eq!(check_limits(&r, &with_secret).unwrap().request, r);
+        let off = ResponderConfig {
+            max_unauthenticated_udp_bitrate: 0,
+            ..c
+        };
+        assert_eq!(check_limits(&r, &off).unwrap().request, r);
     }
 }

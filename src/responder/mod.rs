@@ -113,6 +113,11 @@ pub struct ResponderConfig {
     /// prober's proof after the challenge: a real prober sends each at
     /// once, and a connection that says nothing holds a descriptor.
     pub first_message_timeout: Duration,
+    /// Cap, in bits per second, on UDP the responder sends (reverse or
+    /// bidirectional tests) when no `secret` is set; 0 for none. UDP has no
+    /// congestion control: without it, anyone who reaches the port could
+    /// make this host blast unpaced datagrams.
+    pub max_unauthenticated_udp_bitrate: u64,
     /// When set, probers must prove they hold it.
     pub secret: Option<Secret>,
     pub access: AccessList,
@@ -141,6 +146,7 @@ impl Default for ResponderConfig {
             max_test_seconds_per_client_per_hour: Duration::from_secs(1800),
             idle_timeout: Duration::from_secs(10),
             first_message_timeout: Duration::from_secs(2),
+            max_unauthenticated_udp_bitrate: 1_000_000_000,
             secret: None,
             access: AccessList::default(),
         }

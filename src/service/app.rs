@@ -8,10 +8,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::future::BoxFuture;
 use crate::http::{App, ProbeRequestError, ProbeResponse};
-use crate::metrics::{ProbeFailure, ProbeOutcome};
+use crate::metrics::{HttpRefusal, ProbeFailure, ProbeOutcome};
 use crate::probe::Target;
 use crate::protocol::DEFAULT_PORT;
 
+use super::probe_access;
 use super::runner::run_contained;
 use super::ServiceContext;
 
@@ -65,6 +66,27 @@ impl App for ServiceApp {
                     Target::parse(&target, DEFAULT_PORT)
                         .map_err(|e| ProbeRequestError::BadRequest(e.to_string()))?,
                 )
+            };
+            let forbidden = |why: String| {
+                shared.state.http_refused(HttpRefusal::ProbeForbidden);
+                tracing::info!(%target, %module, reason = %why, "/probe refused");
+                ProbeRequestError::Forbidden(why)
+            };
+            if let Some(e) = &endpoint {
+                let h = &config.http;
+                let resolved = if h.probe_allow.is_empty() {
+                    Vec::new()
+                } else {
+                    probe_access::resolve(e).await
+                };
+                probe_access::check_target(h, &config.targets, e, &resolved).map_err(forbidden)?;
+            }
+            let max = config.http.probe_max_concurrent;
+            let Some(_running) = probe_access::try_acquire(&shared.probes_running, max) else {
+                shared.state.http_refused(HttpRefusal::ProbeBusy);
+                return Err(ProbeRequestError::Busy(format!(
+                    "{max} /probe requests are already running (http.probe_max_concurrent); retry later"
+                )));
             };
             let budget = timeout
                 .unwrap_or(m.effective_timeout())
@@ -126,6 +148,14 @@ impl App for ServiceApp {
     fn reload(&self) -> BoxFuture<Result<(), String>> {
         let shared = self.0.clone();
         Box::pin(async move { shared.reload().await })
+    }
+
+    fn max_connections(&self) -> usize {
+        self.0.config().http.max_connections
+    }
+
+    fn connection_refused(&self) {
+        self.0.state.http_refused(HttpRefusal::Connections);
     }
 
     fn ready(&self) -> bool {

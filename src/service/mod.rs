@@ -9,6 +9,7 @@
 
 mod app;
 pub mod jobs;
+mod probe_access;
 pub mod runner;
 
 use std::future::Future;
@@ -83,6 +84,8 @@ pub struct ServiceContext {
     /// Shared with the scheduler, so that `/probe` runs do not overlap
     /// scheduled ones either.
     slots: RwLock<Arc<tokio::sync::Semaphore>>,
+    /// `/probe` requests running now, held to `http.probe_max_concurrent`.
+    probes_running: std::sync::atomic::AtomicUsize,
 }
 
 impl ServiceContext {
@@ -173,6 +176,7 @@ pub async fn run(
         responder: responder_handle,
         reload_tx,
         slots: RwLock::new(scheduler.slots()),
+        probes_running: Default::default(),
     });
 
     let http_addr = listeners.http.local_addr()?;

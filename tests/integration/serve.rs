@@ -2,7 +2,10 @@
 //! and a target at a second in-process responder, scraped over HTTP.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::common::metrics::sample;
 use crate::common::promtool;
@@ -228,5 +231,114 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_broken() {
         "removed target's series remain"
     );
     assert_eq!(http(run.http, "GET", "/-/reload").await.0, 405);
+    run.shutdown().await;
+}
+
+/// The `http:` limits: /probe outside `probe_allow` or the static targets
+/// is 403, over `probe_max_concurrent` 503, and connections over
+/// `max_connections` are closed at accept; each refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_limits_refuse_probes_and_connections() {
+    let run = InProcess::start(
+        "http:\n  max_connections: 4\n  probe_max_concurrent: 1\n  probe_restrict_to_targets: true\n  probe_allow: [127.0.0.0/8]\n\
+         modules:\n  tcp: {kind: tcp, duration: 200ms}\n  lo: {kind: loopback_tcp, duration: 2s}\n\
+         targets:\n  - {name: peer, address: \"PEER\", modules: [tcp]}\n",
+    )
+    .await;
+    let peer = run.peer;
+    let (_, m) = http(run.http, "GET", "/metrics").await;
+    for reason in ["connections", "probe_busy", "probe_forbidden"] {
+        let label = format!("reason=\"{reason}\"");
+        assert_eq!(
+            sample(&m, "pathprobe_http_refusals_total", &[&label]),
+            Some(0.0),
+            "{reason} series missing at start:\n{m}"
+        );
+    }
+    // A configured target inside probe_allow runs.
+    let (status, body) = http(run.http, "GET", &format!("/probe?target={peer}&module=tcp")).await;
+    assert_eq!(status, 200, "{body}");
+    // Inside probe_allow but not a configured target.
+    let (status, body) = http(run.http, "GET", "/probe?target=127.0.0.1:1&module=tcp").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body,
+        "target 127.0.0.1:1 is not one of the configured targets (http.probe_restrict_to_targets)\n"
+    );
+    // Over the concurrency cap: three 2 s loopback probes at once; the one
+    // place goes to one of them.
+    let addr = run.http;
+    let tries: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { http(addr, "GET", "/probe?target=x&module=lo").await }))
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tries {
+        let (status, body) = t.await.unwrap();
+        if status == 503 {
+            assert_eq!(
+                body,
+                "1 /probe requests are already running (http.probe_max_concurrent); retry later\n"
+            );
+        }
+        statuses.push(status);
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 503, 503]);
+
+    // Connections over max_connections are closed at once.
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(run.http).await.unwrap());
+    }
+    let mut over = TcpStream::connect(run.http).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), over.read(&mut buf))
+        .await
+        .expect("the connection over the cap was closed at once");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    drop(idle);
+    // The server may not yet have seen the idle ones close, and would close
+    // a scrape too: retry until one gets through.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = loop {
+        let mut s = TcpStream::connect(run.http).await.unwrap();
+        let mut raw = Vec::new();
+        let got = async {
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .await?;
+            s.read_to_end(&mut raw).await
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), got).await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        if text.starts_with("HTTP/1.1 200") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no scrape got through");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // At least the one above; a scrape retried above may add more.
+    assert!(
+        sample(
+            &m,
+            "pathprobe_http_refusals_total",
+            &["reason=\"connections\""]
+        ) >= Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "pathprobe_http_refusals_total",
+            &["reason=\"probe_forbidden\""]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "pathprobe_http_refusals_total",
+            &["reason=\"probe_busy\""]
+        ),
+        Some(2.0)
+    );
     run.shutdown().await;
 }

@@ -426,6 +426,13 @@ impl FrameSealer {
         let tag = suffix
             .strip_prefix(b",\"mac\":\"")
             .and_then(|rest| rest.strip_suffix(b"\"}"))
+            // Lower-case only, as sealed: a frame has exactly one sealed
+            // form, so that any change to its bytes is caught.
+            .filter(|digits| {
+                digits
+                    .iter()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            })
             .and_then(|digits| std::str::from_utf8(digits).ok())
             .and_then(unhex)
             .ok_or(SealError::Missing)?;

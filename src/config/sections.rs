@@ -59,6 +59,13 @@ pub struct ResponderSection {
     /// 0 for no cap.
     #[serde(deserialize_with = "quantity::rate")]
     pub max_unauthenticated_udp_bitrate: u64,
+    /// Congestion control algorithms a prober may ask for; unset for those
+    /// the host allows (tcp_allowed_congestion_control).
+    pub allowed_congestion: Option<Vec<String>>,
+    /// Whether a prober may set the TOS of this host's data sockets.
+    pub allow_tos: bool,
+    /// Whether a prober may pin this host's data threads.
+    pub allow_affinity: bool,
     /// Wait for a new connection's first message and for the proof after
     /// the challenge.
     #[serde(deserialize_with = "quantity::duration")]
@@ -98,6 +105,9 @@ impl Default for ResponderSection {
             idle_timeout: limits.idle_timeout,
             first_message_timeout: limits.first_message_timeout,
             max_unauthenticated_udp_bitrate: limits.max_unauthenticated_udp_bitrate,
+            allowed_congestion: limits.allowed_congestion,
+            allow_tos: limits.allow_tos,
+            allow_affinity: limits.allow_affinity,
             secret_file: None,
             secret: None,
             allow: Vec::new(),
@@ -122,6 +132,9 @@ impl ResponderSection {
             idle_timeout: self.idle_timeout,
             first_message_timeout: self.first_message_timeout,
             max_unauthenticated_udp_bitrate: self.max_unauthenticated_udp_bitrate,
+            allowed_congestion: self.allowed_congestion.clone(),
+            allow_tos: self.allow_tos,
+            allow_affinity: self.allow_affinity,
             secret: self.secret.clone(),
             access: AccessList {
                 allow: self.allow.clone(),

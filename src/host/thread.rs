@@ -94,8 +94,16 @@ mod tests {
         // CPU burnt by another thread must not show up in ours.
         let before = ThreadUsage::current();
         let other = std::thread::spawn(|| {
+            // Burn until this thread has used 50 ms of CPU, however loaded
+            // the machine (a wall-clock burn may get little of a busy CPU),
+            // within a bound.
             let start = ThreadUsage::current();
-            burn(Duration::from_millis(100));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while ThreadUsage::current().since(&start).cpu() < Duration::from_millis(50)
+                && Instant::now() < deadline
+            {
+                burn(Duration::from_millis(5));
+            }
             ThreadUsage::current().since(&start)
         });
         let theirs = other.join().unwrap();

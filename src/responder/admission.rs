@@ -106,6 +106,42 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
             format!("{cap} bit/s for UDP this responder sends without a secret"),
         )?;
     }
+    // Socket options the prober asks of this host: only those the host and
+    // the operator allow. Dropping one leaves the host's default.
+    if let Some(algo) = &r.congestion {
+        let allowed = c
+            .allowed_congestion
+            .clone()
+            .or_else(host_allowed_congestion);
+        if let Some(allowed) = allowed.filter(|a| !a.iter().any(|x| x == algo)) {
+            request.congestion = None;
+            over(
+                "allowed_congestion",
+                format!("congestion control {algo}"),
+                format!("the host default (allowed here: {})", allowed.join(" ")),
+            )?;
+        }
+    }
+    if let (Some(tos), false) = (r.tos, c.allow_tos) {
+        request.tos = None;
+        over(
+            "allow_tos",
+            format!("tos {tos:#04x}"),
+            "the host default (allow_tos: false)".into(),
+        )?;
+    }
+    if let Some(cpu) = r.affinity {
+        let cpus = std::thread::available_parallelism().map_or(usize::MAX, usize::from);
+        if !c.allow_affinity || cpu >= cpus {
+            request.affinity = None;
+            let why = if c.allow_affinity {
+                format!("no pinning (this host has {cpus} CPUs)")
+            } else {
+                "no pinning (allow_affinity: false)".into()
+            };
+            over("allow_affinity", format!("CPU {cpu}"), why)?;
+        }
+    }
     let (min_len, ceiling) = match r.kind {
         Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
         Kind::Tcp => (1, super::TCP_LENGTH_CEILING),
@@ -135,6 +171,17 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
         )?;
     }
     Ok(Admission { request, clamped })
+}
+
+/// The algorithms the host lets any process set, or `None` when the list
+/// cannot be read (then the kernel decides, as it would for anyone).
+fn host_allowed_congestion() -> Option<Vec<String>> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").ok()?;
+    Some(parse_congestion_list(&text))
+}
+
+fn parse_congestion_list(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
 }
 
 /// Milliseconds as "60 s" or "2.5 s".
@@ -190,6 +237,65 @@ mod tests {
             window: Some(8 << 20),
             ..request()
         }
+    }
+
+    #[test]
+    fn socket_options_are_only_those_the_host_and_operator_allow() {
+        let c = ResponderConfig {
+            allowed_congestion: Some(vec!["reno".into(), "bbr".into()]),
+            allow_tos: false,
+            allow_affinity: false,
+            ..limits(LimitPolicy::Clamp)
+        };
+        let asked = TestRequest {
+            congestion: Some("cubic".into()),
+            tos: Some(0x10),
+            affinity: Some(0),
+            ..request()
+        };
+        let a = check_limits(&asked, &c).unwrap();
+        assert_eq!(a.request.congestion, None);
+        assert_eq!(a.request.tos, None);
+        assert_eq!(a.request.affinity, None);
+        assert_eq!(
+            a.clamped,
+            [
+                "allowed_congestion: congestion control cubic clamped to the host default (allowed here: reno bbr)",
+                "allow_tos: tos 0x10 clamped to the host default (allow_tos: false)",
+                "allow_affinity: CPU 0 clamped to no pinning (allow_affinity: false)",
+            ]
+        );
+        // An allowed algorithm is kept; under refuse, a disallowed one is refused.
+        let bbr = TestRequest {
+            congestion: Some("bbr".into()),
+            ..request()
+        };
+        assert_eq!(check_limits(&bbr, &c).unwrap().request, bbr);
+        let refuse = ResponderConfig {
+            limit_policy: LimitPolicy::Refuse,
+            ..c.clone()
+        };
+        let e = check_limits(&asked, &refuse).unwrap_err();
+        assert!(
+            e.starts_with("allowed_congestion: congestion control cubic exceeds"),
+            "{e}"
+        );
+        // A CPU this host does not have is never pinned to.
+        let open = ResponderConfig {
+            allow_affinity: true,
+            ..limits(LimitPolicy::Clamp)
+        };
+        let far = TestRequest {
+            affinity: Some(100_000),
+            ..request()
+        };
+        let a = check_limits(&far, &open).unwrap();
+        assert_eq!(a.request.affinity, None);
+        assert!(a.clamped[0].contains("CPUs"), "{:?}", a.clamped);
+        assert_eq!(
+            parse_congestion_list("reno cubic\n"),
+            ["reno".to_string(), "cubic".to_string()]
+        );
     }
 
     #[test]

@@ -118,6 +118,16 @@ pub struct ResponderConfig {
     /// congestion control: without it, anyone who reaches the port could
     /// make this host blast unpaced datagrams.
     pub max_unauthenticated_udp_bitrate: u64,
+    /// Congestion control algorithms a prober may ask for; `None` for those
+    /// the host allows unprivileged users
+    /// (/proc/sys/net/ipv4/tcp_allowed_congestion_control). A responder
+    /// running as root could set any loaded algorithm, so the prober's wish
+    /// alone must not decide.
+    pub allowed_congestion: Option<Vec<String>>,
+    /// Whether a prober may set the TOS of this host's data sockets.
+    pub allow_tos: bool,
+    /// Whether a prober may pin this host's data threads to a CPU.
+    pub allow_affinity: bool,
     /// When set, probers must prove they hold it.
     pub secret: Option<Secret>,
     pub access: AccessList,
@@ -147,6 +157,9 @@ impl Default for ResponderConfig {
             idle_timeout: Duration::from_secs(10),
             first_message_timeout: Duration::from_secs(2),
             max_unauthenticated_udp_bitrate: 1_000_000_000,
+            allowed_congestion: None,
+            allow_tos: true,
+            allow_affinity: true,
             secret: None,
             access: AccessList::default(),
         }

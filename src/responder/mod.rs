@@ -520,7 +520,9 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     sock.set_reuse_address(true)?;
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
-    sock.listen(128)?;
+    // A deep accept queue: under a flood of connections, a full queue drops
+    // real probers' SYNs, which they only retry a second later.
+    sock.listen(1024)?;
     TcpListener::from_std(sock.into())
 }
 

@@ -129,62 +129,11 @@ pub(super) async fn run(
             return;
         }
     };
-    if let Err(wait) = shared.check_budget(config.max_bytes_per_hour) {
-        limited_info!(shared.log, "budget", %peer, "test refused: the hour's byte budget is spent");
-        let message = format!(
-            "this responder has moved its allowance of {} bytes for the last hour; retry in {}",
-            config.max_bytes_per_hour,
-            whole_seconds(wait)
-        );
-        refuse(
-            &mut control,
-            counters,
-            RejectReason::BudgetExhausted,
-            message,
-            timeout,
-        )
-        .await;
-        return;
-    }
     let request = admission.request;
     let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
-    if let Some(wait) = shared.stall_penalty(peer.ip()) {
-        limited_info!(shared.log, "stall_penalty", %peer, "test refused: the client's last test moved no data");
-        let message = format!(
-            "{}'s last test moved no data; retry in {}",
-            peer.ip(),
-            whole_seconds(wait)
-        );
-        refuse(
-            &mut control,
-            counters,
-            RejectReason::RateLimited,
-            message,
-            timeout,
-        )
-        .await;
-        return;
-    }
-    if let Err(wait) = shared.check_slot_time(
-        peer.ip(),
-        planned,
-        config.max_test_seconds_per_client_per_hour,
-    ) {
-        limited_info!(shared.log, "slot_time", %peer, "test refused: client over its test time per hour");
-        let message = format!(
-            "{} has used its allowance of {} s of tests in the last hour; retry in {}",
-            peer.ip(),
-            config.max_test_seconds_per_client_per_hour.as_secs(),
-            whole_seconds(wait)
-        );
-        refuse(
-            &mut control,
-            counters,
-            RejectReason::RateLimited,
-            message,
-            timeout,
-        )
-        .await;
+    if let Err((reason, message)) = allowances(shared, &config, peer.ip(), planned) {
+        limited_info!(shared.log, "allowance", %peer, %message, "test refused");
+        refuse(&mut control, counters, reason, message, timeout).await;
         return;
     }
     let slot = match shared.try_claim(peer.ip(), Instant::now() + planned) {
@@ -207,13 +156,13 @@ pub(super) async fn run(
     // the responder nothing, do not use up a client's allowance.
     if let Err(wait) = shared.admit_client(peer.ip(), config.max_tests_per_client_per_minute) {
         drop(slot);
-        limited_info!(shared.log, "rate_limited", %peer, "test refused: client over its tests per minute");
         let message = format!(
             "{} has run its allowance of {} tests in the last minute; retry in {}",
             peer.ip(),
             config.max_tests_per_client_per_minute,
             whole_seconds(wait)
         );
+        limited_info!(shared.log, "allowance", %peer, %message, "test refused");
         refuse(
             &mut control,
             counters,
@@ -281,6 +230,48 @@ pub(super) async fn run(
 /// "12 s", rounded up so that a prober waiting that long is never early.
 fn whole_seconds(d: Duration) -> String {
     format!("{} s", d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
+/// The allowances a test must fit before it may take a slot: the hour's
+/// byte budget, the client's sitting out after a test that moved no data,
+/// and the client's test time in the hour. The refusal says when to retry.
+fn allowances(
+    shared: &ResponderState,
+    config: &super::ResponderConfig,
+    ip: std::net::IpAddr,
+    planned: Duration,
+) -> Result<(), (RejectReason, String)> {
+    if let Err(wait) = shared.check_budget(config.max_bytes_per_hour) {
+        return Err((
+            RejectReason::BudgetExhausted,
+            format!(
+                "this responder has moved its allowance of {} bytes for the last hour; retry in {}",
+                config.max_bytes_per_hour,
+                whole_seconds(wait)
+            ),
+        ));
+    }
+    if let Some(wait) = shared.stall_penalty(ip) {
+        return Err((
+            RejectReason::RateLimited,
+            format!(
+                "{ip}'s last test moved no data; retry in {}",
+                whole_seconds(wait)
+            ),
+        ));
+    }
+    let per_hour = config.max_test_seconds_per_client_per_hour;
+    if let Err(wait) = shared.check_slot_time(ip, planned, per_hour) {
+        return Err((
+            RejectReason::RateLimited,
+            format!(
+                "{ip} has used its allowance of {} s of tests in the last hour; retry in {}",
+                per_hour.as_secs(),
+                whole_seconds(wait)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn count_control_error(shared: &ResponderState, e: &ControlError) {
@@ -387,7 +378,9 @@ async fn run_test(
     };
     let collected = tokio::select! {
         all = collect => all,
-        msg = control.recv(timeout) => {
+        // Past the streams' own deadline, so that a prober that stays
+        // silent without sending them is told which streams were missing.
+        msg = control.recv(timeout + Duration::from_secs(1)) => {
             return Err(TestError::Unexpected {
                 expected: "the data streams",
                 got: format!("{:?}", msg.map(|m| describe(&m))),

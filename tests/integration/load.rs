@@ -40,9 +40,11 @@ fn responder_under_a_minute_of_load() {
             std::thread::spawn(move || {
                 let mut open = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    if let Ok(mut s) =
-                        TcpStream::connect_timeout(&responder, Duration::from_secs(1))
-                    {
+                    // The junk comes from other clients than the probes
+                    // (127.0.0.2 to .5): a client's own flood only locks
+                    // out that client, by the per-client caps.
+                    let from = std::net::Ipv4Addr::new(127, 0, 0, 2 + i as u8);
+                    if let Ok(mut s) = connect_from(from, responder) {
                         // Silent, half a header, garbage, an oversized header.
                         let _ = match i {
                             0 => Ok(()),
@@ -121,4 +123,12 @@ fn responder_under_a_minute_of_load() {
         "RSS grew from {baseline} KiB to {peak} KiB"
     );
     drop(serve);
+}
+
+/// A TCP connection to `to` from address `from`.
+fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    sock.bind(&std::net::SocketAddr::new(from.into(), 0).into())?;
+    sock.connect_timeout(&to.into(), Duration::from_secs(1))?;
+    Ok(sock.into())
 }

@@ -207,6 +207,9 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => match pathprobe::config::check_config_file(&file) {
             Ok(summary) => {
+                for w in &summary.warnings {
+                    eprintln!("{}: WARNING: {w}", file.display());
+                }
                 println!("{}: OK ({summary})", file.display());
                 ExitCode::SUCCESS
             }

@@ -322,6 +322,7 @@ fn check_config_summarises_the_shipped_file() {
             dns: 0,
             mesh: false,
             responder: Some("[::]:5301".parse().unwrap()),
+            warnings: vec![],
         }
     );
 }

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     #[arg(long = "config.file", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Address for /metrics, /probe and the other HTTP endpoints.
-    /// Accepts host:port, [ipv6]:port and :port (every address).
+    /// Accepts ip:port, [ipv6]:port and :port (every address).
     #[arg(long = "web.listen-address", value_name = "ADDR", default_value = pathprobe::service::DEFAULT_WEB_LISTEN, value_parser = parse_listen)]
     pub web_listen_address: SocketAddr,
     /// Log level: error, warn, info, debug or trace.
@@ -76,7 +76,7 @@ pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 /// apart. `--help` shows those defaults ([`with_responder_defaults`]).
 #[derive(Args)]
 pub struct RespondArgs {
-    /// Address to listen on: an address (port from --port), host:port,
+    /// Address to listen on: an address (port from --port), ip:port,
     /// [ipv6]:port or :port; [::] also accepts IPv4.
     #[arg(long, value_name = "ADDR", default_value = "::", value_parser = parse_listen_host)]
     listen: (IpAddr, Option<u16>),
@@ -359,9 +359,9 @@ impl RespondArgs {
     pub fn section(&self) -> anyhow::Result<ResponderSection> {
         let d = ResponderSection::default();
         let port = match (self.listen.1, self.port) {
-            (Some(a), Some(b)) if a != b => anyhow::bail!(
-                "--listen gives port {a} and --port {b}: give the port once"
-            ),
+            (Some(a), Some(b)) if a != b => {
+                anyhow::bail!("--listen gives port {a} and --port {b}: give the port once")
+            }
             (Some(p), _) | (None, Some(p)) => p,
             (None, None) => DEFAULT_PORT,
         };
@@ -473,7 +473,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
-        d if d.is_zero() => Err(format!("{s:?} is no time: expected more than zero (e.g. 60s)")),
+        d if d.is_zero() => Err(format!(
+            "{s:?} is no time: expected more than zero (e.g. 60s)"
+        )),
         d => Ok(d),
     }
 }
@@ -524,7 +526,10 @@ mod tests {
     }
 
     fn probe(args: &[&str]) -> ProbeArgs {
-        match try_parse(&argv(&[&["probe"], args].concat())).unwrap().command {
+        match try_parse(&argv(&[&["probe"], args].concat()))
+            .unwrap()
+            .command
+        {
             Command::Probe(a) => a,
             _ => unreachable!("parsed the probe subcommand"),
         }
@@ -544,7 +549,10 @@ mod tests {
         assert!(a.verbose);
         assert_eq!(a.spec().unwrap().family, Some(IpFamily::V4));
         assert_eq!(a.notes().len(), 2);
-        assert_eq!(probe(&["-6", "h"]).spec().unwrap().family, Some(IpFamily::V6));
+        assert_eq!(
+            probe(&["-6", "h"]).spec().unwrap().family,
+            Some(IpFamily::V6)
+        );
         assert_eq!(probe(&["h"]).spec().unwrap().family, None);
         assert!(usage_error(&["-s"]).contains("run `pathprobe respond`"));
         assert!(usage_error(&["probe", "-s"]).contains("run `pathprobe respond`"));
@@ -554,7 +562,9 @@ mod tests {
             let m = usage_error(&["probe", flag, "1G", "h"]);
             assert!(m.contains("not supported") && m.contains("-t"), "{m}");
         }
-        assert!(usage_error(&["probe", "-M", "1400", "h"]).contains("-M/--set-mss is not supported"));
+        assert!(
+            usage_error(&["probe", "-M", "1400", "h"]).contains("-M/--set-mss is not supported")
+        );
         assert!(usage_error(&["probe", "-4", "-6", "h"]).contains("cannot be used with"));
     }
 
@@ -577,16 +587,19 @@ mod tests {
             Err(e) => Err(usage_message(&e)),
         };
         assert_eq!(serve(":9813").unwrap(), "[::]:9813".parse().unwrap());
-        assert_eq!(serve("127.0.0.1:1").unwrap(), "127.0.0.1:1".parse().unwrap());
+        assert_eq!(
+            serve("127.0.0.1:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
         assert!(serve("9813").is_err());
         let listen = |args: &[&str]| respond(args).section().map(|s| s.listen);
         assert_eq!(
-            listen(&["--listen", "127.0.0.1:6302"]).unwrap(),
-            "127.0.0.1:6302".parse().unwrap()
+            listen(&["--listen", "127.0.0.1:5301"]).unwrap(),
+            "127.0.0.1:5301".parse().unwrap()
         );
         assert_eq!(
-            listen(&["--listen", "[::]:6302"]).unwrap(),
-            "[::]:6302".parse().unwrap()
+            listen(&["--listen", "[::]:5301"]).unwrap(),
+            "[::]:5301".parse().unwrap()
         );
         assert_eq!(
             listen(&["--listen", ":7", "-p", "7"]).unwrap(),
@@ -677,7 +690,7 @@ mod tests {
             help.contains("Most streams per direction accepted [default: 16]"),
             "{help}"
         );
-        assert!(help.contains("(-l) accepted [default: 16M]"), "{help}");
+        assert!(help.contains("(-l) accepted [default: 1M]"), "{help}");
         assert!(help.contains("(-w) accepted [default: 256M]"), "{help}");
         assert!(help.contains("[default: clamp]"), "{help}");
     }

@@ -1,7 +1,7 @@
 //! Parsing and formatting of the quantities users type: bit rates (`500M`,
 //! `1g`), byte sizes (`128K`, `4M`), durations (`30s`, `5m`, `1.5`), and
 //! the TOS byte and CPU affinity of `pathprobe probe`, and listen addresses
-//! (`:9813`, `127.0.0.1:6302`, `[::]:6302`), one parser for every flag and
+//! (`:9813`, `127.0.0.1:5301`, `[::]:5301`), one parser for every flag and
 //! the configuration file.
 //!
 //! Rates use decimal multiples (k = 1000), as iperf3's `-b` and every network
@@ -159,7 +159,7 @@ pub fn parse_affinity(input: &str) -> Result<(Option<usize>, Option<usize>), Par
 }
 
 const LISTEN_EXPECTED: &str =
-    "host:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:6302 or [::]:6302";
+    "an IP address and port: ip:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:5301 or [::]:5301";
 
 /// Parses a listen address as Prometheus' exporters take
 /// `--web.listen-address`: `ip:port`, `[ipv6]:port`, or `:port` for every
@@ -324,11 +324,14 @@ mod tests {
     fn listen_addresses_take_the_exporter_and_config_forms() {
         let a = |s: &str| parse_listen_address(s).unwrap();
         assert_eq!(a(":9813"), "[::]:9813".parse().unwrap());
-        assert_eq!(a("127.0.0.1:6302"), "127.0.0.1:6302".parse().unwrap());
-        assert_eq!(a("[::]:6302"), "[::]:6302".parse().unwrap());
+        assert_eq!(a("127.0.0.1:5301"), "127.0.0.1:5301".parse().unwrap());
+        assert_eq!(a("[::]:5301"), "[::]:5301".parse().unwrap());
         assert_eq!(a(" [::1]:1 "), "[::1]:1".parse().unwrap());
         let e = parse_listen_address("127.0.0.1").unwrap_err().to_string();
-        assert!(e.contains("expected host:port, [ipv6]:port or :port"), "{e}");
+        assert!(
+            e.contains("expected an IP address and port: ip:port, [ipv6]:port or :port"),
+            "{e}"
+        );
         for bad in ["", ":", ":99999", "localhost:x", "1.2.3.4:", "[::1]:"] {
             assert!(parse_listen_address(bad).is_err(), "{bad}");
         }
@@ -337,8 +340,8 @@ mod tests {
         assert_eq!(h("::1"), ("::1".parse().unwrap(), None));
         assert_eq!(h("[::1]"), ("::1".parse().unwrap(), None));
         assert_eq!(h("127.0.0.1"), ("127.0.0.1".parse().unwrap(), None));
-        assert_eq!(h(":6302"), ("::".parse().unwrap(), Some(6302)));
-        assert_eq!(h("[::]:6302"), ("::".parse().unwrap(), Some(6302)));
+        assert_eq!(h(":5301"), ("::".parse().unwrap(), Some(5301)));
+        assert_eq!(h("[::]:5301"), ("::".parse().unwrap(), Some(5301)));
         assert!(parse_listen_host("nohost").is_err());
     }
 

@@ -184,10 +184,14 @@ async fn handshake(
         // port either says nothing to a hello (an iperf3 server waits for
         // its cookie, `nc -l` for input) or answers in another protocol.
         Err(ControlError::Timeout(after)) => {
-            return Err(not_a_responder(format!("no answer to the hello within {after:?}")))
+            return Err(not_a_responder(format!(
+                "no answer to the hello within {after:?}"
+            )))
         }
         Err(ControlError::Frame(e)) => {
-            return Err(not_a_responder(format!("its answer is not a pathprobe frame: {e}")))
+            return Err(not_a_responder(format!(
+                "its answer is not a pathprobe frame: {e}"
+            )))
         }
         Err(e) => return Err(e.into()),
     };

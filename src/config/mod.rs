@@ -196,8 +196,8 @@ impl Config {
             .collect()
     }
 
-    /// Rejects a module whose run (omit + duration, twice for `both`) does
-    /// not fit in the interval of a target it runs against: the scheduler
+    /// Rejects a module whose run (omit + duration, twice for `both`) is
+    /// longer than the interval of a target it runs against: the scheduler
     /// would skip every other run, and the series would show gaps the
     /// operator did not ask for.
     fn check_fits_interval(
@@ -213,12 +213,12 @@ impl Config {
                 continue;
             };
             let run = (m.omit + m.duration) * m.specs().len() as u32;
-            if run >= interval {
+            if run > interval {
                 return Err(ConfigError::invalid(
                     file,
                     format!("{key}.modules[{j}]"),
                     format!(
-                        "module {name:?} runs for {} (omit + duration{}), not less than the interval of {} ({interval_key}): every other run would be skipped; lengthen the interval or shorten the module",
+                        "module {name:?} runs for {} (omit + duration{}), longer than the interval of {} ({interval_key}): every other run would be skipped; lengthen the interval or shorten the module",
                         crate::units::format_duration(run),
                         if m.specs().len() > 1 { ", once per direction" } else { "" },
                         crate::units::format_duration(interval),
@@ -603,19 +603,20 @@ mod schedule_tests {
         let text = "modules:\n  long: {kind: tcp, duration: 30s}\ntargets:\n  - address: h\n    modules: [long]\n    interval: 10s\n";
         assert_eq!(
             err(text, None),
-            "c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), not less than the interval of 10s (targets[0].interval): every other run would be skipped; lengthen the interval or shorten the module"
+            "c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), longer than the interval of 10s (targets[0].interval): every other run would be skipped; lengthen the interval or shorten the module"
         );
         // `both` runs twice, and omit counts.
-        let text = "scheduler: {default_interval: 10s}\nmodules:\n  b: {kind: udp, duration: 4s, omit: 1s, direction: both}\ntargets:\n  - {address: h, modules: [b]}\n";
+        let text = "scheduler: {default_interval: 10s}\nmodules:\n  b: {kind: udp, duration: 5s, omit: 1s, direction: both}\ntargets:\n  - {address: h, modules: [b]}\n";
         let m = err(text, None);
         assert!(
-            m.contains("runs for 10s (omit + duration, once per direction)")
+            m.contains("runs for 12s (omit + duration, once per direction)")
                 && m.contains("(scheduler.default_interval)"),
             "{m}"
         );
         let text = "modules:\n  t: {kind: tcp, duration: 30s}\ndiscovery:\n  dns:\n    - {names: [h], modules: [t], interval: 20s}\n";
         assert!(err(text, None).contains("discovery.dns[0].modules[0]"));
-        ok("modules:\n  t: {kind: tcp, duration: 9s}\ntargets:\n  - {address: h, modules: [t], interval: 10s}\n");
+        // As long as the interval: back to back, which some tests use.
+        ok("modules:\n  t: {kind: tcp, duration: 10s}\ntargets:\n  - {address: h, modules: [t], interval: 10s}\n");
     }
 
     #[test]

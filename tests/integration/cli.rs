@@ -657,7 +657,7 @@ fn check_config_catches_schedule_congestion_and_tab_mistakes() {
     );
     assert_eq!(code, Some(1));
     assert!(
-        err.starts_with("c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), not less than the interval of 10s"),
+        err.starts_with("c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), longer than the interval of 10s"),
         "{err}"
     );
     let (code, _, err) = check_config("modules:\n  t:\n    kind: tcp\n    congestion: bogus\n");

@@ -2,6 +2,11 @@
 //! translation into the library's types ([`ProbeSpec`] for `probe`, the
 //! configuration file's [`ResponderSection`] for `respond`). Nothing here
 //! does I/O beyond reading a secret file.
+//!
+//! Exit codes: 2 for a usage error (a flag or value clap or these checks
+//! reject, iperf3 flags pathprobe does not have), 1 for every other
+//! failure. With `probe -J`, a usage error is also one JSON error document
+//! on stdout, as every other failure is.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -13,6 +18,7 @@ use ipnet::IpNet;
 
 use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
+use pathprobe::probe::spec::IpFamily;
 use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec};
 use pathprobe::protocol::DEFAULT_PORT;
 use pathprobe::responder::LimitPolicy;
@@ -50,29 +56,35 @@ pub struct ServeArgs {
     #[arg(long = "config.file", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Address for /metrics, /probe and the other HTTP endpoints.
-    #[arg(long = "web.listen-address", value_name = "ADDR", default_value = pathprobe::service::DEFAULT_WEB_LISTEN)]
+    /// Accepts ip:port, [ipv6]:port and :port (every address).
+    #[arg(long = "web.listen-address", value_name = "ADDR", default_value = pathprobe::service::DEFAULT_WEB_LISTEN, value_parser = parse_listen)]
     pub web_listen_address: SocketAddr,
     /// Log level: error, warn, info, debug or trace.
-    #[arg(long = "log.level", value_name = "LEVEL", default_value = "info")]
+    #[arg(long = "log.level", value_name = "LEVEL", default_value = "info", value_parser = LOG_LEVELS)]
     pub log_level: String,
     /// Log format.
     #[arg(long = "log.format", value_name = "FORMAT", default_value = "logfmt", value_parser = ["logfmt", "json"])]
     pub log_format: String,
 }
 
+/// The levels `--log.level` takes. Anything else is refused: the filter
+/// would read a typo such as `verbose` as a module name and log nothing.
+pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
 /// The limits are optional here: one not given keeps the default of the
 /// configuration file's `responder:` section, so that the two cannot drift
 /// apart. `--help` shows those defaults ([`with_responder_defaults`]).
 #[derive(Args)]
 pub struct RespondArgs {
-    /// Address to listen on; [::] also accepts IPv4.
-    #[arg(long, default_value = "::")]
-    listen: IpAddr,
-    /// TCP and UDP port.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    port: u16,
+    /// Address to listen on: an address (port from --port), ip:port,
+    /// [ipv6]:port or :port; [::] also accepts IPv4.
+    #[arg(long, value_name = "ADDR", default_value = "::", value_parser = parse_listen_host)]
+    listen: (IpAddr, Option<u16>),
+    /// TCP and UDP port, when --listen gives none.
+    #[arg(short, long)]
+    port: Option<u16>,
     /// Longest test accepted, omit included (e.g. 60s).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_positive_duration)]
     max_duration: Option<Duration>,
     /// Most streams per direction accepted.
     #[arg(long)]
@@ -124,12 +136,20 @@ pub struct RespondArgs {
 #[derive(Args)]
 pub struct ProbeArgs {
     /// Responder to probe: host, host:port or [ipv6]:port.
-    #[arg(required_unless_present = "loopback")]
+    // Not `required` for clap: iperf3's flags are answered first
+    // ([`try_parse`]), and a missing target then gets its own message.
     pub target: Option<String>,
+    /// The target given as iperf3 takes it (`-c HOST`).
+    #[arg(short = 'c', long, value_name = "HOST", conflicts_with_all = ["target", "loopback"])]
+    client: Option<String>,
     /// Probe over loopback against a responder inside this process.
     #[arg(long, conflicts_with = "target")]
     pub loopback: bool,
-    /// With --loopback, use ::1 instead of 127.0.0.1.
+    /// IPv4 only: names resolve to IPv4 addresses; an IPv6 literal is refused.
+    #[arg(short = '4', long, conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only: names resolve to IPv6 addresses; an IPv4 literal is
+    /// refused. With --loopback, ::1 instead of 127.0.0.1.
     #[arg(short = '6', long)]
     pub ipv6: bool,
     /// UDP instead of TCP.
@@ -181,18 +201,124 @@ pub struct ProbeArgs {
     /// Seconds to wait for the connection and each control exchange.
     #[arg(long, default_value = "5", value_parser = parse_duration)]
     connect_timeout: Duration,
-    /// Per-stream and per-host detail.
-    #[arg(short, long)]
+    /// Per-stream and per-host detail (-V as in iperf3).
+    #[arg(short, long, visible_short_alias = 'V')]
     pub verbose: bool,
+    /// Accepted for iperf3's habit and ignored: pathprobe's data path needs
+    /// no zero-copy mode.
+    #[arg(short = 'Z', long)]
+    zerocopy: bool,
+    /// Accepted for iperf3's habit and ignored: pathprobe does not set
+    /// TCP_NODELAY on data sockets (Nagle holds back only writes smaller
+    /// than a segment; the default -l is 128K).
+    #[arg(short = 'N', long)]
+    no_delay: bool,
+    // iperf3's flags that pathprobe does not have: taken only to refuse
+    // them with a message that names what to use instead.
+    #[arg(short = 's', long, hide = true)]
+    server: bool,
+    #[arg(short = 'n', long, hide = true, value_name = "BYTES")]
+    bytes: Option<String>,
+    #[arg(short = 'k', long, hide = true, value_name = "BLOCKS")]
+    blocks: Option<String>,
+    #[arg(short = 'M', long, hide = true, value_name = "MSS")]
+    set_mss: Option<String>,
     /// File holding the responder's shared secret, to authenticate with.
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
 }
 
-/// Parses the process's arguments, exiting with clap's message on error.
+/// Parses the process's arguments; on a usage error, prints clap's
+/// message (or, for `probe -J`, a JSON error document) and exits 2.
 pub fn parse() -> Cli {
-    let matches = with_responder_defaults(Cli::command()).get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match try_parse(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let json = wants_json(&argv);
+            if json && usage_error_kind(e.kind()) {
+                println!(
+                    "{}",
+                    pathprobe::report::error_json(&ProbeError::BadArgument(usage_message(&e)))
+                );
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    }
+}
+
+/// Parses `argv` (program name first), with iperf3's habits answered
+/// before clap's generic messages, which mislead (for `-c`, clap suggests
+/// `-- -c`).
+pub fn try_parse(argv: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
+    let mut cmd = with_responder_defaults(Cli::command());
+    let first = argv.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    let habit = match first {
+        "-s" | "--server" => Some(
+            "pathprobe has no -s: to answer probes as `iperf3 -s` does, run `pathprobe respond`",
+        ),
+        "-c" | "--client" => Some(
+            "give the subcommand and the host: pathprobe probe HOST (or pathprobe probe -c HOST)",
+        ),
+        _ if first.starts_with("-c") => {
+            Some("give the subcommand and the host: pathprobe probe HOST")
+        }
+        _ => None,
+    };
+    if let Some(m) = habit {
+        return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, m));
+    }
+    let matches = cmd.try_get_matches_from_mut(argv)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+    if let Command::Probe(args) = &cli.command {
+        let probe = cmd
+            .find_subcommand_mut("probe")
+            .expect("probe is a subcommand");
+        if let Some(m) = args.unsupported() {
+            return Err(probe.error(clap::error::ErrorKind::ArgumentConflict, m));
+        }
+        if args.target().is_none() && !args.loopback {
+            return Err(probe.error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "give the host to probe as an argument: pathprobe probe HOST (or --loopback)",
+            ));
+        }
+    }
+    Ok(cli)
+}
+
+/// Whether clap's error is a usage error, rather than `--help` or
+/// `--version` output, which it also reports as an error.
+fn usage_error_kind(kind: clap::error::ErrorKind) -> bool {
+    use clap::error::ErrorKind as K;
+    !matches!(
+        kind,
+        K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
+/// The first line of clap's message, without its `error: ` prefix.
+fn usage_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+/// Whether a `probe` command line asks for JSON: the error then has to be
+/// JSON too, although clap could not parse the line.
+fn wants_json(argv: &[std::ffi::OsString]) -> bool {
+    if argv.get(1).and_then(|a| a.to_str()) != Some("probe") {
+        return false;
+    }
+    argv.iter().skip(2).filter_map(|a| a.to_str()).any(|a| {
+        a == "--json"
+            || (a.starts_with('-')
+                && !a.starts_with("--")
+                && a.len() > 1
+                && a[1..].chars().all(|c| c.is_ascii_alphanumeric())
+                && a.contains('J'))
+    })
 }
 
 /// Shows, in `respond --help`, the defaults the omitted limits take; they
@@ -200,6 +326,7 @@ pub fn parse() -> Cli {
 fn with_responder_defaults(cmd: clap::Command) -> clap::Command {
     let d = ResponderSection::default();
     let defaults = [
+        ("port", DEFAULT_PORT.to_string()),
         ("max_duration", units::format_duration(d.max_duration)),
         ("max_streams", d.max_streams.to_string()),
         ("max_bitrate", units::format_rate(d.max_bitrate)),
@@ -252,8 +379,15 @@ impl RespondArgs {
     /// secret read.
     pub fn section(&self) -> anyhow::Result<ResponderSection> {
         let d = ResponderSection::default();
+        let port = match (self.listen.1, self.port) {
+            (Some(a), Some(b)) if a != b => {
+                anyhow::bail!("--listen gives port {a} and --port {b}: give the port once")
+            }
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => DEFAULT_PORT,
+        };
         Ok(ResponderSection {
-            listen: SocketAddr::new(self.listen, self.port),
+            listen: SocketAddr::new(self.listen.0, port),
             max_duration: self.max_duration.unwrap_or(d.max_duration),
             max_streams: self.max_streams.unwrap_or(d.max_streams),
             max_bitrate: self.max_bitrate.unwrap_or(d.max_bitrate),
@@ -289,6 +423,40 @@ impl RespondArgs {
 }
 
 impl ProbeArgs {
+    /// The host to probe: the argument, or iperf3's `-c HOST`.
+    pub fn target(&self) -> Option<&str> {
+        self.target.as_deref().or(self.client.as_deref())
+    }
+
+    /// Why an iperf3 flag given cannot be honoured, naming what to use.
+    fn unsupported(&self) -> Option<String> {
+        if self.server {
+            return Some("pathprobe probe has no server mode (-s): run `pathprobe respond` on the host to probe".into());
+        }
+        let by_amount = [("-n/--bytes", &self.bytes), ("-k/--blocks", &self.blocks)];
+        if let Some((flag, _)) = by_amount.iter().find(|(_, v)| v.is_some()) {
+            return Some(format!(
+                "{flag} is not supported: pathprobe measures for a time, not an amount; give the time with -t (e.g. -t 10)"
+            ));
+        }
+        if self.set_mss.is_some() {
+            return Some("-M/--set-mss is not supported: pathprobe leaves the MSS to the kernel, which follows the path MTU; lower the route's MTU (ip route ... mtu N) to test smaller segments".into());
+        }
+        None
+    }
+
+    /// Notes for iperf3 flags accepted and ignored, for stderr.
+    pub fn notes(&self) -> Vec<&'static str> {
+        let mut notes = Vec::new();
+        if self.zerocopy {
+            notes.push("note: -Z is ignored: pathprobe needs no zero-copy mode");
+        }
+        if self.no_delay {
+            notes.push("note: -N is ignored: pathprobe does not set TCP_NODELAY on data sockets");
+        }
+        notes
+    }
+
     /// The probe these flags ask for.
     pub fn spec(&self) -> Result<ProbeSpec, ProbeError> {
         let (affinity, remote_affinity) = match &self.affinity {
@@ -315,6 +483,13 @@ impl ProbeArgs {
             congestion: self.congestion.clone(),
             tos: self.tos,
             bind: self.bind,
+            family: if self.ipv4 {
+                Some(IpFamily::V4)
+            } else if self.ipv6 {
+                Some(IpFamily::V6)
+            } else {
+                None
+            },
             affinity,
             remote_affinity,
             connect_timeout: self.connect_timeout,
@@ -327,6 +502,20 @@ impl ProbeArgs {
 // clap wants `Result<_, String>`-like errors; the library's are typed.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!(
+            "{s:?} is no time: expected more than zero (e.g. 60s)"
+        )),
+        d => Ok(d),
+    }
+}
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    units::parse_listen_address(s).map_err(|e| e.to_string())
+}
+fn parse_listen_host(s: &str) -> Result<(IpAddr, Option<u16>), String> {
+    units::parse_listen_host(s).map_err(|e| e.to_string())
 }
 fn parse_rate(s: &str) -> Result<u64, String> {
     units::parse_rate(s).map_err(|e| e.to_string())
@@ -359,6 +548,119 @@ mod tests {
             Command::Respond(a) => a,
             _ => unreachable!("parsed the respond subcommand"),
         }
+    }
+
+    fn argv(args: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("pathprobe")
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    fn probe(args: &[&str]) -> ProbeArgs {
+        match try_parse(&argv(&[&["probe"], args].concat()))
+            .unwrap()
+            .command
+        {
+            Command::Probe(a) => a,
+            _ => unreachable!("parsed the probe subcommand"),
+        }
+    }
+
+    fn usage_error(args: &[&str]) -> String {
+        match try_parse(&argv(args)) {
+            Ok(_) => panic!("{args:?} parsed"),
+            Err(e) => usage_message(&e),
+        }
+    }
+
+    #[test]
+    fn iperf3_habits_are_taken_or_answered() {
+        let a = probe(&["-c", "db.example", "-4", "-V", "-Z", "-N"]);
+        assert_eq!(a.target(), Some("db.example"));
+        assert!(a.verbose);
+        assert_eq!(a.spec().unwrap().family, Some(IpFamily::V4));
+        assert_eq!(a.notes().len(), 2);
+        assert_eq!(
+            probe(&["-6", "h"]).spec().unwrap().family,
+            Some(IpFamily::V6)
+        );
+        assert_eq!(probe(&["h"]).spec().unwrap().family, None);
+        assert!(usage_error(&["-s"]).contains("run `pathprobe respond`"));
+        assert!(usage_error(&["probe", "-s"]).contains("run `pathprobe respond`"));
+        assert!(usage_error(&["-c", "h"]).contains("pathprobe probe HOST"));
+        assert!(usage_error(&["probe"]).contains("pathprobe probe HOST"));
+        for flag in ["-n", "-k"] {
+            let m = usage_error(&["probe", flag, "1G", "h"]);
+            assert!(m.contains("not supported") && m.contains("-t"), "{m}");
+        }
+        assert!(
+            usage_error(&["probe", "-M", "1400", "h"]).contains("-M/--set-mss is not supported")
+        );
+        assert!(usage_error(&["probe", "-4", "-6", "h"]).contains("cannot be used with"));
+    }
+
+    #[test]
+    fn json_is_seen_before_parsing() {
+        assert!(wants_json(&argv(&["probe", "-J", "--bogus"])));
+        assert!(wants_json(&argv(&["probe", "-uJ", "h"])));
+        assert!(wants_json(&argv(&["probe", "h", "--json"])));
+        assert!(!wants_json(&argv(&["probe", "h"])));
+        assert!(!wants_json(&argv(&["serve", "-J"])));
+    }
+
+    #[test]
+    fn listen_addresses_take_every_form() {
+        let serve = |a: &str| match try_parse(&argv(&["serve", "--web.listen-address", a]))
+            .map(|c| c.command)
+        {
+            Ok(Command::Serve(s)) => Ok(s.web_listen_address),
+            Ok(_) => unreachable!(),
+            Err(e) => Err(usage_message(&e)),
+        };
+        assert_eq!(serve(":9813").unwrap(), "[::]:9813".parse().unwrap());
+        assert_eq!(
+            serve("127.0.0.1:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        assert!(serve("9813").is_err());
+        let listen = |args: &[&str]| respond(args).section().map(|s| s.listen);
+        assert_eq!(
+            listen(&["--listen", "127.0.0.1:5301"]).unwrap(),
+            "127.0.0.1:5301".parse().unwrap()
+        );
+        assert_eq!(
+            listen(&["--listen", "[::]:5301"]).unwrap(),
+            "[::]:5301".parse().unwrap()
+        );
+        assert_eq!(
+            listen(&["--listen", ":7", "-p", "7"]).unwrap(),
+            "[::]:7".parse().unwrap()
+        );
+        assert_eq!(
+            listen(&["--listen", "::1", "-p", "7"]).unwrap(),
+            "[::1]:7".parse().unwrap()
+        );
+        assert_eq!(
+            listen(&[]).unwrap(),
+            SocketAddr::new("::".parse().unwrap(), DEFAULT_PORT)
+        );
+        let e = listen(&["--listen", "127.0.0.1:1", "-p", "2"]).unwrap_err();
+        assert!(e.to_string().contains("give the port once"), "{e}");
+    }
+
+    #[test]
+    fn log_level_and_max_duration_are_checked_at_start() {
+        let m = usage_error(&["serve", "--log.level", "verbose"]);
+        assert!(m.contains("invalid value 'verbose'"), "{m}");
+        let text = try_parse(&argv(&["serve", "--log.level", "verbose"]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(text.contains("error, warn, info, debug, trace"), "{text}");
+        assert!(try_parse(&argv(&["serve", "--log.level", "debug"])).is_ok());
+        let m = usage_error(&["respond", "--max-duration", "0"]);
+        assert!(m.contains("expected more than zero"), "{m}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use pathprobe::probe::{self, Target};
 use pathprobe::report;
 use pathprobe::responder::{self, Responder};
 
-use cli::{Command, ProbeArgs, RespondArgs, ServeArgs};
+use cli::{Command, ProbeArgs, ServeArgs};
 
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -115,13 +115,22 @@ where
     }
 }
 
+/// Exit status of a usage error (clap's own), as opposed to 1 for any
+/// other failure.
+const USAGE: u8 = 2;
+
 async fn run_probe(args: ProbeArgs) -> ExitCode {
+    for note in args.notes() {
+        eprintln!("{note}");
+    }
     let outcome = async {
         let spec = args.spec()?;
         if args.loopback {
+            spec.check_local()
+                .map_err(|e| probe::ProbeError::BadArgument(e.0))?;
             pathprobe::loopback::probe_loopback(&spec, args.ipv6).await
         } else {
-            let target = Target::parse(args.target.as_deref().unwrap_or_default(), args.port)?;
+            let target = Target::parse(args.target().unwrap_or_default(), args.port)?;
             probe::probe(&target, &spec).await
         }
     }
@@ -141,14 +150,17 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
             } else {
                 eprintln!("{}", report::error_text(&e));
             }
-            ExitCode::from(1)
+            // A bad argument is found before any traffic: a usage error.
+            match e {
+                probe::ProbeError::BadArgument(_) => ExitCode::from(USAGE),
+                _ => ExitCode::from(1),
+            }
         }
     }
 }
 
-async fn run_respond(args: RespondArgs) -> anyhow::Result<()> {
+async fn run_respond(section: pathprobe::config::ResponderSection) -> anyhow::Result<()> {
     raise_fd_limit();
-    let section = args.section()?;
     let addr = section.listen;
     let (tcp, udp) = bind_or_ipv4(addr, responder::bind)
         .await
@@ -195,6 +207,9 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => match pathprobe::config::check_config_file(&file) {
             Ok(summary) => {
+                for w in &summary.warnings {
+                    eprintln!("{}: WARNING: {w}", file.display());
+                }
                 println!("{}: OK ({summary})", file.display());
                 ExitCode::SUCCESS
             }
@@ -206,7 +221,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             if let Err(e) = init_service_logging(&args.log_level, &args.log_format) {
                 eprintln!("pathprobe: {e:#}");
-                return ExitCode::from(2);
+                return ExitCode::from(USAGE);
             }
             match runtime.block_on(run_serve(args)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -219,7 +234,14 @@ fn main() -> ExitCode {
         }
         Command::Respond(args) => {
             init_logging("info");
-            match runtime.block_on(run_respond(args)) {
+            let section = match args.section() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("pathprobe: {e:#}");
+                    return ExitCode::from(USAGE);
+                }
+            };
+            match runtime.block_on(run_respond(section)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pathprobe: {e:#}");

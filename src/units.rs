@@ -1,12 +1,15 @@
 //! Parsing and formatting of the quantities users type: bit rates (`500M`,
 //! `1g`), byte sizes (`128K`, `4M`), durations (`30s`, `5m`, `1.5`), and
-//! the TOS byte and CPU affinity of `pathprobe probe`.
+//! the TOS byte and CPU affinity of `pathprobe probe`, and listen addresses
+//! (`:9813`, `127.0.0.1:5301`, `[::]:5301`), one parser for every flag and
+//! the configuration file.
 //!
 //! Rates use decimal multiples (k = 1000), as iperf3's `-b` and every network
 //! engineer do; sizes use binary multiples (K = 1024), as iperf3's `-l`/`-w`.
 
 #![warn(missing_docs)]
 
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// A quantity that could not be parsed, with what was expected.
@@ -155,6 +158,51 @@ pub fn parse_affinity(input: &str) -> Result<(Option<usize>, Option<usize>), Par
     Ok((local, remote))
 }
 
+const LISTEN_EXPECTED: &str =
+    "an IP address and port: ip:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:5301 or [::]:5301";
+
+/// Parses a listen address as Prometheus' exporters take
+/// `--web.listen-address`: `ip:port`, `[ipv6]:port`, or `:port` for every
+/// address (the IPv6 wildcard, which also takes IPv4 where the host allows).
+pub fn parse_listen_address(input: &str) -> Result<SocketAddr, ParseError> {
+    match parse_listen_host(input)? {
+        (ip, Some(port)) => Ok(SocketAddr::new(ip, port)),
+        (_, None) => Err(ParseError {
+            what: "listen address",
+            input: input.to_string(),
+            expected: LISTEN_EXPECTED,
+        }),
+    }
+}
+
+/// As [`parse_listen_address`], and also a bare address (`127.0.0.1`,
+/// `::`, `[::1]`), whose port is then `None`: `respond --listen` takes the
+/// port from `--port` too.
+pub fn parse_listen_host(input: &str) -> Result<(IpAddr, Option<u16>), ParseError> {
+    let err = || ParseError {
+        what: "listen address",
+        input: input.to_string(),
+        expected: LISTEN_EXPECTED,
+    };
+    let s = input.trim();
+    if let Some(port) = s.strip_prefix(':') {
+        // `::1` also starts with ':', and is an address, not a port.
+        if let Ok(port) = port.parse::<u16>() {
+            return Ok((IpAddr::V6(Ipv6Addr::UNSPECIFIED), Some(port)));
+        }
+    }
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok((addr.ip(), Some(addr.port())));
+    }
+    let bare = s
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(s);
+    bare.parse::<IpAddr>()
+        .map(|ip| (ip, None))
+        .map_err(|_| err())
+}
+
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -270,6 +318,31 @@ mod tests {
         );
         assert!(parse_tos("0x").is_err());
         assert!(parse_tos("-1").is_err());
+    }
+
+    #[test]
+    fn listen_addresses_take_the_exporter_and_config_forms() {
+        let a = |s: &str| parse_listen_address(s).unwrap();
+        assert_eq!(a(":9813"), "[::]:9813".parse().unwrap());
+        assert_eq!(a("127.0.0.1:5301"), "127.0.0.1:5301".parse().unwrap());
+        assert_eq!(a("[::]:5301"), "[::]:5301".parse().unwrap());
+        assert_eq!(a(" [::1]:1 "), "[::1]:1".parse().unwrap());
+        let e = parse_listen_address("127.0.0.1").unwrap_err().to_string();
+        assert!(
+            e.contains("expected an IP address and port: ip:port, [ipv6]:port or :port"),
+            "{e}"
+        );
+        for bad in ["", ":", ":99999", "localhost:x", "1.2.3.4:", "[::1]:"] {
+            assert!(parse_listen_address(bad).is_err(), "{bad}");
+        }
+        let h = |s: &str| parse_listen_host(s).unwrap();
+        assert_eq!(h("::"), ("::".parse().unwrap(), None));
+        assert_eq!(h("::1"), ("::1".parse().unwrap(), None));
+        assert_eq!(h("[::1]"), ("::1".parse().unwrap(), None));
+        assert_eq!(h("127.0.0.1"), ("127.0.0.1".parse().unwrap(), None));
+        assert_eq!(h(":5301"), ("::".parse().unwrap(), Some(5301)));
+        assert_eq!(h("[::]:5301"), ("::".parse().unwrap(), Some(5301)));
+        assert!(parse_listen_host("nohost").is_err());
     }
 
     #[test]

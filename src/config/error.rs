@@ -96,6 +96,23 @@ impl ConfigError {
         }
     }
 
+    /// As [`ConfigError::from_yaml`], knowing the text: a tab in the
+    /// indentation before the error is named as the cause, at its own
+    /// place, since libyaml only says "found character that cannot start
+    /// any token".
+    pub(crate) fn from_yaml_in(file: &str, error: &serde_yaml::Error, text: &str) -> Self {
+        let upto = error.location().map_or(usize::MAX, |l| l.line());
+        match first_indent_tab(text).filter(|&(line, _)| line <= upto) {
+            Some((line, column)) => ConfigError::Parse {
+                file: file.to_string(),
+                line,
+                column,
+                message: "tabs are not allowed in YAML indentation; indent with spaces".into(),
+            },
+            None => ConfigError::from_yaml(file, error),
+        }
+    }
+
     /// Converts a serde_json error into `file:line:column: message`.
     pub(crate) fn from_json(file: &str, error: &serde_json::Error) -> Self {
         // serde_json reports line 0 for errors that have no position.
@@ -121,6 +138,15 @@ fn strip_position(text: &str, line: usize, column: usize) -> String {
     text.replacen(&format!(" at line {line} column {column}"), "", 1)
 }
 
+/// The line and column (1-based) of the first tab in a line's leading
+/// whitespace.
+fn first_indent_tab(text: &str) -> Option<(usize, usize)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let indent = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+        indent.find('\t').map(|col| (i + 1, col + 1))
+    })
+}
+
 /// serde_yaml writes the path into a top-level list as `.[0]`; the other
 /// messages, and Prometheus users, write `[0]`.
 fn tidy_path(message: String) -> String {
@@ -141,6 +167,24 @@ mod tests {
             "did not find expected key, while parsing a block mapping at line 2 column 1"
         );
         assert_eq!(strip_position("no mark here", 1, 1), "no mark here");
+    }
+
+    #[test]
+    fn a_tab_in_the_indentation_is_named() {
+        let text = "modules:\n  tcp:\n  \tkind: tcp\n";
+        let err = serde_yaml::from_str::<serde_yaml::Value>(text).unwrap_err();
+        assert_eq!(
+            ConfigError::from_yaml_in("a.yml", &err, text).to_string(),
+            "a.yml:3:3: tabs are not allowed in YAML indentation; indent with spaces"
+        );
+        // A tab inside a value is not the cause, and is left to the parser.
+        let text = "a: \"x\ty\"\nb: [\n";
+        let err = serde_yaml::from_str::<serde_yaml::Value>(text).unwrap_err();
+        assert!(!ConfigError::from_yaml_in("a.yml", &err, text)
+            .to_string()
+            .contains("tabs"));
+        assert_eq!(first_indent_tab("a:\n\tb: 1"), Some((2, 1)));
+        assert_eq!(first_indent_tab("a: 1\t# tab after content"), None);
     }
 
     #[test]

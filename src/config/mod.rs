@@ -74,8 +74,8 @@ impl Config {
     fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<Config, ConfigError> {
         // Through Option so that an empty or comment-only file means "all
         // defaults" rather than a type error.
-        let config: Option<Config> =
-            serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(source_name, &e))?;
+        let config: Option<Config> = serde_yaml::from_str(text)
+            .map_err(|e| ConfigError::from_yaml_in(source_name, &e, text))?;
         let mut config = config.unwrap_or_default();
         config
             .validate(source_name)
@@ -132,6 +132,12 @@ impl Config {
 
     /// Checks what the schema alone cannot.
     fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        self.validate_with(file, crate::probe::spec::available_congestion().as_deref())
+    }
+
+    /// [`Config::validate`], with this host's congestion control
+    /// algorithms given (`None` when they cannot be read).
+    fn validate_with(&self, file: &str, available: Option<&[String]>) -> Result<(), ConfigError> {
         let at = |section: &str, (key, msg): (&str, String)| {
             let path = if key.is_empty() {
                 section.to_string()
@@ -154,9 +160,75 @@ impl Config {
             module
                 .check()
                 .map_err(|e| at(&format!("modules.{name}"), e))?;
+            if let Some(m) = module
+                .congestion
+                .as_deref()
+                .and_then(|c| unknown_congestion(c, available))
+            {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("modules.{name}.congestion"),
+                    m,
+                ));
+            }
         }
         self.validate_targets(file)?;
         self.validate_discovery(file)
+    }
+
+    /// What is valid but likely wrong on this host: for `check-config`,
+    /// which prints them and still succeeds, as the file may be meant for
+    /// another host.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings_with(crate::probe::spec::available_congestion().as_deref())
+    }
+
+    fn warnings_with(&self, available: Option<&[String]>) -> Vec<String> {
+        let Some(available) = available else {
+            return Vec::new();
+        };
+        self.modules
+            .iter()
+            .filter_map(|(name, m)| {
+                let c = m.congestion.as_deref()?;
+                crate::probe::spec::congestion_unavailable(c, available).map(|why| {
+                    format!("modules.{name}.congestion: {why}; probes with this module fail on this host")
+                })
+            })
+            .collect()
+    }
+
+    /// Rejects a module whose run (omit + duration, twice for `both`) is
+    /// longer than the interval of a target it runs against: the scheduler
+    /// would skip every other run, and the series would show gaps the
+    /// operator did not ask for.
+    fn check_fits_interval(
+        &self,
+        file: &str,
+        key: &str,
+        names: &[String],
+        interval: Duration,
+        interval_key: &str,
+    ) -> Result<(), ConfigError> {
+        for (j, name) in names.iter().enumerate() {
+            let Some(m) = self.modules.get(name) else {
+                continue;
+            };
+            let run = (m.omit + m.duration) * m.specs().len() as u32;
+            if run > interval {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{key}.modules[{j}]"),
+                    format!(
+                        "module {name:?} runs for {} (omit + duration{}), longer than the interval of {} ({interval_key}): every other run would be skipped; lengthen the interval or shorten the module",
+                        crate::units::format_duration(run),
+                        if m.specs().len() > 1 { ", once per direction" } else { "" },
+                        crate::units::format_duration(interval),
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_targets(&self, file: &str) -> Result<(), ConfigError> {
@@ -215,6 +287,12 @@ impl Config {
             if t.interval.is_some_and(|d| d.is_zero()) {
                 return Err(bad("interval", "must be greater than zero".into()));
             }
+            let interval_key = if t.interval.is_some() {
+                format!("{key}.interval")
+            } else {
+                "scheduler.default_interval".to_string()
+            };
+            self.check_fits_interval(file, &key, &t.modules, self.interval_of(t), &interval_key)?;
             for label in t.labels.keys() {
                 check_label_name(label).map_err(|m| bad(&format!("labels.{label}"), m))?;
             }
@@ -234,6 +312,7 @@ impl Config {
             }
             self.check_discovered_modules(file, &key, &sd.modules)?;
             check_periods(sd.interval, sd.refresh_interval).map_err(|(k, m)| bad(k, m))?;
+            self.check_discovered_interval(file, &key, &sd.modules, sd.interval)?;
         }
         for (i, dns) in self.discovery.dns.iter().enumerate() {
             let key = format!("discovery.dns[{i}]");
@@ -252,6 +331,7 @@ impl Config {
             }
             self.check_discovered_modules(file, &key, &dns.modules)?;
             check_periods(dns.interval, dns.refresh_interval).map_err(|(k, m)| bad(k, m))?;
+            self.check_discovered_interval(file, &key, &dns.modules, dns.interval)?;
         }
         Ok(())
     }
@@ -310,6 +390,23 @@ impl Config {
         }
     }
 
+    fn check_discovered_interval(
+        &self,
+        file: &str,
+        key: &str,
+        modules: &[String],
+        interval: Option<Duration>,
+    ) -> Result<(), ConfigError> {
+        let (interval, interval_key) = match interval {
+            Some(i) => (i, format!("{key}.interval")),
+            None => (
+                self.scheduler.default_interval,
+                "scheduler.default_interval".to_string(),
+            ),
+        };
+        self.check_fits_interval(file, key, modules, interval, &interval_key)
+    }
+
     fn module_names(&self) -> String {
         if self.modules.is_empty() {
             return "(none)".into();
@@ -333,8 +430,27 @@ impl Config {
             dns: self.discovery.dns.len(),
             mesh: self.discovery.mesh,
             responder: self.responder.enabled.then_some(self.responder.listen),
+            warnings: self.warnings(),
         }
     }
+}
+
+/// Why a congestion control name is refused outright: it is neither a
+/// known Linux algorithm nor one this host offers, so it is a typo. A known
+/// one missing here is only a warning ([`Config::warnings`]).
+fn unknown_congestion(name: &str, available: Option<&[String]>) -> Option<String> {
+    use crate::probe::spec::KNOWN_CONGESTION;
+    if KNOWN_CONGESTION.contains(&name) || available.is_some_and(|a| a.iter().any(|x| x == name)) {
+        return None;
+    }
+    Some(format!(
+        "unknown congestion control {name:?}: not a Linux algorithm ({}){}",
+        KNOWN_CONGESTION.join(", "),
+        match available {
+            Some(a) => format!(" nor one this host offers ({})", a.join(", ")),
+            None => String::new(),
+        }
+    ))
 }
 
 fn check_periods(
@@ -400,6 +516,8 @@ pub struct Summary {
     pub mesh: bool,
     /// The listen address, when the responder is on.
     pub responder: Option<std::net::SocketAddr>,
+    /// What [`Config::warnings`] found: valid, but likely wrong here.
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for Summary {
@@ -461,3 +579,83 @@ pub fn check_config_file(path: &Path) -> Result<Summary, ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Checks of a file against the schedule and this host (issue 10, points 4
+/// and 15); the whole-file fixtures are in `tests`.
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    fn err(text: &str, available: Option<&[String]>) -> String {
+        let c: Config = serde_yaml::from_str(text).unwrap();
+        c.validate_with("c.yml", available)
+            .map_err(|e| e.locate_in(text).to_string())
+            .unwrap_err()
+    }
+
+    fn ok(text: &str) -> Config {
+        let c: Config = serde_yaml::from_str(text).unwrap();
+        c.validate_with("c.yml", Some(&["reno".into(), "cubic".into()]))
+            .unwrap();
+        c
+    }
+
+    #[test]
+    fn a_module_longer_than_its_interval_is_refused() {
+        let text = "modules:\n  long: {kind: tcp, duration: 30s}\ntargets:\n  - address: h\n    modules: [long]\n    interval: 10s\n";
+        assert_eq!(
+            err(text, None),
+            "c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), longer than the interval of 10s (targets[0].interval): every other run would be skipped; lengthen the interval or shorten the module"
+        );
+        // `both` runs twice, and omit counts.
+        let text = "scheduler: {default_interval: 10s}\nmodules:\n  b: {kind: udp, duration: 5s, omit: 1s, direction: both}\ntargets:\n  - {address: h, modules: [b]}\n";
+        let m = err(text, None);
+        assert!(
+            m.contains("runs for 12s (omit + duration, once per direction)")
+                && m.contains("(scheduler.default_interval)"),
+            "{m}"
+        );
+        let text = "modules:\n  t: {kind: tcp, duration: 30s}\ndiscovery:\n  dns:\n    - {names: [h], modules: [t], interval: 20s}\n";
+        assert!(err(text, None).contains("discovery.dns[0].modules[0]"));
+        // As long as the interval: back to back, which some tests use.
+        ok("modules:\n  t: {kind: tcp, duration: 10s}\ntargets:\n  - {address: h, modules: [t], interval: 10s}\n");
+    }
+
+    #[test]
+    fn congestion_typos_are_refused_and_missing_algorithms_warned() {
+        let here: Vec<String> = vec!["reno".into(), "cubic".into()];
+        let text = "modules:\n  t: {kind: tcp, congestion: bogus}\n";
+        let m = err(text, Some(&here));
+        assert!(
+            m.starts_with("c.yml:2:30: modules.t.congestion: unknown congestion control \"bogus\": not a Linux algorithm (")
+                && m.ends_with(" nor one this host offers (reno, cubic)"),
+            "{m}"
+        );
+        // Unreadable list: still a typo.
+        assert!(err(text, None).contains("unknown congestion control"));
+        // A real algorithm this host lacks is valid, with a warning.
+        let c = ok("modules:\n  t: {kind: tcp, congestion: bbr}\n");
+        let w = c.warnings_with(Some(&here));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("modules.t.congestion: congestion control \"bbr\" is not available on this host (available: reno, cubic)"),
+            "{w:?}"
+        );
+        assert!(c.warnings_with(None).is_empty());
+        // A custom algorithm loaded on this host is fine.
+        let c: Config =
+            serde_yaml::from_str("modules:\n  t: {kind: tcp, congestion: mine}\n").unwrap();
+        let mine: Vec<String> = vec!["mine".into()];
+        c.validate_with("c.yml", Some(&mine)).unwrap();
+        assert!(c.warnings_with(Some(&mine)).is_empty());
+    }
+
+    #[test]
+    fn a_tab_in_a_file_is_named_with_its_place() {
+        let e = Config::from_yaml("modules:\n\ttcp: {kind: tcp}\n", "c.yml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "c.yml:2:1: tabs are not allowed in YAML indentation; indent with spaces"
+        );
+    }
+}

@@ -197,6 +197,8 @@ impl Module {
             congestion: self.congestion.clone(),
             tos: self.tos,
             bind: self.bind,
+            // A remote module takes the family of the target's address.
+            family: None,
             affinity: self.affinity,
             remote_affinity: self.remote_affinity,
             connect_timeout: self.connect_timeout,

@@ -401,11 +401,9 @@ fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
             f.write_str("an IP address and port such as \"[::]:5301\"")
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<SocketAddr, E> {
-            v.parse().map_err(|_| {
-                E::custom(format!(
-                    "invalid listen address {v:?}: expected an IP address and port such as \"[::]:5301\" or \"0.0.0.0:5301\""
-                ))
-            })
+            // The parser of --listen and --web.listen-address, so that
+            // every listen address takes the same forms.
+            crate::units::parse_listen_address(v).map_err(E::custom)
         }
     }
     d.deserialize_str(ListenVisitor)

@@ -186,7 +186,7 @@ fn invalid_fixtures_give_exact_messages() {
         ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown variant `icmp`, expected one of `tcp`, `udp`, `loopback_tcp`, `loopback_udp`"),
         ("bad_rate.yml", "bad_rate.yml:4:14: modules.udp.bitrate: invalid rate \"fast\": expected a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)"),
         ("bad_syntax.yml", "bad_syntax.yml:4:4: did not find expected key, while parsing a block mapping at line 2 column 3"),
-        ("bad_listen.yml", "bad_listen.yml:2:11: responder.listen: invalid listen address \"localhost:5301\": expected an IP address and port such as \"[::]:5301\" or \"0.0.0.0:5301\""),
+        ("bad_listen.yml", "bad_listen.yml:2:11: responder.listen: invalid listen address \"localhost:5301\": expected an IP address and port: ip:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:5301 or [::]:5301"),
         ("bad_regex.yml", "bad_regex.yml:2:16: host_metrics.irq_pattern: invalid regular expression \"eth(0|1\": unclosed group"),
         ("bad_unknown_module.yml", "bad_unknown_module.yml:6:20: targets[0].modules[1]: unknown module \"tpc\"; defined modules: tcp, udp"),
         ("bad_duplicate_target.yml", "bad_duplicate_target.yml:9:5: targets[2].name: \"db1\" is already the name of targets[0]; target names must be unique (set `name` to tell them apart)"),
@@ -322,6 +322,7 @@ fn check_config_summarises_the_shipped_file() {
             dns: 0,
             mesh: false,
             responder: Some("[::]:5301".parse().unwrap()),
+            warnings: vec![],
         }
     );
 }

@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use super::datapath::{DataSocket, DRAIN_GRACE};
 use super::result::{ProbeContext, ProbeResult};
 use super::side::{End, TestSide};
-use super::spec::{Kind, ProbeSpec};
+use super::spec::{IpFamily, Kind, ProbeSpec};
 use super::{tcp, udp, verify, ProbeError};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
@@ -94,7 +94,35 @@ impl Default for Target {
     }
 }
 
-async fn resolve(target: &Target, bind: Option<IpAddr>) -> Result<Vec<SocketAddr>, ProbeError> {
+async fn resolve(
+    target: &Target,
+    bind: Option<IpAddr>,
+    family: Option<IpFamily>,
+) -> Result<Vec<SocketAddr>, ProbeError> {
+    // The family -4/-6 or a bind address holds the probe to; both given
+    // must agree.
+    let (family, holder) = match (family, bind) {
+        (Some(f), Some(b)) if !f.matches(b) => {
+            return Err(ProbeError::BadArgument(format!(
+                "{} asks for {}, but the bind address {b} is {}",
+                f.flag(),
+                f.as_str(),
+                IpFamily::of(b).as_str()
+            )))
+        }
+        (Some(f), _) => (Some(f), f.flag().to_string()),
+        (None, Some(b)) => (Some(IpFamily::of(b)), format!("the bind address {b}")),
+        (None, None) => (None, String::new()),
+    };
+    if let (Some(f), Ok(ip)) = (family, target.host.parse::<IpAddr>()) {
+        if !f.matches(ip) {
+            return Err(ProbeError::BadArgument(format!(
+                "{holder} asks for {}, but {ip} is an {} address",
+                f.as_str(),
+                IpFamily::of(ip).as_str()
+            )));
+        }
+    }
     let resolve_error = |source| ProbeError::Resolve {
         target: target.host.clone(),
         source,
@@ -102,11 +130,14 @@ async fn resolve(target: &Target, bind: Option<IpAddr>) -> Result<Vec<SocketAddr
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(resolve_error)?
-        // With a bind address, only peers of the same family can be reached.
-        .filter(|a| bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4()))
+        .filter(|a| family.is_none_or(|f| f.matches(a.ip())))
         .collect();
     if addrs.is_empty() {
-        return Err(resolve_error(std::io::Error::other("no usable address")));
+        let what = match family {
+            Some(f) => format!("no {} address", f.as_str()),
+            None => "no usable address".to_string(),
+        };
+        return Err(resolve_error(std::io::Error::other(what)));
     }
     Ok(addrs)
 }
@@ -114,7 +145,9 @@ async fn resolve(target: &Target, bind: Option<IpAddr>) -> Result<Vec<SocketAddr
 /// Runs one probe against `target`.
 pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, ProbeError> {
     spec.validate().map_err(|e| ProbeError::BadArgument(e.0))?;
-    let addrs = resolve(target, spec.bind).await?;
+    spec.check_local()
+        .map_err(|e| ProbeError::BadArgument(e.0))?;
+    let addrs = resolve(target, spec.bind, spec.family).await?;
     let mut last = None;
     for addr in addrs {
         match tcp::connect(addr, spec.bind, None, spec.connect_timeout).await {
@@ -144,9 +177,23 @@ async fn handshake(
         ..Hello::new()
     };
     control.send(&Message::Hello(hello), t).await?;
-    let welcome = match control.recv(t).await? {
-        Message::Welcome(w) => w,
-        other => return Err(refusal(other, "welcome")),
+    let welcome = match control.recv(t).await {
+        Ok(Message::Welcome(w)) => w,
+        Ok(other) => return Err(refusal(other, "welcome")),
+        // TCP connected, so no firewall is in the way: whatever holds the
+        // port either says nothing to a hello (an iperf3 server waits for
+        // its cookie, `nc -l` for input) or answers in another protocol.
+        Err(ControlError::Timeout(after)) => {
+            return Err(not_a_responder(format!(
+                "no answer to the hello within {after:?}"
+            )))
+        }
+        Err(ControlError::Frame(e)) => {
+            return Err(not_a_responder(format!(
+                "its answer is not a pathprobe frame: {e}"
+            )))
+        }
+        Err(e) => return Err(e.into()),
     };
     let (Some(secret), Some(client)) = (&spec.secret, client_nonce) else {
         return Ok(None);
@@ -305,6 +352,14 @@ async fn expect_ready(control: &mut Control<TcpStream>, t: Duration) -> Result<(
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The error for a port that accepted the control connection but did not
+/// answer as a responder does.
+fn not_a_responder(detail: String) -> ProbeError {
+    ProbeError::Protocol(format!(
+        "the port accepted a connection but did not answer as a pathprobe responder (is it iperf3, or another service? `pathprobe respond` listens on {DEFAULT_PORT} by default): {detail}"
+    ))
 }
 
 /// A short description of an unexpected message for an error: a hostile

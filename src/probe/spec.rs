@@ -18,6 +18,47 @@ pub const DEFAULT_UDP_BITRATE: u64 = 1_000_000;
 /// repeat every minute without costing the path much.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(5);
 
+/// The IP family a probe is held to (iperf3's `-4` and `-6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn matches(self, ip: IpAddr) -> bool {
+        match self {
+            IpFamily::V4 => ip.is_ipv4(),
+            IpFamily::V6 => ip.is_ipv6(),
+        }
+    }
+
+    /// The family's name, as error messages write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+
+    /// The command-line flag that asks for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "-4",
+            IpFamily::V6 => "-6",
+        }
+    }
+
+    /// The family of `ip`.
+    pub fn of(ip: IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+}
+
 /// One probe as a user or the scheduler asks for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeSpec {
@@ -39,6 +80,9 @@ pub struct ProbeSpec {
     pub tos: Option<u8>,
     /// Local address to bind data and control sockets to.
     pub bind: Option<IpAddr>,
+    /// Only addresses of this family are resolved and probed; `None` takes
+    /// whatever the name resolves to.
+    pub family: Option<IpFamily>,
     /// CPU for the local data threads.
     pub affinity: Option<usize>,
     /// CPU for the responder's data threads.
@@ -64,6 +108,7 @@ impl Default for ProbeSpec {
             congestion: None,
             tos: None,
             bind: None,
+            family: None,
             affinity: None,
             remote_affinity: None,
             connect_timeout: Duration::from_secs(5),
@@ -131,6 +176,20 @@ impl ProbeSpec {
         Ok(())
     }
 
+    /// Checks, against this host, what [`ProbeSpec::validate`] cannot:
+    /// that the congestion control algorithm is available here, so that a
+    /// typo fails at once instead of after the responder has agreed the
+    /// test. A host whose list cannot be read is not blocked.
+    pub fn check_local(&self) -> Result<(), SpecError> {
+        let (Some(name), Some(available)) = (&self.congestion, available_congestion()) else {
+            return Ok(());
+        };
+        match congestion_unavailable(name, &available) {
+            Some(m) => Err(SpecError(m)),
+            None => Ok(()),
+        }
+    }
+
     /// The request sent to the responder.
     pub fn to_request(&self) -> TestRequest {
         TestRequest {
@@ -147,6 +206,59 @@ impl ProbeSpec {
             affinity: self.remote_affinity,
         }
     }
+}
+
+/// Where Linux lists the congestion control algorithms loaded now.
+pub const AVAILABLE_CONGESTION_PATH: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+
+/// The congestion control algorithms of mainline Linux (net/ipv4/tcp_*.c)
+/// and the common out-of-tree BBR versions: a name outside this list and
+/// not loaded on the host is taken for a typo rather than a module to load.
+pub const KNOWN_CONGESTION: &[&str] = &[
+    "bbr",
+    "bbr2",
+    "bbr3",
+    "bic",
+    "cdg",
+    "cubic",
+    "dctcp",
+    "highspeed",
+    "htcp",
+    "hybla",
+    "illinois",
+    "lp",
+    "nv",
+    "prague",
+    "reno",
+    "scalable",
+    "vegas",
+    "veno",
+    "westwood",
+    "yeah",
+];
+
+/// The algorithms available on this host, or `None` when the list cannot
+/// be read (no /proc, another OS): then nothing is checked.
+pub fn available_congestion() -> Option<Vec<String>> {
+    std::fs::read_to_string(AVAILABLE_CONGESTION_PATH)
+        .ok()
+        .map(|text| parse_congestion_list(&text))
+}
+
+/// Parses the kernel's space-separated list.
+pub fn parse_congestion_list(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
+}
+
+/// Why `name` cannot be used on a host offering `available`, or `None`.
+pub fn congestion_unavailable(name: &str, available: &[String]) -> Option<String> {
+    if available.iter().any(|a| a == name) {
+        return None;
+    }
+    Some(format!(
+        "congestion control {name:?} is not available on this host (available: {}); pick one of those, or load its module first (modprobe tcp_{name})",
+        available.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -176,6 +288,35 @@ mod tests {
         assert_eq!(udp.effective_length(), 1448);
         assert_eq!(udp.effective_bitrate(), 1_000_000);
         assert_eq!(udp.to_request().bitrate, 1_000_000);
+    }
+
+    #[test]
+    fn unavailable_congestion_names_the_available_ones() {
+        let list = parse_congestion_list("reno cubic\n");
+        assert_eq!(list, ["reno", "cubic"]);
+        assert_eq!(congestion_unavailable("cubic", &list), None);
+        let m = congestion_unavailable("bogus", &list).unwrap();
+        assert!(
+            m.starts_with(
+                "congestion control \"bogus\" is not available on this host (available: reno, cubic)"
+            ),
+            "{m}"
+        );
+        // This host's own list: whatever it holds, the first entry passes
+        // and a made-up name fails.
+        if let Some(here) = available_congestion() {
+            let ok = ProbeSpec {
+                congestion: here.first().cloned(),
+                ..ProbeSpec::default()
+            };
+            assert_eq!(ok.check_local(), Ok(()));
+            let bad = ProbeSpec {
+                congestion: Some("bogus".into()),
+                ..ProbeSpec::default()
+            };
+            assert!(bad.check_local().unwrap_err().0.contains("not available"));
+        }
+        assert_eq!(ProbeSpec::default().check_local(), Ok(()));
     }
 
     #[test]

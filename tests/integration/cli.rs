@@ -185,11 +185,12 @@ fn failures_exit_non_zero_with_a_message_or_a_json_error() {
         serde_json::from_slice(&out.stdout).expect("an error is still one JSON document");
     assert_eq!(v["error"]["reason"], "refused");
 
+    // A bad value is a usage error: exit 2, as clap's own.
     let out = run(
         bin().args(["probe", "-J", "-A", "x", &free]),
         Duration::from_secs(20),
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["reason"], "bad_argument");
 
@@ -304,7 +305,8 @@ fn secrets_come_from_files_and_failures_say_which() {
 
     let missing = dir.path().join("missing");
     let out = probe(&["--auth.secret-file", missing.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    // A flag naming a file that cannot be read: a usage error.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.starts_with("pathprobe: bad argument: --auth.secret-file: cannot read secret file"),
@@ -361,5 +363,336 @@ fn clamping_is_printed_and_the_allow_list_refuses() {
     assert_eq!(
         v["error"]["message"],
         "responder refused the test (denied): this responder does not accept tests from 127.0.0.1"
+    );
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON document ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn iperf3_habits_are_taken_or_answered() {
+    let r = Responder::start(&[]);
+    // -c HOST, -4, -V, -Z and -N are taken; the ignored ones say so.
+    let out = run(
+        bin().args(["probe", "-t", "0.3", "-4", "-V", "-Z", "-N", "-c", &r.addr]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(
+        text.contains(" Mbps ") && text.contains("  local  kernel "),
+        "-V is -v: {text}"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("note: -Z is ignored") && err.contains("note: -N is ignored"),
+        "{err}"
+    );
+
+    let usage = |args: &[&str], want: &str| {
+        let out = run(bin().args(args), Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("-- -"), "clap's misleading tip: {err}");
+    };
+    usage(&["-s"], "run `pathprobe respond`");
+    usage(&["probe", "-s"], "run `pathprobe respond`");
+    usage(&["-c", &r.addr], "pathprobe probe HOST");
+    usage(
+        &["probe", "-n", "1G", &r.addr],
+        "-n/--bytes is not supported: pathprobe measures for a time",
+    );
+    usage(&["probe", "-k", "100", &r.addr], "give the time with -t");
+    usage(
+        &["probe", "-M", "1400", &r.addr],
+        "-M/--set-mss is not supported",
+    );
+}
+
+#[test]
+fn family_flags_choose_the_family_and_refuse_the_other() {
+    for (args, want) in [
+        (
+            ["-6", "127.0.0.1"],
+            "-6 asks for IPv6, but 127.0.0.1 is an IPv4 address",
+        ),
+        (
+            ["-4", "::1"],
+            "-4 asks for IPv4, but ::1 is an IPv6 address",
+        ),
+    ] {
+        let out = run(
+            bin().args(["probe", "-J", "-t", "0.3"]).args(args),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let v = json(&out);
+        assert_eq!(v["error"]["reason"], "bad_argument");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{v}"
+        );
+    }
+    // A name resolves to the family asked for only: the responder is on
+    // 127.0.0.1, so -4 reaches it and -6 does not.
+    let r = Responder::start(&[]);
+    let port = r.addr.rsplit(':').next().unwrap();
+    let by_name = format!("localhost:{port}");
+    let out = run(
+        bin().args(["probe", "-J", "-t", "0.3", "-4", &by_name]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["remote_address"], r.addr.as_str());
+    let out = run(
+        bin().args(["probe", "-J", "-t", "0.3", "-6", &by_name]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&out);
+    let reason = v["error"]["reason"].as_str().unwrap();
+    assert!(reason == "resolve" || reason == "refused", "{v}");
+    assert!(
+        !v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1"),
+        "{v}"
+    );
+}
+
+#[test]
+fn an_unavailable_congestion_algorithm_fails_before_connecting() {
+    let Ok(list) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    else {
+        return;
+    };
+    // Nothing listens there: a probe that asked the network would be refused.
+    let out = run(
+        bin().args(["probe", "-C", "bogus", &free_port()]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    let available = list.split_whitespace().collect::<Vec<_>>().join(", ");
+    assert!(
+        err.contains(&format!(
+            "congestion control \"bogus\" is not available on this host (available: {available})"
+        )),
+        "{err}"
+    );
+    let out = run(
+        bin().args(["probe", "--loopback", "-t", "0.3", "-C", "bogus"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// A port that accepts and then sends `reply` (maybe nothing), as an
+/// iperf3 server or `nc -l` does; connections are held open until the
+/// listener thread ends with the test process.
+fn not_a_responder(reply: &'static [u8]) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.write_all(reply);
+            held.push(conn);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_port_that_is_not_a_responder_is_named_not_a_firewall() {
+    // Silent, as iperf3 waiting for its cookie; and answering in another
+    // protocol, as iperf3's state byte followed by text.
+    for reply in [&b""[..], b"\x09HTTP/1.1 400 Bad Request\r\n\r\n"] {
+        let addr = not_a_responder(reply);
+        let out = run(
+            bin().args(["probe", "-t", "0.3", "--connect-timeout", "1", &addr]),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(
+            err.contains("the port accepted a connection but did not answer as a pathprobe responder (is it iperf3"),
+            "{err}"
+        );
+        assert!(!err.contains("firewall"), "{err}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_and_are_json_with_j() {
+    let out = run(
+        bin().args(["probe", "-J", "--no-such-flag", "h"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let v = json(&out);
+    assert_eq!(v["error"]["reason"], "bad_argument");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unexpected argument '--no-such-flag'"),
+        "{v}"
+    );
+    let out = run(bin().args(["probe", "-J"]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["reason"], "bad_argument");
+    // Without -J, clap's text on stderr and nothing on stdout.
+    let out = run(
+        bin().args(["probe", "-t", "x", "h"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(stderr(&out).contains("invalid duration"));
+    // --help is not an error.
+    let out = run(
+        bin().args(["probe", "-J", "--help"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn service_flags_are_checked_at_start() {
+    let out = run(
+        bin().args(["serve", "--log.level", "verbose"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid value 'verbose' for '--log.level <LEVEL>'")
+            && err.contains("[possible values: error, warn, info, debug, trace]"),
+        "{err}"
+    );
+    let out = run(
+        bin().args(["respond", "--max-duration", "0"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("expected more than zero"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(
+        bin().args(["respond", "--listen", "127.0.0.1:1", "--port", "2"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("give the port once"));
+}
+
+#[test]
+fn respond_listens_on_host_port() {
+    for (listen, prefix) in [("127.0.0.1:0", "127.0.0.1:"), (":0", "[::]:")] {
+        let mut child = bin()
+            .args(["respond", "--listen", listen])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let addr = line.split_whitespace().nth(4).unwrap_or_default();
+        assert!(
+            addr.starts_with(prefix) || (listen == ":0" && addr.starts_with("0.0.0.0:")),
+            "{listen}: {line}"
+        );
+        assert!(!addr.ends_with(":0"), "{line}");
+    }
+}
+
+fn check_config(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yml");
+    std::fs::write(&path, text).unwrap();
+    let out = run(
+        bin().arg("check-config").arg(&path),
+        Duration::from_secs(20),
+    );
+    let err = stderr(&out).replace(path.to_str().unwrap(), "c.yml");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
+}
+
+#[test]
+fn check_config_catches_schedule_congestion_and_tab_mistakes() {
+    let (code, _, err) = check_config(
+        "modules:\n  long: {kind: tcp, duration: 30s}\ntargets:\n  - address: h\n    modules: [long]\n    interval: 10s\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("c.yml:5:15: targets[0].modules[0]: module \"long\" runs for 30s (omit + duration), longer than the interval of 10s"),
+        "{err}"
+    );
+    let (code, _, err) = check_config("modules:\n  t:\n    kind: tcp\n    congestion: bogus\n");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("c.yml:4:17: modules.t.congestion: unknown congestion control \"bogus\""),
+        "{err}"
+    );
+    let (code, _, err) = check_config("modules:\n\tt: {kind: tcp}\n");
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "c.yml:2:1: tabs are not allowed in YAML indentation; indent with spaces\n"
+    );
+    // A real algorithm this host lacks: valid, with a warning.
+    let Ok(list) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    else {
+        return;
+    };
+    let here: Vec<&str> = list.split_whitespace().collect();
+    let Some(missing) = ["yeah", "veno", "lp", "hybla", "vegas"]
+        .into_iter()
+        .find(|a| !here.contains(a))
+    else {
+        return;
+    };
+    let (code, out, err) = check_config(&format!(
+        "modules:\n  t: {{kind: tcp, congestion: {missing}}}\n"
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(": OK ("), "{out}");
+    assert!(
+        err.starts_with(&format!(
+            "c.yml: WARNING: modules.t.congestion: congestion control \"{missing}\" is not available on this host"
+        )),
+        "{err}"
     );
 }

@@ -2,9 +2,14 @@
 //! document for programs.
 //!
 //! ```text
-//! 6348.3594 MB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
-//! 1.1924 MB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
+//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
+//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
 //! ```
+//!
+//! Every line starts with the way data moved, seen from the prober (`send`
+//! is prober to responder, `receive` is `-R`), so that a reverse test never
+//! reads as a forward one. Sizes are MiB (2^20 bytes), rates Mbps (10^6
+//! bits per second), as nuttcp prints them.
 
 #![warn(missing_docs)]
 
@@ -20,7 +25,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// nuttcp's %TX and %RX: the sending and receiving side's data threads.
 fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
     let mut line = format!(
-        "{:.4} MB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
+        "{:.4} MiB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
         d.bytes as f64 / MIB,
         d.duration_seconds,
         d.throughput_bits_per_second / 1e6,
@@ -58,11 +63,8 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
 /// per-stream and per-host detail.
 pub fn text(r: &ProbeResult, verbose: bool) -> String {
     let mut out = String::new();
-    let bidir = r.directions.len() > 1;
     for d in &r.directions {
-        if bidir {
-            let _ = write!(out, "{:<8} ", d.direction.as_str());
-        }
+        let _ = write!(out, "{:<8} ", d.direction.as_str());
         out.push_str(&summary_line(r, d));
         out.push('\n');
     }
@@ -86,7 +88,7 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
         for s in &r.streams {
             let _ = write!(
                 out,
-                "  stream {:>2} {:<7} {:.4} MB / {:.2} sec = {:.4} Mbps received; sent {:.4} Mbps; sndbuf {} rcvbuf {}",
+                "  stream {:>2} {:<7} {:.4} MiB / {:.2} sec = {:.4} Mbps received; sent {:.4} Mbps; sndbuf {} rcvbuf {}",
                 s.id,
                 s.direction.as_str(),
                 s.bytes as f64 / MIB,
@@ -224,7 +226,32 @@ mod tests {
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
         assert_eq!(
             text(&r, false),
-            "6347.6562 MB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+        );
+    }
+
+    #[test]
+    fn a_reverse_line_says_receive_and_sizes_are_mib() {
+        let mut tx = stream(Role::Sender, 1 << 30, 1.0);
+        tx.direction = Some(FlowDirection::Receive);
+        let mut rx = stream(Role::Receiver, 1 << 30, 1.0);
+        rx.direction = Some(FlowDirection::Receive);
+        let r = ProbeResult::combine(
+            ctx(Kind::Tcp, Direction::Receive),
+            &SideStats {
+                streams: vec![rx],
+                ..Default::default()
+            },
+            &SideStats {
+                streams: vec![tx],
+                ..Default::default()
+            },
+        );
+        let line = text(&r, false);
+        // 2^30 bytes are 1024 MiB, and 8 * 2^30 / 10 s = 858.9935 * 10^6 bit/s.
+        assert!(
+            line.starts_with("receive  1024.0000 MiB / 10.00 sec = 858.9935 Mbps "),
+            "{line}"
         );
     }
 

@@ -85,9 +85,11 @@ fn tcp_probe_prints_a_nuttcp_line() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    // e.g. "1170.2500 MB / 0.50 sec = 19632.1234 Mbps 98 %TX 30 %RX 0 retrans 0.02 msRTT"
-    let words: Vec<&str> = text.split_whitespace().collect();
-    assert_eq!(words[1], "MB");
+    // e.g. "send 1170.2500 MiB / 0.50 sec = 19632.1234 Mbps 98 %TX 30 %RX 0 retrans 0.02 msRTT":
+    // the direction first, then the nuttcp line, its sizes in MiB.
+    let words: Vec<&str> = text.split_whitespace().skip(1).collect();
+    assert!(text.starts_with("send "), "{text}");
+    assert_eq!(words[1], "MiB");
     assert_eq!(words[2], "/");
     assert!(
         (words[3].parse::<f64>().unwrap() - 0.5).abs() < 0.05,
@@ -150,6 +152,8 @@ fn loopback_needs_no_target() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(" Mbps "), "{text}");
+    // A reverse test says so: the responder sent, the prober received.
+    assert!(text.starts_with("receive  "), "{text}");
     assert!(
         text.contains("  local  kernel "),
         "-v adds host detail: {text}"

@@ -116,8 +116,15 @@ where
 }
 
 async fn run_probe(args: ProbeArgs) -> ExitCode {
+    let mut stream = None;
     let outcome = async {
-        let spec = args.spec()?;
+        let mut spec = args.spec()?;
+        if args.json_stream {
+            let target = args.target.as_deref().unwrap_or("loopback");
+            let s = report::JsonStream::start(&spec, target);
+            spec.interval_events = s.sink();
+            stream = Some(s);
+        }
         if args.loopback {
             pathprobe::loopback::probe_loopback(&spec, args.ipv6).await
         } else {
@@ -126,6 +133,11 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         }
     }
     .await;
+    if let Some(stream) = stream {
+        let code = if outcome.is_ok() { 0 } else { 1 };
+        stream.end(&outcome);
+        return ExitCode::from(code);
+    }
     match outcome {
         Ok(result) => {
             if args.json {

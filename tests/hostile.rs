@@ -924,6 +924,7 @@ fn long_send_request(duration_ms: u64) -> TestRequest {
         congestion: None,
         tos: None,
         affinity: None,
+        interval_ms: None,
     }
 }
 

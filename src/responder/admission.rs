@@ -155,6 +155,7 @@ mod tests {
             congestion: None,
             tos: None,
             affinity: None,
+            interval_ms: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod dashboards;
 mod deploy;
 mod e2e;
 mod faults;
+mod intervals;
 mod lab;
 mod load;
 mod loopback;

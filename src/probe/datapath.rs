@@ -45,9 +45,23 @@ pub struct Plan {
 }
 
 /// Most interval records one side keeps over all its streams. They travel
-/// in the responder's `Results` frame (about 80 bytes each), which must
-/// stay under the frame limit together with every stream's own figures.
+/// in the responder's `Results` frame, which must stay under the frame
+/// limit together with every stream's own figures: with many streams the
+/// room left is smaller (see [`record_budget`]).
 pub const MAX_INTERVAL_RECORDS: usize = 1000;
+/// An interval record, and a stream's own figures, at their longest in
+/// JSON (every integer at 20 digits, every float at 17 and more).
+const RECORD_BYTES: usize = 160;
+const STREAM_BYTES: usize = 720;
+
+/// How many interval records fit in a `Results` frame beside the figures
+/// of `total_streams` streams, with room for the side's own.
+fn record_budget(total_streams: u32) -> usize {
+    crate::protocol::MAX_FRAME_LEN
+        .saturating_sub(16 << 10)
+        .saturating_sub(total_streams as usize * STREAM_BYTES)
+        / RECORD_BYTES
+}
 /// Shortest interval, as iperf3's: shorter ones measure the scheduler.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -63,7 +77,8 @@ pub struct IntervalPlan {
 
 /// The intervals for a test of `duration_ms` over `total_streams` streams,
 /// `interval_ms` asked: at least [`MIN_INTERVAL`] long, and coarsened
-/// until the side's records fit [`MAX_INTERVAL_RECORDS`]. `None` when none
+/// until the side's records fit [`MAX_INTERVAL_RECORDS`] and the results
+/// frame. `None` when none
 /// were asked for (or too many streams leave no room for any).
 pub fn interval_plan(
     interval_ms: Option<u64>,
@@ -71,7 +86,8 @@ pub fn interval_plan(
     total_streams: u32,
 ) -> Option<IntervalPlan> {
     let asked = interval_ms.filter(|&ms| ms > 0)?;
-    let per_stream = (MAX_INTERVAL_RECORDS / total_streams.max(1) as usize) as u64;
+    let records = MAX_INTERVAL_RECORDS.min(record_budget(total_streams));
+    let per_stream = (records / total_streams.max(1) as usize) as u64;
     if per_stream == 0 {
         return None;
     }
@@ -465,12 +481,60 @@ mod tests {
         let p = interval_plan(Some(1), 2000, 1).unwrap();
         assert_eq!((p.length, p.count), (MIN_INTERVAL, 20));
         // ...and too many for the frame are coarsened until they fit.
-        let p = interval_plan(Some(100), 3_600_000, 256).unwrap();
-        assert!(p.count * 256 <= MAX_INTERVAL_RECORDS, "{p:?}");
-        assert!(p.count >= 3, "{p:?}");
+        let p = interval_plan(Some(100), 3_600_000, 16).unwrap();
+        assert!(p.count * 16 <= MAX_INTERVAL_RECORDS, "{p:?}");
+        assert!(p.count >= 60, "{p:?}");
+        // The most streams a prober asks for (128 each way) still get one.
+        assert_eq!(interval_plan(Some(100), 3_600_000, 256).unwrap().count, 1);
         assert_eq!(interval_plan(Some(100), 60_000, 5000), None);
         // Longer than the test: one interval.
         assert_eq!(interval_plan(Some(10_000), 2000, 1).unwrap().count, 1);
+    }
+
+    #[test]
+    fn the_most_intervals_a_side_can_make_fit_in_a_results_frame() {
+        use crate::protocol::{encode_frame, Message, SideStats, TcpStats, UdpReceiveStats};
+        for streams in [1u32, 16, 128, 256, 300] {
+            let Some(plan) = interval_plan(Some(1), 3_600_000, streams) else {
+                assert!(streams > 256, "{streams} streams get no intervals");
+                continue;
+            };
+            // Every figure as long as it can print.
+            let record = IntervalStats {
+                start: 1_234.567_890_123_456_7,
+                end: 1_234.667_890_123_456_7,
+                bytes: u64::MAX,
+                packets: Some(u64::MAX),
+                lost: Some(u64::MAX),
+                retransmits: Some(u64::MAX),
+            };
+            let stream = StreamStats {
+                id: u32::MAX,
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                bytes: u64::MAX,
+                seconds: 3_600.123_456_789_012_3,
+                syscalls: u64::MAX,
+                cpu_user_seconds: 3_600.123_456_789_012_3,
+                cpu_system_seconds: 3_600.123_456_789_012_3,
+                context_switches: u64::MAX,
+                send_buffer_bytes: u64::MAX,
+                receive_buffer_bytes: u64::MAX,
+                congestion: Some("x".repeat(15)),
+                tcp: Some(TcpStats::default()),
+                udp_received: Some(UdpReceiveStats::default()),
+                intervals: vec![record; plan.count],
+                ..StreamStats::default()
+            };
+            let side = SideStats {
+                streams: vec![stream; streams as usize],
+                kernel_release: "x".repeat(256),
+                interface: Some("x".repeat(15)),
+                ..SideStats::default()
+            };
+            let frame = encode_frame(&Message::Results(Box::new(side)));
+            assert!(frame.is_ok(), "{streams} streams: {frame:?}");
+        }
     }
 
     #[test]

@@ -148,7 +148,9 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            if args.json {
+            if args.json_stream {
+                println!("{}", report::json_stream_error(&e));
+            } else if args.json {
                 println!("{}", report::error_json(&e));
             } else {
                 eprintln!("{}", report::error_text(&e));

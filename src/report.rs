@@ -265,13 +265,23 @@ impl JsonStream {
         }
         let event = match outcome {
             Ok(r) => json!({ "event": "end", "result": r }),
-            Err(e) => json!({
-                "event": "error",
-                "error": { "reason": e.reason(), "message": e.to_string(), "hint": e.hint() },
-            }),
+            Err(e) => {
+                println!("{}", json_stream_error(e));
+                return;
+            }
         };
         println!("{event}");
     }
+}
+
+/// The `error` event of `--json-stream`, one line: also for a failure
+/// before the test could start.
+pub fn json_stream_error(e: &ProbeError) -> String {
+    json!({
+        "event": "error",
+        "error": { "reason": e.reason(), "message": e.to_string(), "hint": e.hint() },
+    })
+    .to_string()
 }
 
 /// One `interval` event of `--json-stream`: a local stream's interval.

@@ -255,6 +255,28 @@ fn json_stream_prints_intervals_as_they_happen() {
 }
 
 #[test]
+fn a_bad_interval_is_refused_and_json_stream_ends_with_an_error_event() {
+    let out = run(
+        bin().args(["probe", "--loopback", "-i", "0.01", "--json-stream"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Every line one JSON object; the last says what went wrong.
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let v = events.last().expect("an error event");
+    assert_eq!(v["event"], "error", "{text}");
+    assert_eq!(v["error"]["reason"], "bad_argument");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("interval"),
+        "{v}"
+    );
+}
+
+#[test]
 fn failures_exit_non_zero_with_a_message_or_a_json_error() {
     let free = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -195,6 +195,15 @@ pub struct ProbeArgs {
     /// Print one JSON document.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Interval reports every SECS seconds (fractions allowed, at least
+    /// 0.1; 0 for none), per stream, as iperf3's -i.
+    #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
+    interval: Option<Duration>,
+    /// One JSON object per line as the test runs (start, each interval of
+    /// this host's streams, end with the whole -J document), as iperf3's
+    /// --json-stream.
+    #[arg(long, conflicts_with = "json")]
+    pub json_stream: bool,
     /// Responder port, when TARGET does not give one.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
@@ -495,6 +504,8 @@ impl ProbeArgs {
             connect_timeout: self.connect_timeout,
             secret: read_secret(self.auth_secret_file.as_deref())
                 .map_err(|e| ProbeError::BadArgument(format!("{e:#}")))?,
+            interval: self.interval.filter(|i| !i.is_zero()),
+            interval_events: None,
         })
     }
 }

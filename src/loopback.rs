@@ -69,6 +69,7 @@ mod tests {
             congestion: None,
             tos: None,
             affinity: None,
+            interval_ms: None,
         };
         let a = crate::responder::check_limits(&r, &c).unwrap();
         assert_eq!(a.request.bitrate, 0);

@@ -123,8 +123,15 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
     for note in args.notes() {
         eprintln!("{note}");
     }
+    let mut stream = None;
     let outcome = async {
-        let spec = args.spec()?;
+        let mut spec = args.spec()?;
+        if args.json_stream {
+            let target = args.target().unwrap_or("loopback");
+            let s = report::JsonStream::start(&spec, target);
+            spec.interval_events = s.sink();
+            stream = Some(s);
+        }
         if args.loopback {
             spec.check_local()
                 .map_err(|e| probe::ProbeError::BadArgument(e.0))?;
@@ -135,6 +142,11 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         }
     }
     .await;
+    if let Some(stream) = stream {
+        let code = if outcome.is_ok() { 0 } else { 1 };
+        stream.end(&outcome);
+        return ExitCode::from(code);
+    }
     match outcome {
         Ok(result) => {
             if args.json {
@@ -145,7 +157,9 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            if args.json {
+            if args.json_stream {
+                println!("{}", report::json_stream_error(&e));
+            } else if args.json {
                 println!("{}", report::error_json(&e));
             } else {
                 eprintln!("{}", report::error_text(&e));

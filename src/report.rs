@@ -2,9 +2,14 @@
 //! document for programs.
 //!
 //! ```text
-//! 6348.3594 MB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
-//! 1.1924 MB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
+//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
+//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
 //! ```
+//!
+//! Every line starts with the way data moved, seen from the prober (`send`
+//! is prober to responder, `receive` is `-R`), so that a reverse test never
+//! reads as a forward one. Sizes are MiB (2^20 bytes), rates Mbps (10^6
+//! bits per second), as nuttcp prints them.
 
 #![warn(missing_docs)]
 
@@ -12,15 +17,16 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::probe::result::{DirectionSummary, ProbeResult};
-use crate::probe::{FlowDirection, Kind, ProbeError};
+use crate::probe::datapath::{IntervalEvent, IntervalSink};
+use crate::probe::result::{DirectionSummary, IntervalFigures, ProbeResult};
+use crate::probe::{FlowDirection, Kind, ProbeError, ProbeSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// nuttcp's %TX and %RX: the sending and receiving side's data threads.
 fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
     let mut line = format!(
-        "{:.4} MB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
+        "{:.4} MiB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
         d.bytes as f64 / MIB,
         d.duration_seconds,
         d.throughput_bits_per_second / 1e6,
@@ -54,15 +60,54 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
     line
 }
 
-/// The human-readable result: one line per direction, and with `verbose`
-/// per-stream and per-host detail.
+/// One interval line of a stream or of a direction's sum, in the summary
+/// line's style: the receiver's bytes and rate, the sender's retransmits
+/// (TCP) or the receiver's drops (UDP).
+fn interval_line(label: &str, f: &IntervalFigures) -> String {
+    let mut line = format!(
+        "{:<8} {label:<9} {:.2}-{:.2} sec {:.4} MiB / {:.2} sec = {:.4} Mbps",
+        f.direction.map_or("", FlowDirection::as_str),
+        f.start,
+        f.end,
+        f.bytes as f64 / MIB,
+        f.end - f.start,
+        f.bits_per_second / 1e6,
+    );
+    if let Some(n) = f.retransmits {
+        let _ = write!(line, " {n} retrans");
+    }
+    if let (Some(packets), Some(lost)) = (f.packets, f.lost) {
+        let _ = write!(line, " {lost} / {} drop/pkt", packets.saturating_add(lost));
+    }
+    line
+}
+
+/// The human-readable result: with intervals, one line per interval and
+/// stream (and per direction a `sum` line when it has several streams);
+/// then one line per direction; and with `verbose` per-stream and per-host
+/// detail.
 pub fn text(r: &ProbeResult, verbose: bool) -> String {
     let mut out = String::new();
-    let bidir = r.directions.len() > 1;
-    for d in &r.directions {
-        if bidir {
-            let _ = write!(out, "{:<8} ", d.direction.as_str());
+    for i in &r.intervals {
+        for f in &i.streams {
+            let label = format!("stream {}", f.id.unwrap_or(0));
+            out.push_str(&interval_line(&label, f));
+            out.push('\n');
         }
+        for sum in &i.sums {
+            let streams = i
+                .streams
+                .iter()
+                .filter(|f| f.direction == sum.direction)
+                .count();
+            if streams > 1 {
+                out.push_str(&interval_line("sum", sum));
+                out.push('\n');
+            }
+        }
+    }
+    for d in &r.directions {
+        let _ = write!(out, "{:<8} ", d.direction.as_str());
         out.push_str(&summary_line(r, d));
         out.push('\n');
     }
@@ -86,7 +131,7 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
         for s in &r.streams {
             let _ = write!(
                 out,
-                "  stream {:>2} {:<7} {:.4} MB / {:.2} sec = {:.4} Mbps received; sent {:.4} Mbps; sndbuf {} rcvbuf {}",
+                "  stream {:>2} {:<7} {:.4} MiB / {:.2} sec = {:.4} Mbps received; sent {:.4} Mbps; sndbuf {} rcvbuf {}",
                 s.id,
                 s.direction.as_str(),
                 s.bytes as f64 / MIB,
@@ -150,6 +195,121 @@ pub fn json(r: &ProbeResult) -> String {
         .unwrap_or_else(|e| error_json_raw("internal", &e.to_string(), ""))
 }
 
+/// `--json-stream`: one JSON object per line, printed as the test runs.
+/// [`JsonStream::start`] prints the `start` event and gives the sink the
+/// local streams' intervals go to; each is printed as an `interval` event
+/// as it closes; [`JsonStream::end`] prints the `end` event, holding the
+/// whole `-J` document (with the responder's intervals too), or an `error`
+/// event.
+pub struct JsonStream {
+    sink: Option<IntervalSink>,
+    printer: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl JsonStream {
+    /// Prints the `start` event for `spec` against `target`.
+    pub fn start(spec: &ProbeSpec, target: &str) -> JsonStream {
+        println!(
+            "{}",
+            json!({
+                "event": "start",
+                "target": target,
+                "kind": spec.kind,
+                "direction": spec.direction,
+                "streams": spec.streams,
+                "requested_seconds": spec.duration.as_secs_f64(),
+                "omit_seconds": spec.omit.as_secs_f64(),
+                "interval_seconds": spec.interval.map(|i| i.as_secs_f64()),
+            })
+        );
+        let (tx, rx) = std::sync::mpsc::channel::<IntervalEvent>();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let printer = std::thread::Builder::new()
+            .name("pp-json-stream".into())
+            .spawn(move || {
+                use std::io::Write as _;
+                for event in rx {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{}", interval_event(&event));
+                    let _ = out.flush();
+                }
+                let _ = done_tx.send(());
+            })
+            .ok();
+        JsonStream {
+            sink: Some(IntervalSink(tx)),
+            printer,
+            done,
+        }
+    }
+
+    /// Where the local streams send their intervals.
+    pub fn sink(&self) -> Option<IntervalSink> {
+        self.sink.clone()
+    }
+
+    /// Prints the `end` event, after every interval the local streams sent.
+    pub fn end(mut self, outcome: &Result<ProbeResult, ProbeError>) {
+        self.sink = None;
+        // Every stream thread has ended by now and dropped its sink; a
+        // wedged one must not hold the output back for ever.
+        if self
+            .done
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .is_ok()
+        {
+            if let Some(p) = self.printer.take() {
+                let _ = p.join();
+            }
+        }
+        let event = match outcome {
+            Ok(r) => json!({ "event": "end", "result": r }),
+            Err(e) => {
+                println!("{}", json_stream_error(e));
+                return;
+            }
+        };
+        println!("{event}");
+    }
+}
+
+/// The `error` event of `--json-stream`, one line: also for a failure
+/// before the test could start.
+pub fn json_stream_error(e: &ProbeError) -> String {
+    json!({
+        "event": "error",
+        "error": { "reason": e.reason(), "message": e.to_string(), "hint": e.hint() },
+    })
+    .to_string()
+}
+
+/// One `interval` event of `--json-stream`: a local stream's interval.
+pub fn interval_event(e: &IntervalEvent) -> String {
+    let i = &e.interval;
+    let mut v = json!({
+        "event": "interval",
+        "side": "local",
+        "stream": e.stream,
+        "direction": e.direction,
+        "role": e.role,
+        "start": i.start,
+        "end": i.end,
+        "bytes": i.bytes,
+        "bits_per_second": crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start),
+    });
+    for (key, value) in [
+        ("retransmits", i.retransmits),
+        ("packets", i.packets),
+        ("lost", i.lost),
+    ] {
+        if let Some(n) = value {
+            v[key] = n.into();
+        }
+    }
+    v.to_string()
+}
+
 /// The `-J` document for a failure.
 pub fn error_json(e: &ProbeError) -> String {
     error_json_raw(e.reason(), &e.to_string(), e.hint())
@@ -189,6 +349,7 @@ mod tests {
             timestamp_seconds: 1.7e9,
             requested_seconds: 10.0,
             omit_seconds: 0.0,
+            interval_seconds: None,
         }
     }
 
@@ -224,8 +385,108 @@ mod tests {
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
         assert_eq!(
             text(&r, false),
-            "6347.6562 MB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
         );
+    }
+
+    #[test]
+    fn a_reverse_line_says_receive_and_sizes_are_mib() {
+        let mut tx = stream(Role::Sender, 1 << 30, 1.0);
+        tx.direction = Some(FlowDirection::Receive);
+        let mut rx = stream(Role::Receiver, 1 << 30, 1.0);
+        rx.direction = Some(FlowDirection::Receive);
+        let r = ProbeResult::combine(
+            ctx(Kind::Tcp, Direction::Receive),
+            &SideStats {
+                streams: vec![rx],
+                ..Default::default()
+            },
+            &SideStats {
+                streams: vec![tx],
+                ..Default::default()
+            },
+        );
+        let line = text(&r, false);
+        // 2^30 bytes are 1024 MiB, and 8 * 2^30 / 10 s = 858.9935 * 10^6 bit/s.
+        assert!(
+            line.starts_with("receive  1024.0000 MiB / 10.00 sec = 858.9935 Mbps "),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn intervals_print_per_stream_with_a_sum_and_take_the_receivers_bytes() {
+        use crate::probe::stats::IntervalStats;
+        let iv = |k: u32, bytes: u64, retransmits: Option<u64>| IntervalStats {
+            start: f64::from(k) * 0.5,
+            end: f64::from(k + 1) * 0.5,
+            bytes,
+            retransmits,
+            ..Default::default()
+        };
+        let with = |id: u32, role: Role, intervals: Vec<IntervalStats>| StreamStats {
+            id,
+            intervals,
+            ..stream(role, 0, 0.0)
+        };
+        let mib = 1 << 20;
+        let local = SideStats {
+            streams: vec![
+                with(
+                    0,
+                    Role::Sender,
+                    vec![iv(0, 9 * mib, Some(1)), iv(1, 9 * mib, Some(2))],
+                ),
+                with(
+                    1,
+                    Role::Sender,
+                    vec![iv(0, 9 * mib, Some(0)), iv(1, 9 * mib, Some(0))],
+                ),
+            ],
+            ..Default::default()
+        };
+        let remote = SideStats {
+            streams: vec![
+                with(
+                    0,
+                    Role::Receiver,
+                    vec![iv(0, 8 * mib, None), iv(1, 10 * mib, None)],
+                ),
+                with(
+                    1,
+                    Role::Receiver,
+                    vec![iv(0, 4 * mib, None), iv(1, 4 * mib, None)],
+                ),
+            ],
+            ..Default::default()
+        };
+        let mut c = ctx(Kind::Tcp, Direction::Send);
+        c.interval_seconds = Some(0.5);
+        let r = ProbeResult::combine(c, &local, &remote);
+        let out = text(&r, false);
+        let lines: Vec<&str> = out.lines().collect();
+        // 8 MiB in 0.5 s = 134.2177 Mbps; retransmits are the sender's.
+        assert_eq!(
+            lines[0],
+            "send     stream 0  0.00-0.50 sec 8.0000 MiB / 0.50 sec = 134.2177 Mbps 1 retrans"
+        );
+        assert_eq!(
+            lines[2],
+            "send     sum       0.00-0.50 sec 12.0000 MiB / 0.50 sec = 201.3266 Mbps 1 retrans"
+        );
+        assert!(lines[3].starts_with("send     stream 0  0.50-1.00 sec 10.0000 MiB"));
+        assert!(lines[5].ends_with("= 234.8810 Mbps 2 retrans"), "{out}");
+        assert!(
+            lines[6].starts_with("send     "),
+            "then the final line: {out}"
+        );
+        assert_eq!(lines.len(), 7, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        assert_eq!(v["interval_seconds"], 0.5);
+        assert_eq!(v["intervals"].as_array().unwrap().len(), 2);
+        assert_eq!(v["intervals"][1]["streams"][0]["bytes"], 10 * mib);
+        assert_eq!(v["intervals"][1]["streams"][0]["sender_bytes"], 9 * mib);
+        assert_eq!(v["intervals"][1]["sums"][0]["bytes"], 14 * mib);
     }
 
     #[test]

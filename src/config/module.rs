@@ -203,6 +203,7 @@ impl Module {
             remote_affinity: self.remote_affinity,
             connect_timeout: self.connect_timeout,
             secret: self.secret.clone(),
+            ..ProbeSpec::default()
         }
     }
 

@@ -203,6 +203,8 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
         clamped: Vec::new(),
+        interval_seconds: None,
+        intervals: Vec::new(),
     }
 }
 

@@ -266,7 +266,8 @@ async fn run_test(
         tracing::warn!(target = %target, %limit, "the responder cut the test down to its limits");
     }
 
-    let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip());
+    let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
+        .with_intervals(spec.interval_events.clone());
     let sockets = match request.kind {
         Kind::Tcp => {
             let sockets =
@@ -336,6 +337,7 @@ async fn run_test(
         timestamp_seconds: timestamp,
         requested_seconds: plan.duration.as_secs_f64(),
         omit_seconds: plan.omit.as_secs_f64(),
+        interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;

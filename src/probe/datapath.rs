@@ -1,7 +1,8 @@
 //! The data path's parts shared by both ends of a test and by every kind:
 //! the plan, the start gate that releases all streams of a side at once,
 //! the stop flag, the sockets handed to stream threads, and the meter of a
-//! thread's CPU over its window. The threads themselves are started by
+//! thread's CPU over its window, and the interval meter that buckets a
+//! stream's figures for `-i`. The threads themselves are started by
 //! [`super::side`], and run the loops of their kind (`tcp.rs`, `udp.rs`).
 //!
 //! Streams run on dedicated threads with blocking sockets, not on the async
@@ -12,11 +13,12 @@
 
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::spec::FlowDirection;
-use super::stats::{Role, StreamStats};
+use super::stats::{IntervalStats, Role, StreamStats};
 use crate::host::ThreadUsage;
 
 /// Time allowed after the planned end for data to drain before streams
@@ -38,6 +40,239 @@ pub struct Plan {
     pub affinity: Option<usize>,
     /// Carried in every UDP datagram so that strays are ignored.
     pub test_id: u32,
+    /// Interval reports, when asked for.
+    pub interval: Option<IntervalPlan>,
+}
+
+/// Most interval records one side keeps over all its streams. They travel
+/// in the responder's `Results` frame, which must stay under the frame
+/// limit together with every stream's own figures: with many streams the
+/// room left is smaller (see [`record_budget`]).
+pub const MAX_INTERVAL_RECORDS: usize = 1000;
+/// An interval record, and a stream's own figures, at their longest in
+/// JSON (every integer at 20 digits, every float at 17 and more).
+const RECORD_BYTES: usize = 160;
+const STREAM_BYTES: usize = 720;
+
+/// How many interval records fit in a `Results` frame beside the figures
+/// of `total_streams` streams, with room for the side's own.
+fn record_budget(total_streams: u32) -> usize {
+    crate::protocol::MAX_FRAME_LEN
+        .saturating_sub(16 << 10)
+        .saturating_sub(total_streams as usize * STREAM_BYTES)
+        / RECORD_BYTES
+}
+/// Shortest interval, as iperf3's: shorter ones measure the scheduler.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How a test's streams are bucketed into intervals: both ends derive it
+/// from the agreed request with [`interval_plan`], so their buckets line up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalPlan {
+    pub length: Duration,
+    /// Intervals per stream at most; the last absorbs whatever arrives
+    /// after the planned end (a receiver's drain).
+    pub count: usize,
+}
+
+/// The intervals for a test of `duration_ms` over `total_streams` streams,
+/// `interval_ms` asked: at least [`MIN_INTERVAL`] long, and coarsened
+/// until the side's records fit [`MAX_INTERVAL_RECORDS`] and the results
+/// frame. `None` when none
+/// were asked for (or too many streams leave no room for any).
+pub fn interval_plan(
+    interval_ms: Option<u64>,
+    duration_ms: u64,
+    total_streams: u32,
+) -> Option<IntervalPlan> {
+    let asked = interval_ms.filter(|&ms| ms > 0)?;
+    let records = MAX_INTERVAL_RECORDS.min(record_budget(total_streams));
+    let per_stream = (records / total_streams.max(1) as usize) as u64;
+    if per_stream == 0 {
+        return None;
+    }
+    let duration = duration_ms.max(1);
+    let mut ms = asked.max(MIN_INTERVAL.as_millis() as u64);
+    if duration.div_ceil(ms) > per_stream {
+        ms = duration.div_ceil(per_stream);
+    }
+    Some(IntervalPlan {
+        length: Duration::from_millis(ms),
+        count: duration.div_ceil(ms) as usize,
+    })
+}
+
+/// One closed interval of one local stream, as it happens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntervalEvent {
+    pub stream: u32,
+    pub direction: FlowDirection,
+    pub role: Role,
+    pub interval: IntervalStats,
+}
+
+/// Where a side's stream threads send their intervals as they close
+/// (`--json-stream`). Sending never blocks a data thread; a receiver that
+/// went away is ignored.
+#[derive(Debug, Clone)]
+pub struct IntervalSink(pub mpsc::Sender<IntervalEvent>);
+
+impl PartialEq for IntervalSink {
+    /// Sinks carry no figures: two specs differing only in where their
+    /// events go ask for the same test.
+    fn eq(&self, _: &IntervalSink) -> bool {
+        true
+    }
+}
+
+/// What an interval's `mark` counts: a counter the loop reads at each
+/// interval's end, whose growth over the interval is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Bytes only (a TCP receiver).
+    None,
+    /// Bytes and datagrams (a UDP sender).
+    Datagrams,
+    /// TCP_INFO's total retransmits: their growth is `retransmits`.
+    Retransmits,
+    /// One past the highest UDP sequence seen: its growth less the
+    /// datagrams received is `lost`.
+    SequenceSpan,
+}
+
+/// Buckets one stream's bytes into the plan's intervals. It lives on the
+/// data thread and only exists when intervals were asked for, so a test
+/// without them pays one branch per read or write. Between interval ends
+/// it adds two integers; at an end it closes the bucket (and the loop reads
+/// its mark).
+#[derive(Debug)]
+pub struct IntervalMeter {
+    plan: IntervalPlan,
+    mark: Mark,
+    origin: Option<Instant>,
+    /// When the bucket in progress ends; `None` once it is the last.
+    next_edge: Option<Instant>,
+    index: usize,
+    bytes: u64,
+    packets: u64,
+    mark_base: Option<u64>,
+    records: Vec<IntervalStats>,
+    sink: Option<(IntervalSink, u32, FlowDirection, Role)>,
+}
+
+impl IntervalMeter {
+    /// A meter for the stream `stats` describes, if the plan has intervals.
+    pub fn new(ctx: &StreamContext, stats: &StreamStats, mark: Mark) -> Option<IntervalMeter> {
+        let plan = ctx.plan.interval?;
+        let sink = match (&ctx.intervals, stats.direction, stats.role) {
+            (Some(sink), Some(d), Some(r)) => Some((sink.clone(), stats.id, d, r)),
+            _ => None,
+        };
+        Some(IntervalMeter {
+            plan,
+            mark,
+            origin: None,
+            next_edge: None,
+            index: 0,
+            bytes: 0,
+            packets: 0,
+            mark_base: None,
+            records: Vec::with_capacity(plan.count.min(MAX_INTERVAL_RECORDS)),
+            sink,
+        })
+    }
+
+    /// Starts interval 0 at `at`, the start of the stream's window (once).
+    pub fn open(&mut self, at: Instant) {
+        if self.origin.is_none() {
+            self.origin = Some(at);
+            self.next_edge = (self.plan.count > 1).then(|| at + self.plan.length);
+        }
+    }
+
+    /// The mark's value at the start of the bucket in progress, if not yet
+    /// known (the first datagram's sequence, the retransmits at open).
+    pub fn mark_base(&mut self, value: u64) {
+        self.mark_base.get_or_insert(value);
+    }
+
+    /// Whether the bucket in progress has ended by `now`: the caller then
+    /// reads its mark and calls [`IntervalMeter::roll`].
+    #[inline]
+    pub fn due(&self, now: Instant) -> bool {
+        self.next_edge.is_some_and(|edge| now >= edge)
+    }
+
+    /// Closes every bucket that ended by `now` (empty ones too: a stall
+    /// shows as intervals of 0). `mark` is the counter's value now.
+    pub fn roll(&mut self, now: Instant, mark: Option<u64>) {
+        while let Some(edge) = self.next_edge.filter(|&e| now >= e) {
+            let end = (self.index + 1) as f64 * self.plan.length.as_secs_f64();
+            self.close(end, mark);
+            self.index += 1;
+            self.next_edge = (self.index + 1 < self.plan.count).then(|| edge + self.plan.length);
+        }
+    }
+
+    /// Counts bytes (and datagrams) into the bucket in progress.
+    #[inline]
+    pub fn add(&mut self, bytes: u64, packets: u64) {
+        self.bytes += bytes;
+        self.packets += packets;
+    }
+
+    fn close(&mut self, end: f64, mark: Option<u64>) {
+        let record = self.record(end, mark);
+        self.bytes = 0;
+        self.packets = 0;
+        self.mark_base = mark.or(self.mark_base);
+        if let Some((sink, stream, direction, role)) = &self.sink {
+            let _ = sink.0.send(IntervalEvent {
+                stream: *stream,
+                direction: *direction,
+                role: *role,
+                interval: record.clone(),
+            });
+        }
+        self.records.push(record);
+    }
+
+    fn record(&self, end: f64, mark: Option<u64>) -> IntervalStats {
+        let start = self.index as f64 * self.plan.length.as_secs_f64();
+        let grew = match (mark, self.mark_base) {
+            (Some(now), Some(base)) => now.saturating_sub(base),
+            _ => 0,
+        };
+        let udp = matches!(self.mark, Mark::Datagrams | Mark::SequenceSpan);
+        IntervalStats {
+            start,
+            end: end.max(start),
+            bytes: self.bytes,
+            packets: udp.then_some(self.packets),
+            lost: (self.mark == Mark::SequenceSpan).then(|| grew.saturating_sub(self.packets)),
+            retransmits: (self.mark == Mark::Retransmits).then_some(grew),
+        }
+    }
+
+    /// Closes the bucket in progress at `last`, the stream's last read or
+    /// write, and returns every interval. A bucket that began after the
+    /// last byte is left out (its retransmits go to the one before).
+    pub fn finish(mut self, last: Instant, mark: Option<u64>) -> Vec<IntervalStats> {
+        let Some(origin) = self.origin else {
+            return Vec::new();
+        };
+        let end = last.saturating_duration_since(origin).as_secs_f64();
+        let start = self.index as f64 * self.plan.length.as_secs_f64();
+        if self.bytes == 0 && end <= start && !self.records.is_empty() {
+            let late = self.record(end, mark).retransmits;
+            if let (Some(prev), Some(late)) = (self.records.last_mut(), late) {
+                *prev.retransmits.get_or_insert(0) += late;
+            }
+        } else {
+            self.close(end, mark);
+        }
+        self.records
+    }
 }
 
 #[derive(Debug)]
@@ -131,6 +366,8 @@ pub struct StreamContext {
     /// Bytes moved by every stream of this side so far, warm-up included:
     /// a side that sees it stand still knows the peer stopped taking part.
     pub progress: Progress,
+    /// Where closed intervals go as they happen, if anywhere.
+    pub intervals: Option<IntervalSink>,
 }
 
 /// A side's running count of bytes moved, shared by its stream threads.
@@ -197,4 +434,200 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(interval: Option<IntervalPlan>, sink: Option<IntervalSink>) -> StreamContext {
+        StreamContext {
+            plan: Plan {
+                omit: Duration::ZERO,
+                duration: Duration::from_secs(2),
+                length: 1000,
+                bitrate_per_stream: 0,
+                affinity: None,
+                test_id: 0,
+                interval,
+            },
+            gate: StartGate::default(),
+            stop: StopFlag::default(),
+            progress: Progress::default(),
+            intervals: sink,
+        }
+    }
+
+    fn stats(role: Role) -> StreamStats {
+        StreamStats {
+            id: 3,
+            direction: Some(FlowDirection::Send),
+            role: Some(role),
+            ..StreamStats::default()
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_plan_bounds_the_records_and_both_ends_agree() {
+        assert_eq!(interval_plan(None, 2000, 1), None);
+        assert_eq!(interval_plan(Some(0), 2000, 1), None);
+        let p = interval_plan(Some(500), 2000, 1).unwrap();
+        assert_eq!((p.length, p.count), (500 * MS, 4));
+        // A partial last interval is one more.
+        assert_eq!(interval_plan(Some(600), 2000, 1).unwrap().count, 4);
+        // Too short an interval is raised to the minimum...
+        let p = interval_plan(Some(1), 2000, 1).unwrap();
+        assert_eq!((p.length, p.count), (MIN_INTERVAL, 20));
+        // ...and too many for the frame are coarsened until they fit.
+        let p = interval_plan(Some(100), 3_600_000, 16).unwrap();
+        assert!(p.count * 16 <= MAX_INTERVAL_RECORDS, "{p:?}");
+        assert!(p.count >= 60, "{p:?}");
+        // The most streams a prober asks for (128 each way) still get one.
+        assert_eq!(interval_plan(Some(100), 3_600_000, 256).unwrap().count, 1);
+        assert_eq!(interval_plan(Some(100), 60_000, 5000), None);
+        // Longer than the test: one interval.
+        assert_eq!(interval_plan(Some(10_000), 2000, 1).unwrap().count, 1);
+    }
+
+    #[test]
+    fn the_most_intervals_a_side_can_make_fit_in_a_results_frame() {
+        use crate::protocol::{encode_frame, Message, SideStats, TcpStats, UdpReceiveStats};
+        for streams in [1u32, 16, 128, 256, 300] {
+            let Some(plan) = interval_plan(Some(1), 3_600_000, streams) else {
+                assert!(streams > 256, "{streams} streams get no intervals");
+                continue;
+            };
+            // Every figure as long as it can print.
+            let record = IntervalStats {
+                start: 1_234.567_890_123_456_7,
+                end: 1_234.667_890_123_456_7,
+                bytes: u64::MAX,
+                packets: Some(u64::MAX),
+                lost: Some(u64::MAX),
+                retransmits: Some(u64::MAX),
+            };
+            let stream = StreamStats {
+                id: u32::MAX,
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                bytes: u64::MAX,
+                seconds: 3_600.123_456_789_012_3,
+                syscalls: u64::MAX,
+                cpu_user_seconds: 3_600.123_456_789_012_3,
+                cpu_system_seconds: 3_600.123_456_789_012_3,
+                context_switches: u64::MAX,
+                send_buffer_bytes: u64::MAX,
+                receive_buffer_bytes: u64::MAX,
+                congestion: Some("x".repeat(15)),
+                tcp: Some(TcpStats::default()),
+                udp_received: Some(UdpReceiveStats::default()),
+                intervals: vec![record; plan.count],
+                ..StreamStats::default()
+            };
+            let side = SideStats {
+                streams: vec![stream; streams as usize],
+                kernel_release: "x".repeat(256),
+                interface: Some("x".repeat(15)),
+                ..SideStats::default()
+            };
+            let frame = encode_frame(&Message::Results(Box::new(side)));
+            assert!(frame.is_ok(), "{streams} streams: {frame:?}");
+        }
+    }
+
+    #[test]
+    fn no_meter_without_intervals() {
+        assert!(IntervalMeter::new(&ctx(None, None), &stats(Role::Sender), Mark::None).is_none());
+    }
+
+    #[test]
+    fn bytes_land_in_the_interval_they_moved_in_and_add_up() {
+        let (tx, rx) = mpsc::channel();
+        let plan = interval_plan(Some(500), 2000, 1);
+        let c = ctx(plan, Some(IntervalSink(tx)));
+        let mut m = IntervalMeter::new(&c, &stats(Role::Receiver), Mark::None).unwrap();
+        let t0 = Instant::now();
+        m.open(t0);
+        let mut total = 0;
+        // (time in ms, bytes): nothing moves between 500 and 1000 ms, and
+        // the drain after the planned end (2000 ms) goes to the last.
+        for (at, n) in [
+            (0, 10),
+            (499, 20),
+            (500, 40),
+            (1000, 80),
+            (1700, 5),
+            (2600, 7),
+        ] {
+            let now = t0 + at * MS;
+            if m.due(now) {
+                m.roll(now, None);
+            }
+            m.add(n, 0);
+            total += n;
+        }
+        // Closed intervals went out before the stream ended.
+        let live: Vec<IntervalEvent> = rx.try_iter().collect();
+        assert_eq!(live.len(), 3, "{live:?}");
+        assert_eq!(live[0].stream, 3);
+        assert_eq!(live[0].role, Role::Receiver);
+        let got = m.finish(t0 + 2600 * MS, None);
+        let bytes: Vec<u64> = got.iter().map(|i| i.bytes).collect();
+        assert_eq!(bytes, [30, 40, 80, 12]);
+        assert_eq!(bytes.iter().sum::<u64>(), total);
+        let edges: Vec<(f64, f64)> = got.iter().map(|i| (i.start, i.end)).collect();
+        assert_eq!(edges, [(0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.6)]);
+        assert!(got
+            .iter()
+            .all(|i| i.packets.is_none() && i.retransmits.is_none()));
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "the last interval is sent at the end"
+        );
+    }
+
+    #[test]
+    fn a_stall_shows_as_empty_intervals_and_an_early_end_as_a_short_last() {
+        let c = ctx(interval_plan(Some(500), 2000, 1), None);
+        let mut m = IntervalMeter::new(&c, &stats(Role::Sender), Mark::None).unwrap();
+        let t0 = Instant::now();
+        m.open(t0);
+        m.add(100, 0);
+        // The loop wakes on a timeout at 1.2 s with nothing moved since.
+        let now = t0 + 1200 * MS;
+        assert!(m.due(now));
+        m.roll(now, None);
+        let got = m.finish(t0 + 1300 * MS, None);
+        let got: Vec<(f64, f64, u64)> = got.iter().map(|i| (i.start, i.end, i.bytes)).collect();
+        assert_eq!(got, [(0.0, 0.5, 100), (0.5, 1.0, 0), (1.0, 1.3, 0)]);
+    }
+
+    #[test]
+    fn marks_become_retransmits_and_udp_loss() {
+        let c = ctx(interval_plan(Some(1000), 2000, 1), None);
+        let t0 = Instant::now();
+        let mut tcp = IntervalMeter::new(&c, &stats(Role::Sender), Mark::Retransmits).unwrap();
+        tcp.open(t0);
+        tcp.mark_base(7);
+        tcp.add(1, 0);
+        tcp.roll(t0 + 1000 * MS, Some(9));
+        tcp.add(1, 0);
+        let got = tcp.finish(t0 + 2000 * MS, Some(14));
+        let r: Vec<Option<u64>> = got.iter().map(|i| i.retransmits).collect();
+        assert_eq!(r, [Some(2), Some(5)]);
+
+        let mut udp = IntervalMeter::new(&c, &stats(Role::Receiver), Mark::SequenceSpan).unwrap();
+        udp.open(t0);
+        // Sequences 100..110 seen as 8 datagrams; then 110..120 as all 10.
+        udp.mark_base(100);
+        udp.add(8 * 1000, 8);
+        udp.roll(t0 + 1000 * MS, Some(110));
+        udp.add(10 * 1000, 10);
+        let got = udp.finish(t0 + 1900 * MS, Some(120));
+        let r: Vec<(Option<u64>, Option<u64>)> = got.iter().map(|i| (i.packets, i.lost)).collect();
+        assert_eq!(r, [(Some(8), Some(2)), (Some(10), Some(0))]);
+    }
 }

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::spec::{Direction, FlowDirection, Kind};
-use super::stats::{Role, SideStats, StreamStats, TcpStats};
+use super::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProbeResult {
@@ -42,6 +42,154 @@ pub struct ProbeResult {
     /// naming the limit; empty when the test ran as asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clamped: Vec<String>,
+    /// The interval reports' length, when asked for (`-i`), as both ends
+    /// ran it (it may be coarser than asked, to bound the records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<f64>,
+    /// Interval reports: the receiver's figures per interval, with the
+    /// sender's beside them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<IntervalSummary>,
+}
+
+/// One interval of the test: every stream's figures and a sum per direction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IntervalSummary {
+    /// Seconds from the start of the measured window.
+    pub start: f64,
+    /// The latest end over the streams: the last interval ends with the
+    /// receiver's window.
+    pub end: f64,
+    pub streams: Vec<IntervalFigures>,
+    /// One per direction, over its streams.
+    pub sums: Vec<IntervalFigures>,
+}
+
+/// One stream's (or one direction's) figures over an interval.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct IntervalFigures {
+    /// The stream; absent on sums.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    pub direction: Option<FlowDirection>,
+    pub start: f64,
+    pub end: f64,
+    /// Bytes received in the interval, and their rate over it.
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub sender_bytes: u64,
+    pub sender_bits_per_second: f64,
+    /// TCP: segments the sender retransmitted in the interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+    /// UDP: datagrams received, and sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_packets: Option<u64>,
+    /// UDP: sequence numbers the receiver saw skipped in the interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost: Option<u64>,
+}
+
+fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
+}
+
+/// Interval `k` of one stream, from its receiver's and its sender's records.
+fn stream_interval(
+    id: u32,
+    direction: FlowDirection,
+    length: f64,
+    k: usize,
+    rx: Option<&IntervalStats>,
+    tx: Option<&IntervalStats>,
+) -> IntervalFigures {
+    let start = k as f64 * length;
+    let end = rx.or(tx).map_or(start, |i| i.end);
+    let rate =
+        |i: Option<&IntervalStats>| i.map_or(0.0, |i| bits_per_second(i.bytes, i.end - i.start));
+    IntervalFigures {
+        id: Some(id),
+        direction: Some(direction),
+        start,
+        end,
+        bytes: rx.map_or(0, |i| i.bytes),
+        bits_per_second: rate(rx),
+        sender_bytes: tx.map_or(0, |i| i.bytes),
+        sender_bits_per_second: rate(tx),
+        retransmits: tx.and_then(|i| i.retransmits),
+        packets: rx.and_then(|i| i.packets),
+        sender_packets: tx.and_then(|i| i.packets),
+        lost: rx.and_then(|i| i.lost),
+    }
+}
+
+/// Lines up the streams' interval records by index, the receiver's and the
+/// sender's of each stream together, and sums them per direction.
+fn combine_intervals(
+    length: f64,
+    streams: &[(
+        u32,
+        FlowDirection,
+        Option<&StreamStats>,
+        Option<&StreamStats>,
+    )],
+) -> Vec<IntervalSummary> {
+    let count = streams
+        .iter()
+        .flat_map(|(_, _, tx, rx)| [tx, rx])
+        .map(|s| s.map_or(0, |s| s.intervals.len()))
+        .max()
+        .unwrap_or(0);
+    (0..count)
+        .map(|k| {
+            let figures: Vec<IntervalFigures> = streams
+                .iter()
+                .filter_map(|&(id, dir, tx, rx)| {
+                    let rx = rx.and_then(|s| s.intervals.get(k));
+                    let tx = tx.and_then(|s| s.intervals.get(k));
+                    (rx.is_some() || tx.is_some())
+                        .then(|| stream_interval(id, dir, length, k, rx, tx))
+                })
+                .collect();
+            let start = k as f64 * length;
+            let mut sums: Vec<IntervalFigures> = Vec::new();
+            for f in &figures {
+                let sum = match sums.iter_mut().find(|s| s.direction == f.direction) {
+                    Some(sum) => sum,
+                    None => {
+                        sums.push(IntervalFigures {
+                            direction: f.direction,
+                            start,
+                            end: start,
+                            ..Default::default()
+                        });
+                        sums.last_mut().expect("just pushed")
+                    }
+                };
+                sum.end = sum.end.max(f.end);
+                sum.bytes += f.bytes;
+                sum.sender_bytes += f.sender_bytes;
+                sum.retransmits = add_opt(sum.retransmits, f.retransmits);
+                sum.packets = add_opt(sum.packets, f.packets);
+                sum.sender_packets = add_opt(sum.sender_packets, f.sender_packets);
+                sum.lost = add_opt(sum.lost, f.lost);
+                // Streams' rates add up; each is over its own interval.
+                sum.bits_per_second += f.bits_per_second;
+                sum.sender_bits_per_second += f.sender_bits_per_second;
+            }
+            IntervalSummary {
+                start,
+                end: figures.iter().map(|f| f.end).fold(start, f64::max),
+                streams: figures,
+                sums,
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -272,6 +420,8 @@ pub struct ProbeContext {
     pub timestamp_seconds: f64,
     pub requested_seconds: f64,
     pub omit_seconds: f64,
+    /// The intervals' length both ends ran, when intervals were asked for.
+    pub interval_seconds: Option<f64>,
 }
 
 impl ProbeResult {
@@ -279,6 +429,7 @@ impl ProbeResult {
     pub fn combine(ctx: ProbeContext, local: &SideStats, remote: &SideStats) -> ProbeResult {
         let mut streams = Vec::new();
         let mut directions = Vec::new();
+        let mut interval_streams = Vec::new();
         let (mut all_senders, mut all_receivers) = (Vec::new(), Vec::new());
         for &dir in ctx.direction.flows() {
             // On the prober, send-direction streams are senders; on the
@@ -308,6 +459,7 @@ impl ProbeResult {
             for id in ids {
                 let tx = senders.iter().find(|s| s.id == id);
                 let rx = receivers.iter().find(|s| s.id == id);
+                interval_streams.push((id, dir, tx.cloned(), rx.cloned()));
                 let bytes = rx.map_or(0, |s| s.bytes);
                 let seconds = rx.map_or(0.0, |s| s.seconds);
                 let sender_bytes = tx.map_or(0, |s| s.bytes);
@@ -375,6 +527,16 @@ impl ProbeResult {
             .map(|d| d.throughput_bits_per_second)
             .sum();
         let tcp = (ctx.kind == Kind::Tcp).then(|| tcp_summary(&all_senders, &all_receivers));
+        let intervals = match ctx.interval_seconds {
+            Some(length) => {
+                let refs: Vec<_> = interval_streams
+                    .iter()
+                    .map(|(id, dir, tx, rx)| (*id, *dir, tx.as_ref(), rx.as_ref()))
+                    .collect();
+                combine_intervals(length, &refs)
+            }
+            None => Vec::new(),
+        };
         let udp = (ctx.kind == Kind::Udp)
             .then(|| udp_summary(&all_senders, &all_receivers, sent_bps, recv_bps));
         ProbeResult {
@@ -407,6 +569,8 @@ impl ProbeResult {
             local: side_summary(local),
             remote: side_summary(remote),
             clamped: Vec::new(),
+            interval_seconds: ctx.interval_seconds,
+            intervals,
         }
     }
 

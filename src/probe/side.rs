@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::datapath::{
-    pin_current_thread, DataSocket, Plan, Progress, StartGate, StopFlag, StreamContext, StreamJob,
-    DRAIN_GRACE, POLL_INTERVAL,
+    interval_plan, pin_current_thread, DataSocket, IntervalSink, Plan, Progress, StartGate,
+    StopFlag, StreamContext, StreamJob, DRAIN_GRACE, POLL_INTERVAL,
 };
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
@@ -63,6 +63,9 @@ pub struct TestSide {
     /// The interface that carries traffic to the peer, and its IRQs.
     pub interface: Option<String>,
     irqs: Vec<String>,
+    /// Where this side's intervals go as they close (the prober's
+    /// `--json-stream`); the responder's travel in its results only.
+    pub intervals: Option<IntervalSink>,
 }
 
 impl TestSide {
@@ -92,6 +95,11 @@ impl TestSide {
                 bitrate_per_stream: per_stream,
                 affinity,
                 test_id: token_id(token),
+                interval: interval_plan(
+                    request.interval_ms,
+                    request.duration_ms,
+                    request.total_streams(),
+                ),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -102,7 +110,14 @@ impl TestSide {
             layout: stream_layout(request.direction, request.streams),
             interface,
             irqs,
+            intervals: None,
         }
+    }
+
+    /// Sends this side's intervals to `sink` as they close.
+    pub fn with_intervals(mut self, sink: Option<IntervalSink>) -> TestSide {
+        self.intervals = sink;
+        self
     }
 
     /// Streams the test opens in all.
@@ -153,7 +168,7 @@ impl TestSide {
             });
         }
         let expected = jobs.len();
-        let run = SideRun::spawn(jobs, self.plan.clone(), self.irqs.clone())?;
+        let run = SideRun::spawn(jobs, self.plan.clone(), self.irqs.clone(), self.intervals)?;
         Ok(RunningSide {
             stop: run.stop.clone(),
             progress: run.progress.clone(),
@@ -277,7 +292,12 @@ pub struct SideRun {
 
 impl SideRun {
     /// Spawns a thread per job; they wait at the gate.
-    pub fn spawn(jobs: Vec<StreamJob>, plan: Plan, irqs: Vec<String>) -> std::io::Result<SideRun> {
+    pub fn spawn(
+        jobs: Vec<StreamJob>,
+        plan: Plan,
+        irqs: Vec<String>,
+        intervals: Option<IntervalSink>,
+    ) -> std::io::Result<SideRun> {
         let gate = StartGate::default();
         let stop = StopFlag::default();
         let progress = Progress::default();
@@ -286,6 +306,7 @@ impl SideRun {
             gate: gate.clone(),
             stop: stop.clone(),
             progress: progress.clone(),
+            intervals,
         };
         let mut streams = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -377,6 +398,7 @@ mod tests {
             congestion: None,
             tos: Some(8),
             affinity: Some(1),
+            interval_ms: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let p = TestSide::new(End::Prober, &request, "deadbeef00", None, ip);
@@ -407,6 +429,7 @@ mod tests {
             congestion: None,
             tos: None,
             affinity: None,
+            interval_ms: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let side = TestSide::new(End::Responder, &request, "00", None, ip);

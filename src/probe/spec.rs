@@ -92,6 +92,10 @@ pub struct ProbeSpec {
     /// Shared secret to authenticate with. With one set, the prober also
     /// insists that the responder proves it holds the same secret.
     pub secret: Option<Secret>,
+    /// Interval reports (`-i`): both ends bucket their figures by it.
+    pub interval: Option<Duration>,
+    /// Where the local streams' intervals go as they close (`--json-stream`).
+    pub interval_events: Option<crate::probe::datapath::IntervalSink>,
 }
 
 impl Default for ProbeSpec {
@@ -113,6 +117,8 @@ impl Default for ProbeSpec {
             remote_affinity: None,
             connect_timeout: Duration::from_secs(5),
             secret: None,
+            interval: None,
+            interval_events: None,
         }
     }
 }
@@ -145,6 +151,16 @@ impl ProbeSpec {
         }
         if self.duration > Duration::from_secs(3600) || self.omit > Duration::from_secs(3600) {
             return fail("duration and omit must each be at most an hour".into());
+        }
+        if self
+            .interval
+            .is_some_and(|i| i < crate::probe::datapath::MIN_INTERVAL || i > self.duration)
+        {
+            return fail(format!(
+                "the interval must be between {} s and the duration, {} s (e.g. -i 1)",
+                crate::probe::datapath::MIN_INTERVAL.as_secs_f64(),
+                self.duration.as_secs_f64()
+            ));
         }
         if self.streams == 0 || self.streams > 128 {
             return fail(format!(
@@ -204,6 +220,7 @@ impl ProbeSpec {
             congestion: self.congestion.clone(),
             tos: self.tos,
             affinity: self.remote_affinity,
+            interval_ms: self.interval.map(|i| i.as_millis() as u64),
         }
     }
 }

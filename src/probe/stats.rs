@@ -3,5 +3,5 @@
 //! the responder sends its own to the prober at the end of a test.
 
 pub use crate::protocol::model::{
-    Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
+    IntervalStats, Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
 };

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use super::datapath::{DataSocket, StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::datapath::{DataSocket, IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, TcpStats};
 use super::tcpinfo::{self, TcpInfo};
@@ -87,6 +87,13 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
+/// TCP_INFO's retransmit counter, the mark of a sender's intervals.
+fn total_retrans(stream: &TcpStream) -> Option<u64> {
+    TcpInfo::read(stream)
+        .ok()
+        .map(|i| u64::from(i.total_retrans))
+}
+
 fn record_buffers(stream: &TcpStream, stats: &mut StreamStats) {
     let sock = SockRef::from(stream);
     stats.send_buffer_bytes = sock.send_buffer_size().unwrap_or(0) as u64;
@@ -115,6 +122,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
     let mut pacer = Pacer::new(plan.bitrate_per_stream, chunk as u32);
     let mut meter = ThreadMeter::default();
+    let mut intervals = IntervalMeter::new(ctx, stats, Mark::Retransmits);
     let mut bytes = 0u64;
     let mut bytes_at_open = 0u64;
     let mut retrans_at_open = 0u32;
@@ -133,6 +141,10 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
             meter.open(now);
             bytes_at_open = bytes;
             retrans_at_open = TcpInfo::read(&stream).map(|i| i.total_retrans).unwrap_or(0);
+            if let Some(iv) = intervals.as_mut() {
+                iv.open(now);
+                iv.mark_base(u64::from(retrans_at_open));
+            }
         }
         if now >= end || ctx.stop.is_stopped() {
             break;
@@ -144,8 +156,23 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
                 ctx.progress.add(n as u64);
                 last_write = Instant::now();
                 pacer.sent(1);
+                if let Some(iv) = intervals.as_mut() {
+                    if iv.due(last_write) {
+                        iv.roll(last_write, total_retrans(&stream));
+                    }
+                    if meter.is_open() {
+                        iv.add(n as u64, 0);
+                    }
+                }
             }
-            Err(e) if is_timeout(&e) => {}
+            Err(e) if is_timeout(&e) => {
+                if let Some(iv) = intervals.as_mut() {
+                    let now = Instant::now();
+                    if iv.due(now) {
+                        iv.roll(now, total_retrans(&stream));
+                    }
+                }
+            }
             Err(e) => {
                 tracing::debug!(stream = stats.id, error = %e, "TCP send ended");
                 break;
@@ -169,6 +196,9 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     }
     meter.finish(stats);
     record_buffers(&stream, stats);
+    if let Some(iv) = intervals {
+        stats.intervals = iv.finish(last_write, total_retrans(&stream));
+    }
     if let Ok(info) = TcpInfo::read(&stream) {
         stats.tcp = Some(TcpStats {
             retransmits: info.total_retrans.saturating_sub(retrans_at_open) as u64,
@@ -211,9 +241,13 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let read_size = (ctx.plan.length as usize).max(RECEIVE_BUFFER);
     let mut buf = vec![0u8; read_size];
     let mut meter = ThreadMeter::default();
+    let mut intervals = IntervalMeter::new(ctx, stats, Mark::None);
     if ctx.plan.omit.is_zero() {
         meter.open(start);
         set_low_water_mark(&stream, read_size);
+        if let Some(iv) = intervals.as_mut() {
+            iv.open(start);
+        }
     }
     let mut bytes = 0u64;
     let mut bytes_at_open = 0u64;
@@ -230,14 +264,31 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
                     // Reads returned promptly during the warm-up, so the
                     // window starts within a segment of the boundary.
                     set_low_water_mark(&stream, read_size);
+                    if let Some(iv) = intervals.as_mut() {
+                        iv.open(now);
+                    }
                 }
                 bytes += n as u64;
                 ctx.progress.add(n as u64);
                 last_read = now;
+                if let Some(iv) = intervals.as_mut() {
+                    if iv.due(now) {
+                        iv.roll(now, None);
+                    }
+                    if meter.is_open() {
+                        iv.add(n as u64, 0);
+                    }
+                }
             }
             Err(e) if is_timeout(&e) => {
                 if ctx.stop.is_stopped() {
                     break;
+                }
+                if let Some(iv) = intervals.as_mut() {
+                    let now = Instant::now();
+                    if iv.due(now) {
+                        iv.roll(now, None);
+                    }
                 }
             }
             Err(e) => {
@@ -251,6 +302,9 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();
     meter.finish(stats);
     record_buffers(&stream, stats);
+    if let Some(iv) = intervals {
+        stats.intervals = iv.finish(last_read, None);
+    }
     // Closing tells the sender that everything arrived.
     drop(stream);
 }

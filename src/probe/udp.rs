@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::accounting::UdpAccount;
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::datapath::{IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, UdpSendStats};
 use super::ProbeError;
@@ -129,6 +129,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let end = window_start + plan.duration;
     let mut pacer = Pacer::new(plan.bitrate_per_stream, plan.length);
     let mut meter = ThreadMeter::default();
+    let mut intervals = IntervalMeter::new(ctx, stats, Mark::Datagrams);
     let mut seq = 0u64;
     let mut measured = 0u64;
     let mut last_send = start;
@@ -139,6 +140,14 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         }
         if !meter.is_open() && now >= window_start {
             meter.open(now);
+            if let Some(iv) = intervals.as_mut() {
+                iv.open(now);
+            }
+        }
+        if let Some(iv) = intervals.as_mut() {
+            if iv.due(now) {
+                iv.roll(now, None);
+            }
         }
         let n = pacer.due(now - start, batch as u64) as usize;
         if n == 0 {
@@ -193,6 +202,9 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         seq += sent as u64;
         if meter.is_open() {
             measured += sent as u64;
+            if let Some(iv) = intervals.as_mut() {
+                iv.add(sent as u64 * len as u64, sent as u64);
+            }
         }
         last_send = Instant::now();
     }
@@ -200,6 +212,9 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     stats.bytes = measured * len as u64;
     stats.seconds = last_send.saturating_duration_since(opened).as_secs_f64();
     stats.udp_sent = Some(UdpSendStats { packets: measured });
+    if let Some(iv) = intervals {
+        stats.intervals = iv.finish(last_send, None);
+    }
     meter.finish(stats);
     record_buffers(&sock, stats);
     let mut fin = [0u8; HEADER_LEN];
@@ -339,8 +354,14 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + plan.omit;
     let mut meter = ThreadMeter::default();
+    let mut intervals = IntervalMeter::new(ctx, stats, Mark::SequenceSpan);
+    // One past the highest sequence counted, for the intervals' loss.
+    let mut seq_next = 0u64;
     if plan.omit.is_zero() {
         meter.open(start);
+        if let Some(iv) = intervals.as_mut() {
+            iv.open(start);
+        }
     }
     let mut account = UdpAccount::default();
     let mut bytes = 0u64;
@@ -355,6 +376,12 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                 if ctx.stop.is_stopped() {
                     break;
                 }
+                if let Some(iv) = intervals.as_mut() {
+                    let now = Instant::now();
+                    if iv.due(now) {
+                        iv.roll(now, Some(seq_next));
+                    }
+                }
                 continue;
             }
             Err(e) => {
@@ -365,6 +392,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         let now = Instant::now();
         if !meter.is_open() && now >= window_start {
             meter.open(now);
+        }
+        if let Some(iv) = intervals.as_mut() {
+            if iv.due(now) {
+                iv.roll(now, Some(seq_next));
+            }
         }
         let fallback_ns = realtime_ns();
         for i in 0..n {
@@ -392,6 +424,14 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             if account.unique() > before {
                 bytes += dgram.len() as u64;
                 last_arrival = now;
+                if let Some(iv) = intervals.as_mut() {
+                    // Counted datagrams can precede this side's warm-up end
+                    // (the sender's clock ran ahead): they open the window.
+                    iv.open(now);
+                    iv.mark_base(h.seq);
+                    seq_next = seq_next.max(h.seq.saturating_add(1));
+                    iv.add(dgram.len() as u64, 1);
+                }
             }
         }
     }
@@ -399,6 +439,9 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     stats.bytes = bytes;
     stats.seconds = last_arrival.saturating_duration_since(opened).as_secs_f64();
     stats.udp_received = Some(account.finish(sender_packets));
+    if let Some(iv) = intervals {
+        stats.intervals = iv.finish(last_arrival, Some(seq_next));
+    }
     meter.finish(stats);
     record_buffers(&sock, stats);
 }

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::datapath::DRAIN_GRACE;
+use super::datapath::{interval_plan, DRAIN_GRACE};
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
 use crate::protocol::{Kind, TestRequest};
@@ -77,6 +77,9 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
     if agreed.affinity.is_some() && agreed.affinity != asked.affinity {
         return changed("affinity", &asked.affinity, &agreed.affinity);
     }
+    if agreed.interval_ms.is_some() && agreed.interval_ms != asked.interval_ms {
+        return changed("interval_ms", &asked.interval_ms, &agreed.interval_ms);
+    }
     Ok(())
 }
 
@@ -121,6 +124,7 @@ pub fn check_results(
             ));
         }
         check_stream_figures(s, max_seconds).map_err(|e| format!("stream {id}: {e}"))?;
+        check_intervals(request, s, max_seconds).map_err(|e| format!("stream {id}: {e}"))?;
         if role == Role::Receiver {
             let sent = local.streams.iter().find(|l| l.id == s.id);
             check_received_against_sent(request, s, sent)
@@ -178,6 +182,82 @@ fn check_stream_figures(s: &StreamStats, max_seconds: f64) -> Result<(), String>
                 s.bytes, s.seconds
             ));
         }
+    }
+    Ok(())
+}
+
+/// A stream's intervals: no more than the agreed plan makes (two spare),
+/// every time finite and within the test, in order, and adding up to no
+/// more than the stream's own totals. Otherwise a responder could have the
+/// prober hold and print any number of them, or show a rate the stream's
+/// totals do not carry.
+fn check_intervals(request: &TestRequest, s: &StreamStats, max_seconds: f64) -> Result<(), String> {
+    if s.intervals.is_empty() {
+        return Ok(());
+    }
+    let most = interval_plan(
+        request.interval_ms,
+        request.duration_ms,
+        request.total_streams(),
+    )
+    .map_or(0, |p| p.count + 2);
+    if s.intervals.len() > most {
+        return Err(format!(
+            "{} intervals, where the test makes at most {most}",
+            s.intervals.len()
+        ));
+    }
+    let mut previous_end = 0.0f64;
+    let (mut bytes, mut packets, mut retransmits) = (0u64, 0u64, 0u64);
+    for (k, i) in s.intervals.iter().enumerate() {
+        for (name, v) in [("start", i.start), ("end", i.end)] {
+            if !v.is_finite() || v < 0.0 || v > max_seconds {
+                return Err(format!(
+                    "interval {k}'s {name} is {v}, outside 0 to {max_seconds} s"
+                ));
+            }
+        }
+        // A little slack for rounding between an end and the next start.
+        if i.end < i.start || i.start + 1e-6 < previous_end {
+            return Err(format!(
+                "interval {k} runs from {} to {} s, after one ending at {previous_end} s",
+                i.start, i.end
+            ));
+        }
+        previous_end = i.end;
+        bytes = bytes.saturating_add(i.bytes);
+        packets = packets.saturating_add(i.packets.unwrap_or(0));
+        retransmits = retransmits.saturating_add(i.retransmits.unwrap_or(0));
+        if i.lost.unwrap_or(0) > u64::from(u32::MAX) {
+            return Err(format!("interval {k} lost {:?} datagrams", i.lost));
+        }
+    }
+    // Honest intervals add up to the totals exactly; one write's worth of
+    // slack covers a boundary.
+    let slack = u64::from(request.length);
+    if bytes > s.bytes.saturating_add(slack) {
+        return Err(format!(
+            "its intervals add up to {bytes} bytes, the stream to {}",
+            s.bytes
+        ));
+    }
+    let total_packets = s
+        .udp_received
+        .as_ref()
+        .map(|u| u.packets)
+        .or(s.udp_sent.as_ref().map(|u| u.packets))
+        .unwrap_or(0);
+    if packets > total_packets.saturating_add(1) {
+        return Err(format!(
+            "its intervals add up to {packets} datagrams, the stream to {total_packets}"
+        ));
+    }
+    // The sender reads TCP_INFO once more after its last interval.
+    let total_retransmits = s.tcp.as_ref().map_or(0, |t| t.retransmits);
+    if retransmits > total_retransmits.saturating_add(64) {
+        return Err(format!(
+            "its intervals add up to {retransmits} retransmits, the stream to {total_retransmits}"
+        ));
     }
     Ok(())
 }
@@ -241,6 +321,7 @@ fn check_received_against_sent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::model::IntervalStats;
     use crate::protocol::{Direction, TcpStats, UdpReceiveStats, UdpSendStats};
 
     fn asked() -> TestRequest {
@@ -256,6 +337,7 @@ mod tests {
             congestion: Some("cubic".into()),
             tos: Some(8),
             affinity: None,
+            interval_ms: None,
         }
     }
 
@@ -391,6 +473,77 @@ mod tests {
             ..SideStats::default()
         };
         (request, local, remote)
+    }
+
+    /// `sides()` with 0.5 s intervals over its 5 s: ten per stream, each
+    /// holding a tenth of the stream's bytes.
+    fn sides_with_intervals() -> (TestRequest, SideStats, SideStats) {
+        let (mut request, local, mut remote) = sides();
+        request.duration_ms = 5000;
+        request.interval_ms = Some(500);
+        for s in &mut remote.streams {
+            s.intervals = (0..10)
+                .map(|k| IntervalStats {
+                    start: k as f64 * 0.5,
+                    end: (k + 1) as f64 * 0.5,
+                    bytes: s.bytes / 10,
+                    retransmits: Some(0),
+                    ..IntervalStats::default()
+                })
+                .collect();
+        }
+        (request, local, remote)
+    }
+
+    #[test]
+    fn honest_intervals_pass_and_forged_ones_are_refused() {
+        let (request, local, remote) = sides_with_intervals();
+        check_results(&request, &local, &remote).unwrap();
+        let forge = |f: &dyn Fn(&mut StreamStats)| {
+            let mut r = remote.clone();
+            f(&mut r.streams[0]);
+            check_results(&request, &local, &r).unwrap_err()
+        };
+        type Forgery = Box<dyn Fn(&mut StreamStats)>;
+        let cases: Vec<(&str, Forgery)> = vec![
+            (
+                "at most 12",
+                Box::new(|s| {
+                    let extra = s.intervals[9].clone();
+                    s.intervals.extend(std::iter::repeat_n(extra, 100_000));
+                }),
+            ),
+            ("end is NaN", Box::new(|s| s.intervals[3].end = f64::NAN)),
+            ("start is -1", Box::new(|s| s.intervals[0].start = -1.0)),
+            ("after one ending", Box::new(|s| s.intervals.swap(2, 5))),
+            (
+                "add up to",
+                Box::new(|s| s.intervals[4].bytes = u64::MAX / 2),
+            ),
+            (
+                "retransmits",
+                Box::new(|s| s.intervals[1].retransmits = Some(1_000_000)),
+            ),
+        ];
+        for (expect, f) in cases {
+            let e = forge(&*f);
+            assert!(e.contains(expect), "{expect}: {e}");
+        }
+        // Intervals where none were asked for are refused too.
+        let unasked = TestRequest {
+            interval_ms: None,
+            ..request.clone()
+        };
+        assert!(check_results(&unasked, &local, &remote)
+            .unwrap_err()
+            .contains("at most 0"));
+        // A responder may drop the interval, never change it.
+        assert!(check_accepted(&request, &unasked).is_ok());
+        let changed = TestRequest {
+            interval_ms: Some(1),
+            ..request.clone()
+        };
+        assert!(check_accepted(&request, &changed).is_err());
     }
 
     #[test]

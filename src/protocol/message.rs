@@ -193,6 +193,10 @@ pub struct TestRequest {
     /// CPU the responder should pin its data threads to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<usize>,
+    /// Length of the interval reports asked for (`-i`); both ends bucket
+    /// their streams' figures by it (see `probe::datapath::interval_plan`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
 }
 
 impl TestRequest {
@@ -302,6 +306,7 @@ mod tests {
             congestion: Some("cubic".into()),
             tos: Some(0x10),
             affinity: None,
+            interval_ms: None,
         }
     }
 

@@ -129,6 +129,32 @@ pub struct StreamStats {
     pub udp_sent: Option<UdpSendStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_received: Option<UdpReceiveStats>,
+    /// Per-interval figures, when the test asked for intervals: interval
+    /// `k` covers `[k * interval, (k + 1) * interval)` of this stream's
+    /// window, the last one stretched to the window's end; their bytes add
+    /// up to `bytes`. Absent from older peers' frames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<IntervalStats>,
+}
+
+/// One interval of one stream on one side.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalStats {
+    /// Seconds from the start of the stream's measured window.
+    pub start: f64,
+    pub end: f64,
+    /// Payload bytes written (sender) or read (receiver) in the interval.
+    pub bytes: u64,
+    /// UDP: datagrams sent, or distinct datagrams received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<u64>,
+    /// UDP receiver: sequence numbers skipped over in the interval and not
+    /// (yet) seen; late arrivals make it an upper bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<u64>,
+    /// TCP sender: segments retransmitted in the interval (TCP_INFO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
 }
 
 /// From TCP_INFO of a sending socket, after the receiver has read everything.

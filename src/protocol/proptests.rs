@@ -13,8 +13,8 @@ use super::message::{
     Hello, HelloAuth, Limits, Message, RejectReason, TestRequest, Welcome, WelcomeAuth,
 };
 use super::model::{
-    Direction, FlowDirection, HostDelta, Kind, Role, SideStats, StreamStats, TcpStats,
-    UdpReceiveStats, UdpSendStats,
+    Direction, FlowDirection, HostDelta, IntervalStats, Kind, Role, SideStats, StreamStats,
+    TcpStats, UdpReceiveStats, UdpSendStats,
 };
 use super::udp::{hello_datagram, parse_hello, UdpHeader, HEADER_LEN, HELLO_LEN};
 
@@ -107,11 +107,11 @@ prop_compose! {
         window in any::<Option<u32>>(),
         congestion in proptest::option::of(text()),
         tos in any::<Option<u8>>(),
-        affinity in any::<Option<usize>>(),
+        (affinity, interval_ms) in any::<(Option<usize>, Option<u64>)>(),
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
-            window, congestion, tos, affinity,
+            window, congestion, tos, affinity, interval_ms,
         }
     }
 }
@@ -149,11 +149,19 @@ prop_compose! {
                 }
             )
         ),
+        intervals in prop::collection::vec(
+            (float(), float(), any::<(u64, Option<u64>, Option<u64>, Option<u64>)>()).prop_map(
+                |(start, end, (bytes, packets, lost, retransmits))| IntervalStats {
+                    start, end, bytes, packets, lost, retransmits,
+                }
+            ),
+            0..3,
+        ),
     ) -> StreamStats {
         StreamStats {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
-            receive_buffer_bytes, congestion, tcp, udp_sent, udp_received,
+            receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
         }
     }
 }

@@ -223,6 +223,7 @@ mod tests {
             congestion: None,
             tos: None,
             affinity: None,
+            interval_ms: None,
         }
     }
 

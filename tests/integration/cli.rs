@@ -85,9 +85,11 @@ fn tcp_probe_prints_a_nuttcp_line() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    // e.g. "1170.2500 MB / 0.50 sec = 19632.1234 Mbps 98 %TX 30 %RX 0 retrans 0.02 msRTT"
-    let words: Vec<&str> = text.split_whitespace().collect();
-    assert_eq!(words[1], "MB");
+    // e.g. "send 1170.2500 MiB / 0.50 sec = 19632.1234 Mbps 98 %TX 30 %RX 0 retrans 0.02 msRTT":
+    // the direction first, then the nuttcp line, its sizes in MiB.
+    let words: Vec<&str> = text.split_whitespace().skip(1).collect();
+    assert!(text.starts_with("send "), "{text}");
+    assert_eq!(words[1], "MiB");
     assert_eq!(words[2], "/");
     assert!(
         (words[3].parse::<f64>().unwrap() - 0.5).abs() < 0.05,
@@ -150,9 +152,127 @@ fn loopback_needs_no_target() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(" Mbps "), "{text}");
+    // A reverse test says so: the responder sent, the prober received.
+    assert!(text.starts_with("receive  "), "{text}");
     assert!(
         text.contains("  local  kernel "),
         "-v adds host detail: {text}"
+    );
+}
+
+#[test]
+fn interval_lines_come_before_the_final_line() {
+    let out = run(
+        bin().args(["probe", "--loopback", "-t", "1", "-i", "0.5", "-b", "1g"]),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("send     stream 0  0.00-0.50 sec "),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("send     stream 0  0.50-1."), "{text}");
+    for l in &lines[..2] {
+        assert!(l.contains(" MiB / ") && l.ends_with(" retrans"), "{l}");
+    }
+    assert!(lines[2].contains(" %TX "), "the final line last: {text}");
+}
+
+#[test]
+fn json_stream_prints_intervals_as_they_happen() {
+    let _turn = turn::shared();
+    let mut child = bin()
+        .args([
+            "probe",
+            "--loopback",
+            "-t",
+            "2",
+            "-i",
+            "0.5",
+            "-b",
+            "1g",
+            "--json-stream",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map(|l| (Instant::now(), l.unwrap()))
+            .collect::<Vec<_>>()
+    });
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("probe ran too long");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.wait().unwrap().success());
+    let lines = reader.join().unwrap();
+    let events: Vec<(Instant, serde_json::Value)> = lines
+        .iter()
+        .map(|(t, l)| (*t, serde_json::from_str(l).expect("one JSON object a line")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|(_, v)| v["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds[0], "start", "{kinds:?}");
+    assert_eq!(*kinds.last().unwrap(), "end", "{kinds:?}");
+    // This host sends: its four sender intervals come as they close...
+    let intervals: Vec<&(Instant, serde_json::Value)> = events
+        .iter()
+        .filter(|(_, v)| v["event"] == "interval")
+        .collect();
+    assert_eq!(intervals.len(), 4, "{kinds:?}");
+    assert!(intervals
+        .iter()
+        .all(|(_, v)| v["role"] == "sender" && v["side"] == "local"));
+    assert_eq!(intervals[0].1["start"], 0.0);
+    assert!(intervals[0].1["bytes"].as_u64().unwrap() > 0);
+    let (first, _) = intervals[0];
+    let (end, doc) = events.last().unwrap();
+    assert!(
+        end.duration_since(*first) > Duration::from_millis(800),
+        "the first interval came {:?} before the end, not as it happened",
+        end.duration_since(*first)
+    );
+    // ...and the end holds the whole document, with the receiver's intervals.
+    assert_eq!(doc["result"]["intervals"].as_array().unwrap().len(), 4);
+    assert_eq!(doc["result"]["interval_seconds"], 0.5);
+}
+
+#[test]
+fn a_bad_interval_is_refused_and_json_stream_ends_with_an_error_event() {
+    let out = run(
+        bin().args(["probe", "--loopback", "-i", "0.01", "--json-stream"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Every line one JSON object; the last says what went wrong.
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let v = events.last().expect("an error event");
+    assert_eq!(v["event"], "error", "{text}");
+    assert_eq!(v["error"]["reason"], "bad_argument");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("interval"),
+        "{v}"
     );
 }
 

@@ -977,6 +977,7 @@ fn long_send_request(duration_ms: u64) -> TestRequest {
         congestion: None,
         tos: None,
         affinity: None,
+        interval_ms: None,
     }
 }
 

@@ -15,6 +15,7 @@ mod deploy;
 mod e2e;
 mod faults;
 mod hostile;
+mod intervals;
 mod lab;
 mod load;
 mod loopback;

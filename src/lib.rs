@@ -24,6 +24,8 @@
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
+//! - [`slot`]: the host's one test slot, shared by the responder and the
+//!   host's own probes, so that a host is never in two tests at once.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod auth;
@@ -42,4 +44,5 @@ pub mod report;
 pub mod responder;
 pub mod scheduler;
 pub mod service;
+pub mod slot;
 pub mod units;

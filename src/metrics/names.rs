@@ -454,6 +454,56 @@ pub static SCHEDULER_SKIPPED: MetricDef = def(
     "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
 );
 
+pub static HOST_SLOT_REFUSALS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_refusals_total",
+    &[REASON],
+    "Incoming tests the responder told busy because of the host's test slot, by reason: probing (this host was probing out), probe_waiting (one of its own probes had the next turn), serving (it already served as many tests as allowed).",
+);
+pub static HOST_SLOT_WAITS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_waits_total",
+    &[REASON],
+    "This host's own probes (scheduled and /probe) that had to wait for the host's test slot, by what held it first: serving (a test it served) or probing (its own other probes).",
+);
+pub static HOST_SLOT_WAIT_TIMEOUTS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_wait_timeouts_total",
+    &[REASON],
+    "Own probes that gave up waiting for the host's test slot at their deadline, by what held it last.",
+);
+pub static HOST_SLOT_WAIT_SECONDS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_wait_seconds_total",
+    &[],
+    "Total time own probes spent waiting for the host's test slot.",
+);
+pub static MESH_CYCLE_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_cycle_seconds",
+    &[],
+    "Length of the mesh schedule's cycle, in which every directed pair of members is measured once (mesh mode only).",
+);
+pub static MESH_SLOT_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_slot_seconds",
+    &[],
+    "Length of one slot of the mesh schedule: the longest module run plus set-up and the guard for clock skew (mesh mode only).",
+);
+pub static MESH_MEMBERS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_members",
+    &[],
+    "Hosts in the mesh plan in force, this one included (mesh mode only).",
+);
+
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
@@ -504,6 +554,13 @@ pub static ALL: &[&MetricDef] = &[
     &CONFIG_RELOAD_SUCCESS_TIME,
     &SCHEDULER_LAG,
     &SCHEDULER_SKIPPED,
+    &HOST_SLOT_REFUSALS,
+    &HOST_SLOT_WAITS,
+    &HOST_SLOT_WAIT_TIMEOUTS,
+    &HOST_SLOT_WAIT_SECONDS,
+    &MESH_CYCLE_SECONDS,
+    &MESH_SLOT_SECONDS,
+    &MESH_MEMBERS,
 ];
 
 /// Looks a metric up by its full name.
@@ -583,7 +640,7 @@ mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 48);
+        assert_eq!(ALL.len(), 55);
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! lag, and the responder's counters.
 
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::probe::unix_seconds;
 use crate::responder::ResponderCounters;
+use crate::slot::{HostSlot, SlotReason};
 
 /// Upper bounds of the scheduler lag histogram. Timer wake-ups are late by
 /// milliseconds; waiting for the one probe slot of a host costs a probe's
@@ -32,12 +33,25 @@ struct Lag {
     count: u64,
 }
 
-/// State the service updates and /metrics shows: configuration reloads and
-/// scheduler lag. Thread-safe; share it in an `Arc`.
+/// The mesh plan's figures, as the gauges show them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeshFigures {
+    pub cycle: Duration,
+    pub slot: Duration,
+    pub members: usize,
+}
+
+/// State the service updates and /metrics shows: configuration reloads,
+/// scheduler lag, the host's test slot and the mesh plan. Thread-safe;
+/// share it in an `Arc`.
 #[derive(Debug)]
 pub struct ServiceState {
     reload: Mutex<Reload>,
     lag: Mutex<Lag>,
+    /// The host's test slot, which the service gives its responder and
+    /// scheduler; its counters are shown here.
+    slot: Arc<HostSlot>,
+    mesh: Mutex<Option<MeshFigures>>,
 }
 
 impl ServiceState {
@@ -50,7 +64,19 @@ impl ServiceState {
                 last_success: loaded_at,
             }),
             lag: Mutex::new(Lag::default()),
+            slot: HostSlot::new(),
+            mesh: Mutex::new(None),
         }
+    }
+
+    /// The host's test slot.
+    pub fn host_slot(&self) -> Arc<HostSlot> {
+        self.slot.clone()
+    }
+
+    /// The mesh plan in force, or `None` when not in mesh mode.
+    pub fn set_mesh(&self, figures: Option<MeshFigures>) {
+        *self.mesh.lock().unwrap_or_else(|p| p.into_inner()) = figures;
     }
 
     pub fn reload_succeeded(&self, at: SystemTime) {
@@ -114,6 +140,39 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
         (buckets, l.sum, l.count)
     };
     out.add_histogram(&names::SCHEDULER_LAG, &[], &buckets, sum, count);
+    let c = s.slot.counters();
+    for reason in SlotReason::ALL {
+        out.add(
+            &names::HOST_SLOT_REFUSALS,
+            &[(REASON, reason.as_str())],
+            c.refused(reason) as f64,
+        );
+    }
+    // A probe waits for what holds the slot: a served test or its own
+    // probes; it never waits "for its turn".
+    for reason in [SlotReason::Serving, SlotReason::Probing] {
+        out.add(
+            &names::HOST_SLOT_WAITS,
+            &[(REASON, reason.as_str())],
+            c.waits(reason) as f64,
+        );
+        out.add(
+            &names::HOST_SLOT_WAIT_TIMEOUTS,
+            &[(REASON, reason.as_str())],
+            c.wait_timeouts(reason) as f64,
+        );
+    }
+    out.add(
+        &names::HOST_SLOT_WAIT_SECONDS,
+        &[],
+        c.wait_time().as_secs_f64(),
+    );
+    let mesh = *s.mesh.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = mesh {
+        out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());
+        out.add(&names::MESH_SLOT_SECONDS, &[], m.slot.as_secs_f64());
+        out.add(&names::MESH_MEMBERS, &[], m.members as f64);
+    }
 }
 
 pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {

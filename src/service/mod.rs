@@ -25,6 +25,7 @@ use crate::discovery::Discovery;
 use crate::metrics::{HostMetrics, ResultStore, ServiceState};
 use crate::responder::{Responder, ResponderHandle};
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::slot::HostSlot;
 
 use self::jobs::{is_local_target, ProbeJob};
 use self::runner::ProbeRunner;
@@ -80,9 +81,9 @@ pub struct ServiceContext {
     /// The responder, when this service runs one.
     pub responder: Option<ResponderHandle>,
     reload_tx: mpsc::Sender<ReloadReply>,
-    /// Shared with the scheduler, so that `/probe` runs do not overlap
-    /// scheduled ones either.
-    slots: RwLock<Arc<tokio::sync::Semaphore>>,
+    /// The host's test slot, shared with the responder and the scheduler,
+    /// so that `/probe` runs overlap no other test either.
+    slot: Arc<HostSlot>,
 }
 
 impl ServiceContext {
@@ -150,7 +151,14 @@ pub async fn run(
                     )
                 })?,
         };
-        let r = Responder::new(tcp, udp, config.responder.to_responder_config())?;
+        // The responder's tests and this host's own probes take one slot:
+        // a host is never in two tests at once, in either role.
+        let r = Responder::with_slot(
+            tcp,
+            udp,
+            config.responder.to_responder_config(),
+            state.host_slot(),
+        )?;
         tracing::info!(addr = %r.local_addr()?, "responder listening");
         responder_handle = Some(r.handle());
         responder_task = Some(tokio::spawn(r.serve(stopped(stop_rx.clone()))));
@@ -163,7 +171,7 @@ pub async fn run(
         state: state.clone(),
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
-        Scheduler::new(runner.clone(), sched_cfg.clone());
+        Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
     let shared = Arc::new(ServiceContext {
         config: RwLock::new(config.clone()),
         store: store.clone(),
@@ -172,7 +180,7 @@ pub async fn run(
         ready: AtomicBool::new(false),
         responder: responder_handle,
         reload_tx,
-        slots: RwLock::new(scheduler.slots()),
+        slot: state.host_slot(),
     });
 
     let http_addr = listeners.http.local_addr()?;
@@ -318,8 +326,7 @@ async fn restart_if_needed(
     let wanted = scheduler_config(current);
     if wanted != *sched_cfg {
         scheduler.shutdown().await;
-        *scheduler = Scheduler::new(runner.clone(), wanted.clone());
-        *shared.slots.write().unwrap_or_else(|p| p.into_inner()) = scheduler.slots();
+        *scheduler = Scheduler::new(runner.clone(), wanted.clone(), shared.slot.clone());
         *sched_cfg = wanted;
     }
     if !discovery.same_sources(

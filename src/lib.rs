@@ -13,6 +13,8 @@
 //!   prove both ends hold it.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
 //!   checked (what to discover included; no I/O beyond reading files).
+//! - [`mesh`]: the mesh schedule as a pure function of the members and
+//!   the wall clock.
 //! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`discovery`]: keeps file_sd and DNS discovered peers current (the
@@ -37,6 +39,7 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod loopback;
+pub mod mesh;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;

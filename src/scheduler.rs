@@ -17,6 +17,8 @@
 
 #![warn(missing_docs)]
 
+pub mod mesh;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

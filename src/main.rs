@@ -193,9 +193,14 @@ fn main() -> ExitCode {
             init_logging("warn");
             runtime.block_on(run_probe(args))
         }
-        Command::CheckConfig { file } => match pathprobe::config::check_config_file(&file) {
-            Ok(summary) => {
-                println!("{}: OK ({summary})", file.display());
+        Command::CheckConfig { file } => match pathprobe::config::Config::load(&file) {
+            Ok(config) => {
+                println!("{}: OK ({})", file.display(), config.summary());
+                // What the schedule costs, over the static targets.
+                let local = pathprobe::service::jobs::is_local_target;
+                for note in pathprobe::service::mesh::notes(&config, &[], local) {
+                    println!("{note}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -246,10 +246,11 @@ impl Plan {
     /// The plan in a sentence, for `check-config` and the startup log.
     pub fn describe(&self) -> String {
         format!(
-            "{} hosts, {} modules: a cycle of {} slots of {:.0} s = {:.1} min; each host in tests {:.0}% of the time",
+            "{} hosts, {} modules: a cycle of {} slots of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time",
             self.members.len(),
             self.params.modules,
             self.slots,
+            self.params.slot.as_secs_f64(),
             self.period().as_secs_f64(),
             self.cycle.as_secs_f64() / 60.0,
             self.share() * 100.0
@@ -351,7 +352,7 @@ mod tests {
         );
         assert_eq!(
             half.describe(),
-            "10 hosts, 2 modules: a cycle of 36 slots of 20 s = 12.0 min; each host in tests 50% of the time"
+            "10 hosts, 2 modules: a cycle of 36 slots of 10 s (one every 20 s) = 12.0 min; each host in tests 50% of the time"
         );
         // Nobody to probe: no slots.
         assert_eq!(plan(1, 1, 0.5).slots(), 0);

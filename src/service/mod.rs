@@ -9,6 +9,7 @@
 
 mod app;
 pub mod jobs;
+pub mod mesh;
 pub mod runner;
 
 use std::future::Future;
@@ -24,6 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::discovery::Discovery;
 use crate::metrics::{HostMetrics, ResultStore, ServiceState};
 use crate::responder::{Responder, ResponderHandle};
+use crate::scheduler::mesh::{system_clock, MeshScheduler};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::slot::HostSlot;
 
@@ -172,6 +174,9 @@ pub async fn run(
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
+    // In mesh mode the plan runs the peers; the plain scheduler keeps the
+    // rest (loopback modules). Both take the host's one test slot.
+    let mesh = MeshScheduler::start(runner.clone(), state.host_slot(), system_clock(), None);
     let shared = Arc::new(ServiceContext {
         config: RwLock::new(config.clone()),
         store: store.clone(),
@@ -198,11 +203,45 @@ pub async fn run(
         &current.discovery.dns,
         &current.base_dir,
     );
-    let apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
-                 cfg: &Config,
-                 discovery: &mut Discovery| {
+    let mut last_notes = Vec::new();
+    let mut apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
+                     cfg: &Config,
+                     discovery: &mut Discovery| {
         let discovered = discovery.targets.borrow_and_update().clone();
         let jobs = jobs::build(cfg, &discovered, is_local_target);
+        // The cost of the schedule, said once per change of it.
+        let notes = mesh::notes(cfg, &discovered, is_local_target);
+        if notes != last_notes {
+            for n in &notes {
+                if n.starts_with("warning") {
+                    tracing::warn!("{n}");
+                } else {
+                    tracing::info!("{n}");
+                }
+            }
+            last_notes = notes;
+        }
+        let mesh_schedule = cfg
+            .discovery
+            .mesh
+            .then(|| mesh::schedule(cfg, &discovered, is_local_target))
+            .flatten();
+        let plain = match mesh_schedule {
+            Some((schedule, rest)) => {
+                state.set_mesh(Some(crate::metrics::MeshFigures {
+                    cycle: schedule.plan.cycle(),
+                    slot: schedule.plan.slot(),
+                    members: schedule.plan.members().len(),
+                }));
+                mesh.update(Some(schedule));
+                rest
+            }
+            None => {
+                state.set_mesh(None);
+                mesh.update(None);
+                jobs.clone()
+            }
+        };
         let keys: std::collections::HashSet<(&str, &str)> = jobs
             .iter()
             .map(|j| (j.key.target.as_str(), j.key.module.as_str()))
@@ -214,7 +253,7 @@ pub async fn run(
             discovered = discovered.len(),
             "probe schedule updated"
         );
-        scheduler.update(jobs);
+        scheduler.update(plain);
     };
     apply(&mut scheduler, &current, &mut discovery);
     shared.ready.store(true, Ordering::Relaxed);
@@ -259,6 +298,7 @@ pub async fn run(
     tracing::info!("shutting down: stopping probes and listeners");
     shared.ready.store(false, Ordering::Relaxed);
     scheduler.shutdown().await;
+    mesh.shutdown().await;
     discovery.stop().await;
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;

@@ -182,7 +182,13 @@ impl Plan {
         let module = index % self.params.modules;
         circle_round(self.members.len(), round / 2)
             .into_iter()
-            .map(|(a, b)| if round.is_multiple_of(2) { (a, b) } else { (b, a) })
+            .map(|(a, b)| {
+                if round.is_multiple_of(2) {
+                    (a, b)
+                } else {
+                    (b, a)
+                }
+            })
             .map(|(prober, target)| Test {
                 prober,
                 target,

@@ -10,7 +10,8 @@
 //!   and the next cycle comes soon. It is counted as busy.
 //! - A new plan (members changed) takes over at the first of its own cycle
 //!   boundaries after the current cycle ends, so that hosts that saw the
-//!   change at slightly different times switch together.
+//!   change at slightly different times switch together. The first plan
+//!   of a fresh service starts at once, in the slot of the moment.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -171,9 +172,9 @@ async fn run<P, R: Runner<P>>(
                         let end = old.plan.cycle_start(cur + 1);
                         (new.clone(), n.plan.cycle_start(n.plan.first_cycle_from(end)))
                     }
-                    (None, Some(n)) => {
-                        (new.clone(), n.plan.cycle_start(n.plan.first_cycle_from(now)))
-                    }
+                    // Nothing to switch from (a fresh service): the slot
+                    // of the moment is the same on every host, so start now.
+                    (None, Some(_)) => (new.clone(), now),
                     // No plan any more: stop at once.
                     (_, None) => (None, now),
                 });
@@ -355,6 +356,29 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert_eq!(runner.runs.lock().unwrap().len(), 6);
         assert!(runner.skips.lock().unwrap().is_empty());
+        m.shutdown().await;
+
+        // A fresh service's first plan starts mid-cycle, not a cycle later.
+        let late = paused_clock(BASE + Duration::from_secs(60));
+        let runner = Arc::new(Recorder {
+            clock: Mutex::new(Some(late.clone())),
+            ..Default::default()
+        });
+        let m = MeshScheduler::start(runner.clone(), HostSlot::new(), late, None);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        m.update(Some(schedule(&members, "b", &["tcp"])));
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        let runs = runner.runs.lock().unwrap().clone();
+        let want: Vec<_> = expected
+            .iter()
+            .filter(|(at, _)| *at > BASE + Duration::from_secs(61))
+            .map(|(_, t)| t.clone())
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(
+            runs.iter().map(|(t, _, _)| t.clone()).collect::<Vec<_>>(),
+            want
+        );
         m.shutdown().await;
     }
 

@@ -13,6 +13,8 @@
 //!   prove both ends hold it.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
 //!   checked (what to discover included; no I/O beyond reading files).
+//! - [`mesh`]: the mesh schedule as a pure function of the members and
+//!   the wall clock.
 //! - [`metrics`]: the Prometheus metrics of `pathprobe serve`.
 //! - [`control`]: reading and writing control messages with timeouts.
 //! - [`discovery`]: keeps file_sd and DNS discovered peers current (the
@@ -24,6 +26,8 @@
 //! - [`report`]: the nuttcp-style text line and the JSON document.
 //! - [`scheduler`]: runs every (target, module) job once per interval.
 //! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
+//! - [`slot`]: the host's one test slot, shared by the responder and the
+//!   host's own probes, so that a host is never in two tests at once.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod auth;
@@ -35,6 +39,7 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod loopback;
+pub mod mesh;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;
@@ -42,4 +47,5 @@ pub mod report;
 pub mod responder;
 pub mod scheduler;
 pub mod service;
+pub mod slot;
 pub mod units;

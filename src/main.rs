@@ -219,12 +219,18 @@ fn main() -> ExitCode {
             init_logging("warn");
             runtime.block_on(run_probe(args))
         }
-        Command::CheckConfig { file } => match pathprobe::config::check_config_file(&file) {
-            Ok(summary) => {
+        Command::CheckConfig { file } => match pathprobe::config::Config::load(&file) {
+            Ok(config) => {
+                let summary = config.summary();
                 for w in &summary.warnings {
                     eprintln!("{}: WARNING: {w}", file.display());
                 }
                 println!("{}: OK ({summary})", file.display());
+                // What the schedule costs, over the static targets.
+                let local = pathprobe::service::jobs::is_local_target;
+                for note in pathprobe::service::mesh::notes(&config, &[], local) {
+                    println!("{note}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -4,8 +4,10 @@
 //!   the job's name and this host's name, plus a little random jitter, so a
 //!   thousand targets do not start at once and two hosts probing each other
 //!   do not collide on every run.
-//! - A semaphore bounds how many probes run at once (one by default):
-//!   concurrent probes share the NIC and spoil each other's figures.
+//! - Every run takes the host's test slot ([`HostSlot`]), which also
+//!   bounds how many probes run at once (one by default) and keeps them
+//!   from overlapping tests the host serves: concurrent tests share the
+//!   NIC and spoil each other's figures.
 //! - A busy responder is retried with backoff inside the interval.
 //! - Every run has a hard deadline.
 //! - A run that cannot start before its next one is due is skipped and
@@ -15,15 +17,17 @@
 
 #![warn(missing_docs)]
 
+pub mod mesh;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::future::BoxFuture;
+use crate::slot::HostSlot;
 
 /// Identifies a job: one module run against one target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,7 +160,7 @@ fn random_unit() -> f64 {
 pub struct Scheduler<P, R> {
     runner: Arc<R>,
     config: SchedulerConfig,
-    slots: Arc<Semaphore>,
+    slot: Arc<HostSlot>,
     tasks: HashMap<JobKey, (Job<P>, JoinHandle<()>)>,
     /// Reference point for phases, so that the first runs come soon after start.
     epoch: Instant,
@@ -167,13 +171,12 @@ where
     P: Clone + PartialEq + Send + Sync + 'static,
     R: Runner<P>,
 {
-    /// A scheduler with no jobs yet.
-    pub fn new(runner: Arc<R>, config: SchedulerConfig) -> Self {
-        let slots = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
+    /// A scheduler with no jobs yet, whose runs take `slot`.
+    pub fn new(runner: Arc<R>, config: SchedulerConfig, slot: Arc<HostSlot>) -> Self {
         Scheduler {
             runner,
             config,
-            slots,
+            slot,
             tasks: HashMap::new(),
             epoch: Instant::now(),
         }
@@ -197,18 +200,12 @@ where
             let handle = tokio::spawn(run_job(
                 job.clone(),
                 self.runner.clone(),
-                self.slots.clone(),
+                self.slot.clone(),
                 self.config.clone(),
                 self.epoch,
             ));
             self.tasks.insert(key, (job, handle));
         }
-    }
-
-    /// The slots probes take; others that must not overlap probes (a
-    /// `/probe` request) take them too.
-    pub fn slots(&self) -> Arc<Semaphore> {
-        self.slots.clone()
     }
 
     /// The jobs scheduled now, sorted.
@@ -239,7 +236,7 @@ impl<P, R> Drop for Scheduler<P, R> {
 async fn run_job<P, R: Runner<P>>(
     job: Job<P>,
     runner: Arc<R>,
-    slots: Arc<Semaphore>,
+    slot: Arc<HostSlot>,
     config: SchedulerConfig,
     epoch: Instant,
 ) {
@@ -257,14 +254,14 @@ async fn run_job<P, R: Runner<P>>(
     // takes a free slot before the job's phased run is due, and is not
     // counted as missed otherwise: on a large fleet it simply does not happen.
     if planned > now + Duration::from_secs(1) {
-        run_once(&job, &*runner, &slots, &config, now, planned, true).await;
+        run_once(&job, &*runner, &slot, &config, now, planned, true).await;
     }
     loop {
         let jitter = interval.mul_f64((config.jitter * random_unit()).clamp(0.0, 0.5));
         let start_at = planned + jitter;
         tokio::time::sleep_until(start_at).await;
         let next_due = planned + interval;
-        run_once(&job, &*runner, &slots, &config, start_at, next_due, false).await;
+        run_once(&job, &*runner, &slot, &config, start_at, next_due, false).await;
         planned = next_due;
         // After a long stall, skip the runs that are already in the past.
         let now = Instant::now();
@@ -282,7 +279,7 @@ async fn run_job<P, R: Runner<P>>(
 async fn run_once<P, R: Runner<P>>(
     job: &Job<P>,
     runner: &R,
-    slots: &Semaphore,
+    slot: &Arc<HostSlot>,
     config: &SchedulerConfig,
     start_at: Instant,
     next_due: Instant,
@@ -292,9 +289,14 @@ async fn run_once<P, R: Runner<P>>(
     let mut first = true;
     let mut retries = 0;
     loop {
-        let permit = match tokio::time::timeout_at(next_due, slots.acquire()).await {
-            Ok(Ok(p)) => p,
-            _ => {
+        // The job's deadline stands for how long it holds the slot: a
+        // prober refused meanwhile is told to come back after it.
+        let permit = match slot
+            .acquire_probe(config.max_concurrent, job.timeout, next_due)
+            .await
+        {
+            Ok(p) => p,
+            Err(_) => {
                 if !(first && opportunistic) {
                     runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
                 }
@@ -434,7 +436,7 @@ mod tests {
             work: Duration::from_millis(10),
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         let start = Instant::now();
         let j = job("a", Duration::from_secs(10));
         let offset = phase(&j.key, "host-a", j.interval);
@@ -473,7 +475,7 @@ mod tests {
             work: Duration::from_secs(5),
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         s.update(
             (0..10)
                 .map(|i| job(&format!("t{i}"), Duration::from_secs(60)))
@@ -501,7 +503,7 @@ mod tests {
             work: Duration::from_secs(1),
             ..Default::default()
         });
-        let mut s3 = Scheduler::new(light.clone(), config(1));
+        let mut s3 = Scheduler::new(light.clone(), config(1), HostSlot::new());
         s3.update(
             (0..10)
                 .map(|i| job(&format!("t{i}"), Duration::from_secs(60)))
@@ -520,7 +522,7 @@ mod tests {
             work: Duration::from_secs(5),
             ..Default::default()
         });
-        let mut s2 = Scheduler::new(runner2.clone(), config(2));
+        let mut s2 = Scheduler::new(runner2.clone(), config(2), HostSlot::new());
         s2.update(
             (0..10)
                 .map(|i| job(&format!("t{i}"), Duration::from_secs(10)))
@@ -531,13 +533,71 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_served_test_holds_the_scheduled_probe_back() {
+        use crate::slot::{Role, SlotReason};
+        let runner = Arc::new(FakeRunner {
+            work: Duration::from_secs(5),
+            ..Default::default()
+        });
+        let slot = HostSlot::new();
+        // The host serves a test for the first 3 s.
+        let served = slot
+            .try_serve(1, std::time::Instant::now() + Duration::from_secs(3))
+            .unwrap();
+        let mut s = Scheduler::new(runner.clone(), config(1), slot.clone());
+        let start = Instant::now();
+        s.update(vec![job("a", Duration::from_secs(60))]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(runner.attempts.lock().unwrap().is_empty());
+        // The waiting probe has the next turn: a new prober is told busy.
+        assert_eq!(
+            slot.try_serve(1, std::time::Instant::now())
+                .unwrap_err()
+                .reason,
+            SlotReason::ProbeWaiting
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(served);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let first = runner.attempts.lock().unwrap()[0].1;
+        assert_eq!(first - start, Duration::from_secs(3));
+        // While it probes out, the host refuses probers.
+        assert_eq!(slot.held(Role::Probing), 1);
+        assert_eq!(
+            slot.try_serve(1, std::time::Instant::now())
+                .unwrap_err()
+                .reason,
+            SlotReason::Probing
+        );
+        assert_eq!(slot.counters().waits(SlotReason::Serving), 1);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(slot.held(Role::Probing), 0);
+
+        // A served test that outlasts the interval: the run is missed, and
+        // counted so.
+        let runner = Arc::new(FakeRunner::default());
+        let slot = HostSlot::new();
+        let _served = slot.try_serve(1, std::time::Instant::now()).unwrap();
+        let mut s = Scheduler::new(runner.clone(), config(1), slot.clone());
+        s.update(vec![job("a", Duration::from_secs(10))]);
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert!(runner.attempts.lock().unwrap().is_empty());
+        let skips = runner.skips.lock().unwrap();
+        assert!(
+            !skips.is_empty() && skips.iter().all(|(_, w)| *w == Skip::Missed),
+            "{skips:?}"
+        );
+        assert!(slot.counters().wait_timeouts(SlotReason::Serving) >= 2);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn runs_that_cannot_start_in_their_interval_are_skipped() {
         // Three jobs of 8 s each every 10 s cannot all run with one slot.
         let runner = Arc::new(FakeRunner {
             work: Duration::from_secs(8),
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         s.update(
             (0..3)
                 .map(|i| job(&format!("t{i}"), Duration::from_secs(10)))
@@ -557,7 +617,7 @@ mod tests {
             busy_first: 3,
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         s.update(vec![job("a", Duration::from_secs(60))]);
         tokio::time::sleep(Duration::from_secs(60)).await;
         let times: Vec<Instant> = runner
@@ -585,7 +645,7 @@ mod tests {
             busy_first: usize::MAX,
             ..Default::default()
         });
-        let mut s2 = Scheduler::new(stubborn.clone(), config(1));
+        let mut s2 = Scheduler::new(stubborn.clone(), config(1), HostSlot::new());
         s2.update(vec![job("b", Duration::from_secs(20))]);
         tokio::time::sleep(Duration::from_secs(40)).await;
         let skips = stubborn.skips.lock().unwrap();
@@ -622,7 +682,7 @@ mod tests {
             work: Duration::from_secs(100),
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         let mut j = job("slow", Duration::from_secs(60));
         j.timeout = Duration::from_secs(10);
         s.update(vec![j]);
@@ -642,7 +702,7 @@ mod tests {
             work: Duration::from_millis(1),
             ..Default::default()
         });
-        let mut s = Scheduler::new(runner.clone(), config(1));
+        let mut s = Scheduler::new(runner.clone(), config(1), HostSlot::new());
         s.update(vec![
             job("keep", Duration::from_secs(10)),
             job("drop", Duration::from_secs(10)),

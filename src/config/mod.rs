@@ -33,7 +33,10 @@ pub use discovery::{
 };
 pub use error::ConfigError;
 pub use module::{Module, ModuleDirection, ModuleKind};
-pub use sections::{HostMetricsConfig, HttpSection, IrqPattern, ResponderSection, SchedulerConfig};
+pub use sections::{
+    HostMetricsConfig, HttpSection, IrqPattern, MeshScheduleConfig, ResponderSection,
+    SchedulerConfig,
+};
 pub use target::{check_label_name, TargetConfig};
 
 /// The configuration used when `--config.file` is not given: the responder,

@@ -228,6 +228,36 @@ pub struct SchedulerConfig {
     pub busy_backoff: Duration,
     #[serde(deserialize_with = "quantity::duration")]
     pub busy_backoff_max: Duration,
+    /// The mesh schedule's knobs (used with `discovery.mesh: true`).
+    pub mesh: MeshScheduleConfig,
+}
+
+/// `scheduler.mesh:` how the mesh plan sizes its slots and its cycle.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeshScheduleConfig {
+    /// Largest share of time a host spends in tests, either role: the
+    /// cycle stretches to keep to it. Half leaves the host's NIC and CPUs
+    /// to its real work the other half.
+    pub budget: f64,
+    /// Time a test needs beyond its measured run: connecting, the
+    /// handshake, the final report and the responder's drain.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub setup: Duration,
+    /// Margin for clock skew between hosts, at each end of a slot. NTP
+    /// keeps a fleet within milliseconds; a second covers a bad day.
+    #[serde(deserialize_with = "quantity::duration")]
+    pub guard: Duration,
+}
+
+impl Default for MeshScheduleConfig {
+    fn default() -> Self {
+        MeshScheduleConfig {
+            budget: 0.5,
+            setup: Duration::from_secs(4),
+            guard: Duration::from_secs(1),
+        }
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -239,6 +269,7 @@ impl Default for SchedulerConfig {
             busy_retries: 3,
             busy_backoff: Duration::from_secs(2),
             busy_backoff_max: Duration::from_secs(30),
+            mesh: MeshScheduleConfig::default(),
         }
     }
 }
@@ -262,6 +293,22 @@ impl SchedulerConfig {
         }
         if self.busy_backoff > self.busy_backoff_max {
             return Err(("busy_backoff", "must not exceed busy_backoff_max".into()));
+        }
+        let m = &self.mesh;
+        if !(m.budget > 0.0 && m.budget <= 1.0) {
+            return Err((
+                "mesh.budget",
+                format!(
+                    "must be a share of time above 0 and at most 1, got {}",
+                    m.budget
+                ),
+            ));
+        }
+        if m.guard.is_zero() {
+            return Err((
+                "mesh.guard",
+                "must be greater than zero: hosts' clocks differ".into(),
+            ));
         }
         Ok(())
     }
@@ -487,6 +534,13 @@ mod tests {
                 "must be a fraction of the interval between 0 and 1, got 1.5".to_string()
             )
         );
+        assert_eq!(s.mesh.budget, 0.5);
+        let mut over = s.clone();
+        over.mesh.budget = 1.5;
+        assert_eq!(over.check().unwrap_err().0, "mesh.budget");
+        let mut blind = s.clone();
+        blind.mesh.guard = Duration::ZERO;
+        assert_eq!(blind.check().unwrap_err().0, "mesh.guard");
     }
 
     fn matching(pattern: &IrqPattern, fixture: &str) -> Vec<String> {

@@ -27,7 +27,7 @@ use prometheus::proto::MetricFamily;
 use crate::responder::ResponderCounters;
 
 pub use host::{HostMetrics, DEFAULT_IRQ_PATTERN};
-pub use service::{HttpRefusal, ServiceState};
+pub use service::{HttpRefusal, MeshFigures, ServiceState};
 pub use store::{check_user_label, ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
 
 /// The Content-Type of [`render`]'s output, as `/metrics` and `/probe`

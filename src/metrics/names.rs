@@ -461,6 +461,55 @@ pub static HTTP_REFUSALS: MetricDef = def(
     &[REASON],
     "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403).",
 );
+pub static HOST_SLOT_REFUSALS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_refusals_total",
+    &[REASON],
+    "Incoming tests the responder told busy because of the host's test slot, by reason: probing (this host was probing out), probe_waiting (one of its own probes had the next turn), serving (it already served as many tests as allowed).",
+);
+pub static HOST_SLOT_WAITS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_waits_total",
+    &[REASON],
+    "This host's own probes (scheduled and /probe) that had to wait for the host's test slot, by what held it first: serving (a test it served) or probing (its own other probes).",
+);
+pub static HOST_SLOT_WAIT_TIMEOUTS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_wait_timeouts_total",
+    &[REASON],
+    "Own probes that gave up waiting for the host's test slot at their deadline, by what held it last.",
+);
+pub static HOST_SLOT_WAIT_SECONDS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_wait_seconds_total",
+    &[],
+    "Total time own probes spent waiting for the host's test slot.",
+);
+pub static MESH_CYCLE_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_cycle_seconds",
+    &[],
+    "Length of the mesh schedule's cycle, in which every directed pair of members is measured once (mesh mode only).",
+);
+pub static MESH_SLOT_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_slot_seconds",
+    &[],
+    "Length of one slot of the mesh schedule: the longest module run plus set-up and the guard for clock skew (mesh mode only).",
+);
+pub static MESH_MEMBERS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_members",
+    &[],
+    "Hosts in the mesh plan in force, this one included (mesh mode only).",
+);
 
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
@@ -513,6 +562,13 @@ pub static ALL: &[&MetricDef] = &[
     &SCHEDULER_LAG,
     &SCHEDULER_SKIPPED,
     &HTTP_REFUSALS,
+    &HOST_SLOT_REFUSALS,
+    &HOST_SLOT_WAITS,
+    &HOST_SLOT_WAIT_TIMEOUTS,
+    &HOST_SLOT_WAIT_SECONDS,
+    &MESH_CYCLE_SECONDS,
+    &MESH_SLOT_SECONDS,
+    &MESH_MEMBERS,
 ];
 
 /// Looks a metric up by its full name.
@@ -592,7 +648,7 @@ mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 49);
+        assert_eq!(ALL.len(), 56);
     }
 
     #[test]

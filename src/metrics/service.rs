@@ -2,13 +2,14 @@
 //! lag, and the responder's counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::probe::unix_seconds;
 use crate::responder::ResponderCounters;
+use crate::slot::{HostSlot, SlotReason};
 
 /// Upper bounds of the scheduler lag histogram. Timer wake-ups are late by
 /// milliseconds; waiting for the one probe slot of a host costs a probe's
@@ -32,13 +33,26 @@ struct Lag {
     count: u64,
 }
 
-/// State the service updates and /metrics shows: configuration reloads and
-/// scheduler lag. Thread-safe; share it in an `Arc`.
+/// The mesh plan's figures, as the gauges show them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeshFigures {
+    pub cycle: Duration,
+    pub slot: Duration,
+    pub members: usize,
+}
+
+/// State the service updates and /metrics shows: configuration reloads,
+/// scheduler lag, the host's test slot and the mesh plan. Thread-safe;
+/// share it in an `Arc`.
 #[derive(Debug)]
 pub struct ServiceState {
     reload: Mutex<Reload>,
     lag: Mutex<Lag>,
     http_refusals: [AtomicU64; HttpRefusal::ALL.len()],
+    /// The host's test slot, which the service gives its responder and
+    /// scheduler; its counters are shown here.
+    slot: Arc<HostSlot>,
+    mesh: Mutex<Option<MeshFigures>>,
 }
 
 /// Why the HTTP server turned a connection or a `/probe` request away.
@@ -79,6 +93,8 @@ impl ServiceState {
             }),
             lag: Mutex::new(Lag::default()),
             http_refusals: Default::default(),
+            slot: HostSlot::new(),
+            mesh: Mutex::new(None),
         }
     }
 
@@ -90,6 +106,16 @@ impl ServiceState {
     /// Refusals so far for `why`.
     pub fn http_refusals(&self, why: HttpRefusal) -> u64 {
         self.http_refusals[why as usize].load(Ordering::Relaxed)
+    }
+
+    /// The host's test slot.
+    pub fn host_slot(&self) -> Arc<HostSlot> {
+        self.slot.clone()
+    }
+
+    /// The mesh plan in force, or `None` when not in mesh mode.
+    pub fn set_mesh(&self, figures: Option<MeshFigures>) {
+        *self.mesh.lock().unwrap_or_else(|p| p.into_inner()) = figures;
     }
 
     pub fn reload_succeeded(&self, at: SystemTime) {
@@ -161,6 +187,39 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
             &[(REASON, why.as_str())],
             s.http_refusals(why) as f64,
         );
+    }
+    let c = s.slot.counters();
+    for reason in SlotReason::ALL {
+        out.add(
+            &names::HOST_SLOT_REFUSALS,
+            &[(REASON, reason.as_str())],
+            c.refused(reason) as f64,
+        );
+    }
+    // A probe waits for what holds the slot: a served test or its own
+    // probes; it never waits "for its turn".
+    for reason in [SlotReason::Serving, SlotReason::Probing] {
+        out.add(
+            &names::HOST_SLOT_WAITS,
+            &[(REASON, reason.as_str())],
+            c.waits(reason) as f64,
+        );
+        out.add(
+            &names::HOST_SLOT_WAIT_TIMEOUTS,
+            &[(REASON, reason.as_str())],
+            c.wait_timeouts(reason) as f64,
+        );
+    }
+    out.add(
+        &names::HOST_SLOT_WAIT_SECONDS,
+        &[],
+        c.wait_time().as_secs_f64(),
+    );
+    let mesh = *s.mesh.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = mesh {
+        out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());
+        out.add(&names::MESH_SLOT_SECONDS, &[], m.slot.as_secs_f64());
+        out.add(&names::MESH_MEMBERS, &[], m.members as f64);
     }
 }
 

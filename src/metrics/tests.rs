@@ -1101,6 +1101,11 @@ fn rich_scrape() -> String {
     let counters = crate::responder::ResponderCounters::default();
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_millis(3));
+    service.set_mesh(Some(super::MeshFigures {
+        cycle: Duration::from_secs(600),
+        slot: Duration::from_secs(20),
+        members: 10,
+    }));
     render(&store, &HostMetrics::default(), Some(&counters), &service).unwrap()
 }
 
@@ -1170,6 +1175,11 @@ fn direct_text_matches_prometheus_text_encoder() {
     counters.bytes.store(u64::MAX, Ordering::Relaxed);
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_micros(1234));
+    service.set_mesh(Some(super::MeshFigures {
+        cycle: Duration::from_secs(600),
+        slot: Duration::from_secs(20),
+        members: 10,
+    }));
     let readings = fixture_readings();
     let host = HostMetrics::default();
     let mut text = Exposition::default();

@@ -40,6 +40,7 @@ use crate::control::{read_message, Control, ControlError};
 use crate::probe::datapath::DataSocket;
 use crate::protocol::message::Limits;
 use crate::protocol::{Message, RejectReason};
+use crate::slot::{HostSlot, SlotPermit};
 
 /// The largest TCP write size any responder accepts: a test's buffers are
 /// allocated from it, per stream.
@@ -257,12 +258,12 @@ pub(crate) struct ResponderState {
     config: std::sync::RwLock<ResponderConfig>,
     pub(crate) counters: Arc<ResponderCounters>,
     pending: Mutex<HashMap<String, PendingTest>>,
-    running: Mutex<Vec<RunningSlot>>,
+    /// The host's test slot, shared with its own probes in `serve`.
+    slot: Arc<HostSlot>,
     /// Clients told busy, and until when their turn is kept.
     waiting: Mutex<HashMap<IpAddr, Waiting>>,
     /// Clients whose last test moved no data, and until when they wait.
     stalled: Mutex<HashMap<IpAddr, Instant>>,
-    next_slot: AtomicU64,
     client_rate: Mutex<ClientRate>,
     slot_time: Mutex<SlotTime>,
     bytes: Mutex<ByteBudget>,
@@ -294,49 +295,45 @@ impl ResponderState {
     fn try_claim(&self, client: IpAddr, planned_end: Instant) -> Result<SlotGuard<'_>, Duration> {
         let now = Instant::now();
         let key = access::client_key(client);
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.retain(|_, w| w.until > now);
-        let full = running.len() >= self.config().max_concurrent_tests;
         // Turns go to whoever was told busy first.
         let mine = waiting.get(&key).map(|w| w.since);
         let others_first = waiting
             .iter()
             .any(|(k, w)| *k != key && mine.is_none_or(|since| w.since < since));
-        if full || others_first {
-            // The hint is the planned end of the soonest test, which is when
-            // its slot frees: tests end on time, or earlier.
-            let wait = if full {
-                running
-                    .iter()
-                    .map(|r| r.end)
-                    .min()
-                    .map_or(Duration::ZERO, |end| end.saturating_duration_since(now))
-                    + Duration::from_secs(1)
-            } else {
-                Duration::from_secs(1)
-            };
-            let until = now + wait + TURN_GRACE;
-            let room = waiting.len() < MAX_WAITING_CLIENTS;
-            match waiting.get_mut(&key) {
-                Some(w) => w.until = until,
-                None if room => {
-                    waiting.insert(key, Waiting { since: now, until });
+        // The slot is the host's: taken by the tests it serves and by its
+        // own probes alike (see [`crate::slot`]).
+        let claimed = if others_first {
+            Err(Duration::from_secs(1))
+        } else {
+            self.slot
+                .try_serve(self.config().max_concurrent_tests, planned_end)
+                .map_err(|refused| refused.retry_after)
+        };
+        let permit = match claimed {
+            Ok(permit) => permit,
+            Err(wait) => {
+                let until = now + wait + TURN_GRACE;
+                let room = waiting.len() < MAX_WAITING_CLIENTS;
+                match waiting.get_mut(&key) {
+                    Some(w) => w.until = until,
+                    None if room => {
+                        waiting.insert(key, Waiting { since: now, until });
+                    }
+                    None => {}
                 }
-                None => {}
+                return Err(wait);
             }
-            return Err(wait);
-        }
+        };
         waiting.remove(&key);
-        let id = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        running.push(RunningSlot {
-            id,
+        self.counters.active_tests.fetch_add(1, Ordering::Relaxed);
+        Ok(SlotGuard {
+            shared: self,
+            permit,
             client: key,
             claimed: now,
-            end: planned_end,
-        });
-        self.counters.active_tests.fetch_add(1, Ordering::Relaxed);
-        Ok(SlotGuard { shared: self, id })
+        })
     }
 
     /// Records a test for `ip` against the per-client allowance.
@@ -417,16 +414,6 @@ impl ResponderState {
     }
 }
 
-/// A test holding a slot.
-struct RunningSlot {
-    id: u64,
-    client: IpAddr,
-    claimed: Instant,
-    /// When the slot is expected to free: the planned end, set again when
-    /// the test starts.
-    end: Instant,
-}
-
 /// A client told busy: since when it waits, and until when its turn is
 /// kept if it does not come back.
 struct Waiting {
@@ -444,43 +431,30 @@ const MAX_WAITING_CLIENTS: usize = 1024;
 
 struct SlotGuard<'a> {
     shared: &'a ResponderState,
-    id: u64,
+    permit: SlotPermit,
+    client: IpAddr,
+    claimed: Instant,
 }
 
 impl SlotGuard<'_> {
     /// The test started now: its slot frees at `end`.
     fn started(&self, end: Instant) {
-        let mut running = self
-            .shared
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(r) = running.iter_mut().find(|r| r.id == self.id) {
-            r.end = end;
-        }
+        self.permit.set_end(end);
     }
 }
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        let mut running = self
-            .shared
-            .running
+        let now = Instant::now();
+        self.shared
+            .slot_time
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = running.iter().position(|r| r.id == self.id) {
-            let slot = running.remove(i);
-            let now = Instant::now();
-            self.shared
-                .slot_time
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .add(
-                    slot.client,
-                    now.saturating_duration_since(slot.claimed),
-                    now,
-                );
-        }
+            .unwrap_or_else(|p| p.into_inner())
+            .add(
+                self.client,
+                now.saturating_duration_since(self.claimed),
+                now,
+            );
         self.shared
             .counters
             .active_tests
@@ -534,20 +508,31 @@ pub struct Responder {
 }
 
 impl Responder {
+    /// A responder with a test slot of its own (`pathprobe respond`).
     pub fn new(
         tcp: TcpListener,
         udp: UdpSocket,
         config: ResponderConfig,
+    ) -> std::io::Result<Responder> {
+        Responder::with_slot(tcp, udp, config, HostSlot::new())
+    }
+
+    /// A responder whose tests take `slot`, the host's test slot that its
+    /// own probes take too (`pathprobe serve`).
+    pub fn with_slot(
+        tcp: TcpListener,
+        udp: UdpSocket,
+        config: ResponderConfig,
+        slot: Arc<HostSlot>,
     ) -> std::io::Result<Responder> {
         Ok(Responder {
             shared: Arc::new(ResponderState {
                 config: std::sync::RwLock::new(config),
                 counters: Arc::default(),
                 pending: Mutex::default(),
-                running: Mutex::default(),
+                slot,
                 waiting: Mutex::default(),
                 stalled: Mutex::default(),
-                next_slot: AtomicU64::new(0),
                 client_rate: Mutex::default(),
                 slot_time: Mutex::default(),
                 bytes: Mutex::new(ByteBudget::new(Instant::now())),

@@ -96,33 +96,35 @@ impl App for ServiceApp {
                 "Probing {target} with module {module} ({}), within {budget:?}\n",
                 m.kind.as_str()
             );
-            let slots = shared
-                .slots
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
+            let slot = shared.slot.clone();
+            let max_probing = config.scheduler.max_concurrent_probes;
             let mut outcomes = Vec::new();
             for (direction, spec) in m.specs() {
                 let started = SystemTime::now();
                 let clock = Instant::now();
                 let _ = writeln!(debug, "- {direction} probe: {spec:?}");
                 let result = match tokio::time::timeout_at(deadline.into(), async {
-                    // Wait for any scheduled probe to finish: concurrent probes
-                    // share the NIC and spoil each other's figures.
-                    let _permit = slots.acquire().await;
-                    run_contained(endpoint.clone(), spec, m.ipv6).await
+                    // Wait for the host's test slot (a scheduled probe, or a
+                    // test this host serves): concurrent tests share the NIC
+                    // and spoil each other's figures. The wait is bounded
+                    // by the outer deadline too.
+                    let _permit = slot
+                        .acquire_probe(max_probing, budget, deadline.into())
+                        .await
+                        .ok()?;
+                    Some(run_contained(endpoint.clone(), spec, m.ipv6).await)
                 })
                 .await
                 {
-                    Ok(Ok(r)) => {
+                    Ok(Some(Ok(r))) => {
                         debug.push_str(&crate::report::text(&r, true));
                         Ok(r)
                     }
-                    Ok(Err((f, _))) => {
+                    Ok(Some(Err((f, _)))) => {
                         let _ = writeln!(debug, "  failed ({}): {}", f.reason, f.message);
                         Err(f)
                     }
-                    Err(_) => {
+                    Ok(None) | Err(_) => {
                         let _ = writeln!(debug, "  timed out after {budget:?}");
                         Err(ProbeFailure {
                             reason: "timeout",

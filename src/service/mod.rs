@@ -9,6 +9,7 @@
 
 mod app;
 pub mod jobs;
+pub mod mesh;
 mod probe_access;
 pub mod runner;
 
@@ -25,7 +26,9 @@ use crate::config::{Config, ConfigError};
 use crate::discovery::Discovery;
 use crate::metrics::{HostMetrics, ResultStore, ServiceState};
 use crate::responder::{Responder, ResponderHandle};
+use crate::scheduler::mesh::{system_clock, MeshScheduler};
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::slot::HostSlot;
 
 use self::jobs::{is_local_target, ProbeJob};
 use self::runner::ProbeRunner;
@@ -81,9 +84,9 @@ pub struct ServiceContext {
     /// The responder, when this service runs one.
     pub responder: Option<ResponderHandle>,
     reload_tx: mpsc::Sender<ReloadReply>,
-    /// Shared with the scheduler, so that `/probe` runs do not overlap
-    /// scheduled ones either.
-    slots: RwLock<Arc<tokio::sync::Semaphore>>,
+    /// The host's test slot, shared with the responder and the scheduler,
+    /// so that `/probe` runs overlap no other test either.
+    slot: Arc<HostSlot>,
     /// `/probe` requests running now, held to `http.probe_max_concurrent`.
     probes_running: std::sync::atomic::AtomicUsize,
 }
@@ -153,7 +156,14 @@ pub async fn run(
                     )
                 })?,
         };
-        let r = Responder::new(tcp, udp, config.responder.to_responder_config())?;
+        // The responder's tests and this host's own probes take one slot:
+        // a host is never in two tests at once, in either role.
+        let r = Responder::with_slot(
+            tcp,
+            udp,
+            config.responder.to_responder_config(),
+            state.host_slot(),
+        )?;
         tracing::info!(addr = %r.local_addr()?, "responder listening");
         responder_handle = Some(r.handle());
         responder_task = Some(tokio::spawn(r.serve(stopped(stop_rx.clone()))));
@@ -166,7 +176,10 @@ pub async fn run(
         state: state.clone(),
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
-        Scheduler::new(runner.clone(), sched_cfg.clone());
+        Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
+    // In mesh mode the plan runs the peers; the plain scheduler keeps the
+    // rest (loopback modules). Both take the host's one test slot.
+    let mesh = MeshScheduler::start(runner.clone(), state.host_slot(), system_clock(), None);
     let shared = Arc::new(ServiceContext {
         config: RwLock::new(config.clone()),
         store: store.clone(),
@@ -175,7 +188,7 @@ pub async fn run(
         ready: AtomicBool::new(false),
         responder: responder_handle,
         reload_tx,
-        slots: RwLock::new(scheduler.slots()),
+        slot: state.host_slot(),
         probes_running: Default::default(),
     });
 
@@ -194,11 +207,45 @@ pub async fn run(
         &current.discovery.dns,
         &current.base_dir,
     );
-    let apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
-                 cfg: &Config,
-                 discovery: &mut Discovery| {
+    let mut last_notes = Vec::new();
+    let mut apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
+                     cfg: &Config,
+                     discovery: &mut Discovery| {
         let discovered = discovery.targets.borrow_and_update().clone();
         let jobs = jobs::build(cfg, &discovered, is_local_target);
+        // The cost of the schedule, said once per change of it.
+        let notes = mesh::notes(cfg, &discovered, is_local_target);
+        if notes != last_notes {
+            for n in &notes {
+                if n.starts_with("warning") {
+                    tracing::warn!("{n}");
+                } else {
+                    tracing::info!("{n}");
+                }
+            }
+            last_notes = notes;
+        }
+        let mesh_schedule = cfg
+            .discovery
+            .mesh
+            .then(|| mesh::schedule(cfg, &discovered, is_local_target))
+            .flatten();
+        let plain = match mesh_schedule {
+            Some((schedule, rest)) => {
+                state.set_mesh(Some(crate::metrics::MeshFigures {
+                    cycle: schedule.plan.cycle(),
+                    slot: schedule.plan.slot(),
+                    members: schedule.plan.members().len(),
+                }));
+                mesh.update(Some(schedule));
+                rest
+            }
+            None => {
+                state.set_mesh(None);
+                mesh.update(None);
+                jobs.clone()
+            }
+        };
         let keys: std::collections::HashSet<(&str, &str)> = jobs
             .iter()
             .map(|j| (j.key.target.as_str(), j.key.module.as_str()))
@@ -210,7 +257,7 @@ pub async fn run(
             discovered = discovered.len(),
             "probe schedule updated"
         );
-        scheduler.update(jobs);
+        scheduler.update(plain);
     };
     apply(&mut scheduler, &current, &mut discovery);
     shared.ready.store(true, Ordering::Relaxed);
@@ -255,6 +302,7 @@ pub async fn run(
     tracing::info!("shutting down: stopping probes and listeners");
     shared.ready.store(false, Ordering::Relaxed);
     scheduler.shutdown().await;
+    mesh.shutdown().await;
     discovery.stop().await;
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
@@ -322,8 +370,7 @@ async fn restart_if_needed(
     let wanted = scheduler_config(current);
     if wanted != *sched_cfg {
         scheduler.shutdown().await;
-        *scheduler = Scheduler::new(runner.clone(), wanted.clone());
-        *shared.slots.write().unwrap_or_else(|p| p.into_inner()) = scheduler.slots();
+        *scheduler = Scheduler::new(runner.clone(), wanted.clone(), shared.slot.clone());
         *sched_cfg = wanted;
     }
     if !discovery.same_sources(

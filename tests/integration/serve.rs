@@ -342,3 +342,68 @@ async fn http_limits_refuse_probes_and_connections() {
     );
     run.shutdown().await;
 }
+
+/// One test per host in either role: while `serve` probes out (here a
+/// `/probe` request), its own responder tells probers busy, and says why
+/// in its metrics; once the probe is done, it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_probing_out_tells_probers_busy() {
+    use pathprobe::probe::{self, ProbeError, ProbeSpec, Target};
+    let run = InProcess::start("modules:\n  long: {kind: tcp, duration: 3s}\n").await;
+    run.wait_for(Duration::from_secs(10), |b| {
+        b.contains("pathprobe_build_info")
+    })
+    .await;
+    let (http_addr, peer) = (run.http, run.peer);
+    let out = tokio::spawn(async move {
+        http(
+            http_addr,
+            "GET",
+            &format!("/probe?target={peer}&module=long"),
+        )
+        .await
+    });
+    let spec = ProbeSpec {
+        duration: Duration::from_millis(200),
+        ..ProbeSpec::default()
+    };
+    let me = Target::from_addr(run.responder);
+    // Probe the host until it answers busy: its /probe has the slot.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let busy = loop {
+        match probe::probe(&me, &spec).await {
+            Err(ProbeError::Busy { .. }) => break true,
+            Ok(_) if std::time::Instant::now() < deadline => continue,
+            other => panic!("expected busy while the host probes out: {other:?}"),
+        }
+    };
+    assert!(busy);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .expect("/probe finished")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        sample(&body, "pathprobe_probe_success", &[]),
+        Some(1.0),
+        "{body}"
+    );
+    let (_, metrics) = http(run.http, "GET", "/metrics").await;
+    let refused = |reason: &str| {
+        sample(
+            &metrics,
+            "pathprobe_host_slot_refusals_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+        .unwrap()
+    };
+    assert!(
+        refused("probing") + refused("probe_waiting") >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(refused("serving"), 0.0);
+    // The slot is free again: the host serves.
+    probe::probe(&me, &spec)
+        .await
+        .expect("served once the probe ended");
+}

@@ -97,6 +97,15 @@ fn check_config_reports_the_error_and_exit_code() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The mesh example states its cost, and can keep its interval.
+    let mesh = concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/mesh.yml");
+    let out = bin().args(["check-config", mesh]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("mesh schedule: 10 hosts, 2 modules: a cycle of 36 slots of 17 s (one every 50 s) = 30.0 min; each host in tests 34% of the time"),
+        "{said}"
+    );
+    assert!(!said.contains("warning"), "{said}");
 
     let bad = dir.path().join("bad.yml");
     std::fs::write(&bad, "modules:\n  tcp:\n    kind: tcp\n    durations: 5s\n").unwrap();

@@ -376,6 +376,8 @@ impl Drop for Serve {
 pub struct InProcess {
     pub http: SocketAddr,
     pub peer: SocketAddr,
+    /// The service's own responder.
+    pub responder: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     _peer: super::responder::Stop,
@@ -398,6 +400,7 @@ impl InProcess {
         let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_addr = http.local_addr().unwrap();
         let responder = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let responder_addr = responder.0.local_addr().unwrap();
         let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let source = ConfigSource::File(config.path().to_path_buf());
@@ -419,6 +422,7 @@ impl InProcess {
         InProcess {
             http: http_addr,
             peer,
+            responder: responder_addr,
             stop: Some(stop_tx),
             task,
             _peer: peer_stop,

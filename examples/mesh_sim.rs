@@ -1,0 +1,353 @@
+//! Simulates a fleet following the mesh plan (the real `pathprobe::mesh`
+//! code) beside today's random-phase scheduler, and prints collisions,
+//! coverage and each host's share of time in tests.
+//!
+//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000).
+//!
+//! The model, per host: a clock off by up to ±50 ms; a test occupies its
+//! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
+//! starts a guard into its slot by the prober's clock, and the host slot
+//! refuses a test to a host already in one (a "busy", counted). With
+//! churn, once per cycle one host leaves and a new one joins, and each host
+//! learns of it up to 30 s later (discovery refresh), so near a cycle
+//! boundary hosts follow different plans for a cycle. The random-phase
+//! scheduler is today's: a stable phase per pair plus 10% jitter, one probe
+//! at a time per host, busy retried after 2, 4 and 8 s, and a responder
+//! that does not know its host is probing out (an overlap there spoils the
+//! figure rather than being refused).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use pathprobe::mesh::{MeshParams, Plan};
+
+/// xorshift64*: reproducible runs.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const RUN: f64 = 6.0; // tcp, 1 s omit + 5 s
+const SETUP_USED: f64 = 2.0;
+const SETUP: f64 = 4.0;
+const GUARD: f64 = 1.0;
+const SKEW: f64 = 0.05;
+
+fn params() -> MeshParams {
+    MeshParams {
+        slot: Duration::from_secs_f64(RUN + SETUP + GUARD),
+        modules: 1,
+        budget: 0.5,
+        min_cycle: Duration::ZERO,
+    }
+}
+
+struct Test {
+    start: f64,
+    prober: u32,
+    target: u32,
+}
+
+#[derive(Default)]
+struct Figures {
+    tests: u64,
+    busy: u64,
+    spoiled: u64,
+    /// Longest gap between successes of a directed pair present throughout.
+    coverage: f64,
+    share_max: f64,
+    share_mean: f64,
+}
+
+/// Runs tests in start order: a test succeeds when both hosts are free.
+fn replay(mut tests: Vec<Test>, hosts: usize, horizon: f64, keep: &dyn Fn(u32) -> bool) -> Figures {
+    tests.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let mut until = vec![f64::MIN; hosts];
+    let mut busy_time = vec![0.0; hosts];
+    let mut last: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
+    let mut f = Figures::default();
+    for t in &tests {
+        f.tests += 1;
+        let (p, q) = (t.prober as usize, t.target as usize);
+        if until[p] > t.start || until[q] > t.start {
+            f.busy += 1;
+            continue;
+        }
+        let end = t.start + RUN + SETUP_USED;
+        until[p] = end;
+        until[q] = end;
+        busy_time[p] += RUN + SETUP_USED;
+        busy_time[q] += RUN + SETUP_USED;
+        if keep(t.prober) && keep(t.target) {
+            let e = last.entry((t.prober, t.target)).or_insert((0.0, 0.0));
+            e.1 = e.1.max(t.start - e.0);
+            e.0 = t.start;
+        }
+    }
+    for (_, (l, gap)) in last.iter() {
+        f.coverage = f.coverage.max(gap.max(horizon - l));
+    }
+    let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
+    f.share_max = shares.iter().cloned().fold(0.0, f64::max);
+    f.share_mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    f
+}
+
+/// The mesh over `cycles` cycles; with `churn`, one host leaves and one
+/// joins in each cycle.
+fn mesh(n: usize, cycles: u64, churn: bool, rng: &mut Rng) -> (Plan, Figures) {
+    let total = n + if churn { cycles as usize } else { 0 };
+    let skew: Vec<f64> = (0..total)
+        .map(|_| (rng.unit() * 2.0 - 1.0) * SKEW)
+        .collect();
+    let name = |i: usize| format!("h{i:05}");
+    // Versions of the member list, and when each host adopts each.
+    let mut versions: Vec<Vec<usize>> = vec![(0..n).collect()];
+    let first = Plan::new(versions[0].iter().map(|&i| name(i)).collect(), params());
+    let cycle = first.cycle().as_secs_f64();
+    let horizon = cycle * cycles as f64;
+    // adopt[v][h]: time from which host h follows version v.
+    let mut adopt: Vec<Vec<f64>> = vec![vec![0.0; total]];
+    if churn {
+        for c in 0..cycles.saturating_sub(1) {
+            let mut members = versions.last().unwrap().clone();
+            let leaving = (rng.next() % members.len() as u64) as usize;
+            members.remove(leaving);
+            members.push(n + c as usize);
+            members.sort();
+            // The change happens somewhere in cycle c, near its end half
+            // the time, so that some hosts learn of it only after the
+            // boundary.
+            let at = cycle * c as f64
+                + if rng.unit() < 0.5 {
+                    cycle - 10.0
+                } else {
+                    cycle * rng.unit()
+                };
+            let times = (0..total)
+                .map(|_| {
+                    let learned = at + rng.unit() * 30.0;
+                    // The next boundary after the cycle it learned in.
+                    ((learned / cycle).floor() + 1.0) * cycle
+                })
+                .collect();
+            versions.push(members);
+            adopt.push(times);
+        }
+    }
+    let plans: Vec<Plan> = versions
+        .iter()
+        .map(|m| Plan::new(m.iter().map(|&i| name(i)).collect(), params()))
+        .collect();
+    // A host follows the latest version it has adopted.
+    let version_of = |h: usize, t: f64| -> usize {
+        (0..plans.len())
+            .rev()
+            .find(|&v| adopt[v][h] <= t)
+            .unwrap_or(0)
+    };
+    // When each host joins and leaves: at the first adoption of the
+    // version that adds or drops it.
+    let change: Vec<f64> = adopt
+        .iter()
+        .map(|a| a.iter().cloned().fold(f64::MAX, f64::min))
+        .collect();
+    let mut joined = vec![f64::MAX; total];
+    let mut left = vec![f64::MAX; total];
+    for (v, m) in versions.iter().enumerate() {
+        let set: std::collections::HashSet<usize> = m.iter().copied().collect();
+        for h in 0..total {
+            if set.contains(&h) && joined[h] == f64::MAX {
+                joined[h] = if v == 0 { 0.0 } else { change[v] };
+            } else if !set.contains(&h) && joined[h] < f64::MAX && left[h] == f64::MAX {
+                left[h] = change[v];
+            }
+        }
+    }
+    let alive = |h: usize, t: f64| joined[h] <= t && t < left[h];
+    let mut tests = Vec::new();
+    for (v, plan) in plans.iter().enumerate() {
+        let period = plan.period().as_secs_f64();
+        for c in 0..cycles {
+            for k in 0..plan.slots() {
+                let local = cycle * c as f64 + period * k as f64 + GUARD;
+                for t in plan.tests(k) {
+                    let p = versions[v][t.prober];
+                    let q = versions[v][t.target];
+                    let start = local - skew[p];
+                    if version_of(p, start) == v && alive(p, start) && alive(q, start) {
+                        tests.push(Test {
+                            start,
+                            prober: p as u32,
+                            target: q as u32,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // Coverage over the hosts present from start to end.
+    let stayed: Vec<bool> = (0..total)
+        .map(|h| h < n && versions.iter().all(|m| m.contains(&h)))
+        .collect();
+    let f = replay(tests, total, horizon, &|h| stayed[h as usize]);
+    (first, f)
+}
+
+fn fnv(a: u32, b: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in a.to_le_bytes().iter().chain(b.to_le_bytes().iter()) {
+        h ^= *x as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Today's scheduler at interval `interval`.
+fn random_phase(n: usize, interval: f64, cycles: u64, rng: &mut Rng) -> Figures {
+    let horizon = interval * cycles as f64;
+    // (time, prober, target, retries)
+    let mut heap = BinaryHeap::new();
+    for p in 0..n as u32 {
+        for q in 0..n as u32 {
+            if p == q {
+                continue;
+            }
+            let phase = (fnv(p, q) % (interval * 1000.0) as u64) as f64 / 1000.0;
+            for c in 0..cycles {
+                let t = phase + interval * c as f64 + rng.unit() * 0.1 * interval;
+                heap.push(Reverse(((t * 1e6) as u64, p, q, 0u8)));
+            }
+        }
+    }
+    let mut probing = vec![0.0f64; n];
+    let mut serving = vec![0.0f64; n];
+    let mut busy_time = vec![0.0f64; n];
+    let mut last: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
+    let mut f = Figures::default();
+    while let Some(Reverse((t, p, q, retries))) = heap.pop() {
+        let mut start = t as f64 / 1e6;
+        if start > horizon {
+            continue;
+        }
+        let (pi, qi) = (p as usize, q as usize);
+        // One probe at a time per host: wait for the semaphore.
+        if probing[pi] > start {
+            heap.push(Reverse(((probing[pi] * 1e6) as u64 + 1, p, q, retries)));
+            continue;
+        }
+        f.tests += 1;
+        if serving[qi] > start {
+            f.busy += 1;
+            if retries < 3 {
+                start = start.max(serving[qi]) + 1.0 + f64::from(2u32 << retries);
+                heap.push(Reverse(((start * 1e6) as u64, p, q, retries + 1)));
+            }
+            continue;
+        }
+        let end = start + RUN + SETUP_USED;
+        // The responder does not know its host probes out, nor the
+        // scheduler that its host serves: such an overlap spoils both.
+        let spoiled = serving[pi] > start || probing[qi] > start;
+        if spoiled {
+            f.spoiled += 1;
+        }
+        probing[pi] = end;
+        serving[qi] = end;
+        busy_time[pi] += RUN + SETUP_USED;
+        busy_time[qi] += RUN + SETUP_USED;
+        if !spoiled {
+            let e = last.entry((p, q)).or_insert((0.0, 0.0));
+            e.1 = e.1.max(start - e.0);
+            e.0 = start;
+        }
+    }
+    let pairs = n * (n - 1);
+    f.coverage = if last.len() < pairs {
+        f64::INFINITY
+    } else {
+        last.values()
+            .map(|(l, g)| g.max(horizon - l))
+            .fold(0.0, f64::max)
+    };
+    // Shares overlap-counted: a spoiled pair of tests counts twice.
+    let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
+    f.share_max = shares.iter().cloned().fold(0.0, f64::max);
+    f.share_mean = shares.iter().sum::<f64>() / n as f64;
+    f
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![10, 100, 1000]
+    } else {
+        sizes
+    };
+    println!(
+        "tcp 1+5 s, slot {} s, budget 50%, clock skew ±{} ms; test occupancy {} s",
+        RUN + SETUP + GUARD,
+        SKEW * 1000.0,
+        RUN + SETUP_USED
+    );
+    println!("| N | schedule | cycle / interval | tests | busy | spoiled | coverage period (max gap) | share in tests, mean / max |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for n in sizes {
+        let cycles = if n >= 1000 { 3 } else { 6 };
+        for churn in [false, true] {
+            let (plan, f) = mesh(n, cycles, churn, &mut rng);
+            println!(
+                "| {n} | mesh{} | {:.1} min | {} | {} ({:.2}%) | 0 | {:.1} min | {:.0}% / {:.0}% |",
+                if churn { ", churn" } else { "" },
+                plan.cycle().as_secs_f64() / 60.0,
+                f.tests,
+                f.busy,
+                pct(f.busy, f.tests),
+                f.coverage / 60.0,
+                f.share_mean * 100.0,
+                f.share_max * 100.0
+            );
+            if !churn {
+                let cycle = plan.cycle().as_secs_f64();
+                let r = random_phase(n, cycle, cycles, &mut rng);
+                println!(
+                    "| {n} | random phase (today) | {:.1} min | {} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0}% / {:.0}% |",
+                    cycle / 60.0,
+                    r.tests,
+                    r.busy,
+                    pct(r.busy, r.tests),
+                    r.spoiled,
+                    pct(r.spoiled, r.tests),
+                    if r.coverage.is_finite() {
+                        format!("{:.1} min", r.coverage / 60.0)
+                    } else {
+                        "some pair never measured cleanly".to_string()
+                    },
+                    r.share_mean * 100.0,
+                    r.share_max * 100.0
+                );
+            }
+        }
+    }
+}

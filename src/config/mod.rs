@@ -34,7 +34,7 @@ pub use discovery::{
 pub use error::ConfigError;
 pub use module::{Module, ModuleDirection, ModuleKind};
 pub use sections::{HostMetricsConfig, HttpSection, IrqPattern, ResponderSection, SchedulerConfig};
-pub use target::{check_label_name, TargetConfig};
+pub use target::{check_label_name, TargetConfig, LOOPBACK_TARGET_NAME};
 
 /// The configuration used when `--config.file` is not given: the responder,
 /// and loopback TCP and UDP probes every minute.

@@ -42,6 +42,10 @@ pub struct ProbeResult {
     /// naming the limit; empty when the test ran as asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clamped: Vec<String>,
+    /// What the responder could not do as asked (e.g. pin to the `-A`
+    /// CPU), one sentence each; empty when it did everything.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -407,6 +411,7 @@ impl ProbeResult {
             local: side_summary(local),
             remote: side_summary(remote),
             clamped: Vec::new(),
+            warnings: remote.warnings.clone(),
         }
     }
 

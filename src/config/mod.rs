@@ -98,6 +98,8 @@ impl Config {
     fn load_secrets(&mut self, file: &str) -> Result<(), ConfigError> {
         let base = self.base_dir.clone();
         let read = |key: String, path: &Path| {
+            let path = sections::expand_secret_path(path, |v| std::env::var(v).ok())
+                .map_err(|e| ConfigError::invalid(file, key.clone(), e))?;
             crate::auth::Secret::from_file(&base.join(path))
                 .map_err(|e| ConfigError::invalid(file, key, e.to_string()))
         };

@@ -269,7 +269,7 @@ async fn http_limits_refuse_probes_and_connections() {
     // place goes to one of them.
     let addr = run.http;
     let tries: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(async move { http(addr, "GET", "/probe?target=x&module=lo").await }))
+        .map(|_| tokio::spawn(async move { http(addr, "GET", "/probe?module=lo").await }))
         .collect();
     let mut statuses = Vec::new();
     for t in tries {

@@ -5,30 +5,57 @@
 #
 #   benches/compare.sh [SECONDS]      (default 5)
 #
-# Needs: a release build (cargo build --release), iperf3; nuttcp optional.
+# Needs: cargo (it builds the release binary, wherever CARGO_TARGET_DIR
+# puts it), iperf3, python3; nuttcp optional.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
-PP=./target/release/pathprobe
-[ -x "$PP" ] || cargo build --release --quiet
-command -v iperf3 >/dev/null || { echo "iperf3 is not installed (apt-get install iperf3)"; exit 1; }
-command -v jq >/dev/null && JQ=1 || JQ=0
+die() { echo "compare.sh: $*" >&2; exit 1; }
+command -v python3 >/dev/null || die "python3 is needed for the arithmetic"
+command -v iperf3 >/dev/null || die "iperf3 is not installed (apt-get install iperf3)"
+# Where the binary is, as cargo itself says (CARGO_TARGET_DIR, .cargo/config
+# and workspaces included): build, and take the executable it reports.
+PP=$(cargo build --release --quiet --bin pathprobe --message-format=json \
+  | grep '"reason":"compiler-artifact"' \
+  | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4) \
+  || die "cargo build --release failed"
+[ -n "$PP" ] || die "cargo reported no pathprobe executable"
+[ -x "$PP" ] || die "cargo reported $PP, which is not an executable"
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 PORT_PP=15301 PORT_IP=15201 PORT_NT=15101
 $PP respond --listen 127.0.0.1 --port $PORT_PP >/dev/null 2>&1 & pids+=($!)
 iperf3 -s -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
-if command -v nuttcp >/dev/null; then nuttcp -S -P $PORT_NT -p $((PORT_NT + 1)) >/dev/null 2>&1 & pids+=($!); fi
+# --nofork: nuttcp -S otherwise forks a daemon that outlives the pid recorded
+# here, and keeps running after the script.
+if command -v nuttcp >/dev/null; then
+  nuttcp -S --nofork -P $PORT_NT -p $((PORT_NT + 1)) >/dev/null 2>&1 & pids+=($!)
+fi
 # Wait (bounded) for the servers to listen.
 for _ in $(seq 50); do
   ss -ltn | grep -q ":$PORT_PP " && ss -ltn | grep -q ":$PORT_IP " && break
   sleep 0.1
 done
 
-json_num() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# A figure from a tool's JSON; a clear message rather than a traceback when
+# the tool printed none (it failed, or the output changed shape).
+json_num() {
+  python3 -c "
+import json, sys
+try:
+    d = json.load(sys.stdin)
+    print($1)
+except Exception as e:
+    sys.exit('compare.sh: no figure in the JSON output (%s: %s)' % (type(e).__name__, e))
+"
+}
 
 median() { python3 -c "import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
 

@@ -58,6 +58,7 @@ fn render_from_store() {
                     labels: [("site".to_string(), format!("dc{}", i % 4))].into(),
                     started: SystemTime::now(),
                     duration: Duration::from_millis(5300),
+                    slot_wait: None,
                     result: Ok(result.clone()),
                 },
             );

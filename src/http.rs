@@ -5,7 +5,8 @@
 //!   number of Prometheus servers may scrape.
 //! - `/probe?target=ADDR&module=NAME[&debug=true]`: the multi-target
 //!   pattern; runs one probe now and returns only its metrics. A failed probe
-//!   is `pathprobe_probe_success 0`, not an HTTP error.
+//!   is `pathprobe_probe_success 0`, not an HTTP error. A loopback module
+//!   takes no target (`/probe?module=NAME`), and one given is a 400.
 //! - `/-/healthy`, `/-/ready`, `/-/reload` (POST), and `/`, a landing page.
 
 #![warn(missing_docs)]
@@ -52,10 +53,11 @@ pub enum ProbeRequestError {
 pub trait App: Send + Sync + 'static {
     /// The body of `/metrics`.
     fn metrics(&self) -> String;
-    /// Runs one probe of `module` against `target` within `timeout`.
+    /// Runs one probe of `module` against `target` within `timeout`;
+    /// `target` is `None` when the request has none (loopback modules).
     fn probe(
         &self,
-        target: String,
+        target: Option<String>,
         module: String,
         timeout: Option<Duration>,
     ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>>;
@@ -157,8 +159,11 @@ async fn handle<A: App>(
             let params = query_params(req.uri().query());
             let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             let debug = get("debug").is_some_and(|v| v == "true" || v == "1");
-            match (get("target"), get("module")) {
-                (Some(target), Some(module)) if !target.is_empty() => {
+            // The target may be left out for a loopback module; whether it
+            // must be there is the module's to say.
+            let target = get("target").filter(|t| !t.is_empty());
+            match (target, get("module")) {
+                (target, Some(module)) => {
                     match app.probe(target, module, scrape_timeout(&req)).await {
                         Ok(r) if debug => text(
                             StatusCode::OK,
@@ -179,7 +184,7 @@ async fn handle<A: App>(
                         }
                     }
                 }
-                _ => text(
+                (_, None) => text(
                     StatusCode::BAD_REQUEST,
                     "expected /probe?target=HOST[:PORT]&module=NAME\n",
                 ),

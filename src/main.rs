@@ -15,11 +15,19 @@ use pathprobe::responder::{self, Responder};
 
 use cli::{Command, ProbeArgs, ServeArgs};
 
+/// Colour only for a person at a terminal: journald, files and pipes
+/// would show the escape codes.
+fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}
+
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(stderr_is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
@@ -38,6 +46,7 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
+                    .with_ansi(false)
                     .with_writer(std::io::stderr),
             )
             .init();
@@ -47,6 +56,7 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
                 tracing_subscriber::fmt::layer()
                     .event_format(tracing_logfmt::EventsFormatter::default())
                     .fmt_fields(tracing_logfmt::FieldsFormatter::default())
+                    .with_ansi(stderr_is_terminal())
                     .with_writer(std::io::stderr),
             )
             .init();
@@ -246,8 +256,8 @@ fn main() -> ExitCode {
             match runtime.block_on(run_serve(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
+                    // Once, in the log's format: the log is stderr already.
                     tracing::error!(error = %format!("{e:#}"), "pathprobe serve failed");
-                    eprintln!("pathprobe: {e:#}");
                     ExitCode::from(1)
                 }
             }

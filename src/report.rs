@@ -116,6 +116,9 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
     for c in &r.clamped {
         let _ = writeln!(out, "note: the responder clamped this test: {c}");
     }
+    for w in &r.warnings {
+        let _ = writeln!(out, "note: the responder {w}");
+    }
     if verbose {
         let _ = writeln!(
             out,
@@ -551,5 +554,36 @@ mod tests {
             .unwrap()
             .contains("127.0.0.1:1"));
         assert!(error_text(&e).starts_with("pathprobe: connection to 127.0.0.1:1 refused"));
+    }
+
+    #[test]
+    fn responder_warnings_are_notes_and_in_json() {
+        let local = SideStats {
+            streams: vec![stream(Role::Sender, 1_000_000, 1.0)],
+            ..Default::default()
+        };
+        let remote = SideStats {
+            streams: vec![stream(Role::Receiver, 1_000_000, 1.0)],
+            warnings: vec![
+                "could not pin the data threads to CPU 7: Invalid argument (os error 22)".into(),
+            ],
+            ..Default::default()
+        };
+        let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
+        assert!(text(&r, false).ends_with(
+            "\nnote: the responder could not pin the data threads to CPU 7: Invalid argument (os error 22)\n"
+        ));
+        let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        assert_eq!(
+            v["warnings"][0],
+            "could not pin the data threads to CPU 7: Invalid argument (os error 22)"
+        );
+        // None: no key at all.
+        let quiet = ProbeResult::combine(
+            ctx(Kind::Tcp, Direction::Send),
+            &local,
+            &SideStats::default(),
+        );
+        assert!(!json(&quiet).contains("warnings"));
     }
 }

@@ -78,6 +78,9 @@ pub enum Skip {
 }
 
 impl Skip {
+    /// Every reason, so that the skip counters can exist at 0 from the start.
+    pub const ALL: [Skip; 3] = [Skip::Missed, Skip::Busy, Skip::Timeout];
+
     /// The `reason` label of the skip counter.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -37,7 +37,7 @@ pub use sections::{
     HostMetricsConfig, HttpSection, IrqPattern, MeshScheduleConfig, ResponderSection,
     SchedulerConfig,
 };
-pub use target::{check_label_name, TargetConfig};
+pub use target::{check_label_name, TargetConfig, LOOPBACK_TARGET_NAME};
 
 /// The configuration used when `--config.file` is not given: the responder,
 /// and loopback TCP and UDP probes every minute.
@@ -101,6 +101,8 @@ impl Config {
     fn load_secrets(&mut self, file: &str) -> Result<(), ConfigError> {
         let base = self.base_dir.clone();
         let read = |key: String, path: &Path| {
+            let path = sections::expand_secret_path(path, |v| std::env::var(v).ok())
+                .map_err(|e| ConfigError::invalid(file, key.clone(), e))?;
             crate::auth::Secret::from_file(&base.join(path))
                 .map_err(|e| ConfigError::invalid(file, key, e.to_string()))
         };

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::net::{Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -71,7 +71,8 @@ pub struct ResponderSection {
     #[serde(deserialize_with = "quantity::duration")]
     pub first_message_timeout: Duration,
     /// File holding the shared secret probers must prove they know;
-    /// relative paths are taken from the config file's directory.
+    /// relative paths are taken from the config file's directory, and
+    /// `${CREDENTIALS_DIRECTORY}` is expanded (see [`expand_secret_path`]).
     pub secret_file: Option<PathBuf>,
     /// The secret read from `secret_file` at load (and at every reload).
     #[serde(skip)]
@@ -456,9 +457,71 @@ fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
     d.deserialize_str(ListenVisitor)
 }
 
+/// The variable systemd's `LoadCredential=` sets to the directory holding
+/// the service's credentials, readable by its `DynamicUser` (a chmod-600
+/// file in /etc is not).
+pub const CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
+
+/// A `secret_file` with `${CREDENTIALS_DIRECTORY}` replaced by the value
+/// `lookup` gives it, so that one configuration names the secret wherever
+/// systemd put it: `secret_file: ${CREDENTIALS_DIRECTORY}/secret`. No other
+/// variable is expanded, and a `${` naming one is an error rather than a
+/// file name taken literally.
+pub fn expand_secret_path(
+    path: &Path,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<PathBuf, String> {
+    let Some(text) = path.to_str() else {
+        return Ok(path.to_path_buf());
+    };
+    let var = format!("${{{CREDENTIALS_DIRECTORY}}}");
+    let mut out = text.to_string();
+    if out.contains(&var) {
+        let dir = lookup(CREDENTIALS_DIRECTORY)
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| {
+                format!(
+                "{text} names ${{{CREDENTIALS_DIRECTORY}}}, which is not set: it is set by systemd \
+                 for a unit with LoadCredential= (see deploy/README.md)"
+            )
+            })?;
+        out = out.replace(&var, &dir);
+    }
+    if out.contains("${") {
+        return Err(format!(
+            "{text}: only ${{{CREDENTIALS_DIRECTORY}}} is expanded in a secret_file"
+        ));
+    }
+    Ok(PathBuf::from(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_paths_expand_the_credentials_directory_only() {
+        let env = |v: &str| {
+            (v == "CREDENTIALS_DIRECTORY").then(|| "/run/credentials/pathprobe.service".to_string())
+        };
+        let none = |_: &str| None;
+        assert_eq!(
+            expand_secret_path(Path::new("${CREDENTIALS_DIRECTORY}/secret"), env),
+            Ok(PathBuf::from("/run/credentials/pathprobe.service/secret"))
+        );
+        assert_eq!(
+            expand_secret_path(Path::new("/etc/pathprobe/secret"), none),
+            Ok(PathBuf::from("/etc/pathprobe/secret"))
+        );
+        assert!(
+            expand_secret_path(Path::new("${CREDENTIALS_DIRECTORY}/secret"), none)
+                .unwrap_err()
+                .contains("which is not set: it is set by systemd for a unit with LoadCredential=")
+        );
+        assert!(expand_secret_path(Path::new("${HOME}/secret"), env)
+            .unwrap_err()
+            .contains("only ${CREDENTIALS_DIRECTORY} is expanded"));
+    }
     use crate::host::parse_interrupts;
 
     #[test]

@@ -7,23 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::quantity;
+use crate::metrics::names;
 use crate::probe::Target;
 use crate::protocol::DEFAULT_PORT;
-
-/// Label names pathprobe sets itself; a user label of the same name would
-/// clash with them (or with Prometheus's own `instance` and `job`).
-pub const RESERVED_LABELS: [&str; 10] = [
-    "target",
-    "module",
-    "kind",
-    "direction",
-    "side",
-    "mode",
-    "result",
-    "reason",
-    "instance",
-    "job",
-];
 
 /// Name of a target that has no address (loopback modules only) and no name.
 pub const LOOPBACK_TARGET_NAME: &str = "loopback";
@@ -94,10 +80,15 @@ pub fn check_label_name(name: &str) -> Result<(), String> {
             "{name:?}: names starting with __ are reserved for Prometheus"
         ));
     }
-    if RESERVED_LABELS.contains(&name) {
+    // One list, derived from the metric definitions (and Prometheus' own
+    // `instance` and `job`), so that every label serve would have to drop
+    // is refused here, at its file:line:column.
+    if let Some(owner) = names::label_owner(name) {
         return Err(format!(
-            "{name:?} is set by pathprobe itself; pick another name (reserved: {})",
-            RESERVED_LABELS.join(", ")
+            "{name:?} cannot be a target label: {owner}; pick another name \
+             (pathprobe's: {}; Prometheus': {})",
+            names::reserved_label_names().collect::<Vec<_>>().join(", "),
+            names::PROMETHEUS_LABELS.join(", ")
         ));
     }
     Ok(())
@@ -155,7 +146,54 @@ mod tests {
             .contains("reserved for Prometheus"));
         assert!(check_label_name("target")
             .unwrap_err()
-            .contains("set by pathprobe"));
-        assert!(check_label_name("job").is_err());
+            .contains("pathprobe sets it itself"));
+        // Labels of single metrics, which serve used to drop on every probe.
+        for l in ["flow", "type", "release", "side", "reason"] {
+            assert!(
+                check_label_name(l)
+                    .unwrap_err()
+                    .contains("pathprobe sets it itself"),
+                "{l}"
+            );
+        }
+        assert!(check_label_name("job")
+            .unwrap_err()
+            .starts_with("\"job\" cannot be a target label: Prometheus sets it when it scrapes;"));
+        assert!(check_label_name("instance").is_err());
+    }
+
+    /// The labels comment of config/pathprobe.yml is generated from the
+    /// metric definitions; `PATHPROBE_BLESS_DOCS=1 cargo test --lib`
+    /// rewrites it.
+    #[test]
+    fn default_config_states_the_label_rule() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pathprobe.yml");
+        crate::metrics::names::tests::check_generated(
+            path,
+            "#   labels:   extra labels on all the target's series, e.g. {rack: r12}.\n",
+            "#   port:",
+            &label_rule_comment(),
+        );
+    }
+
+    /// [`names::label_rule_text`] wrapped as the comment under `labels:`.
+    fn label_rule_comment() -> String {
+        let indent = "#             ";
+        let mut out = String::new();
+        let mut line = String::from(indent);
+        for word in names::label_rule_text().replace('`', "").split(' ') {
+            if line.len() > indent.len() && line.len() + 1 + word.len() > 78 {
+                out.push_str(&line);
+                out.push('\n');
+                line = String::from(indent);
+            }
+            if line.len() > indent.len() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        out.push_str(&line);
+        out.push('\n');
+        out
     }
 }

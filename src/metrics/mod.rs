@@ -28,7 +28,7 @@ use crate::responder::ResponderCounters;
 
 pub use host::{HostMetrics, DEFAULT_IRQ_PATTERN};
 pub use service::{HttpRefusal, MeshFigures, ServiceState};
-pub use store::{check_user_label, ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
+pub use store::{check_user_label, ProbeFailure, ProbeKey, ProbeOutcome, ResultStore, SeriesPlan};
 
 /// The Content-Type of [`render`]'s output, as `/metrics` and `/probe`
 /// send it: the text exposition format 0.0.4 (`prometheus::TEXT_FORMAT`),

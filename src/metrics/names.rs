@@ -122,6 +122,20 @@ pub static PROBE_DURATION: MetricDef = def(
     &[],
     "Wall-clock time the latest probe took, from connecting to the final report, successful or not.",
 );
+pub static PROBE_SLOT_WAIT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_slot_wait_seconds",
+    &[],
+    "/probe only: how long the request waited for running scheduled probes to finish before its own started (not part of pathprobe_probe_duration_seconds).",
+);
+pub static PROBE_CLAMPED: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_clamped",
+    &[],
+    "1 if the responder cut the latest probe down to its limits (fewer streams, a shorter or slower test than the module asks for), so its figures are not those of the module; 0 otherwise, and before the first probe.",
+);
 pub static PROBE_LAST_RUN: MetricDef = def(
     Probe,
     Gauge,
@@ -515,6 +529,8 @@ pub static MESH_MEMBERS: MetricDef = def(
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
     &PROBE_DURATION,
+    &PROBE_SLOT_WAIT,
+    &PROBE_CLAMPED,
     &PROBE_LAST_RUN,
     &PROBES,
     &PROBE_FAILURE_INFO,
@@ -576,13 +592,54 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
     ALL.iter().copied().find(|d| d.name == name)
 }
 
-/// Label names a target's own labels may not use, because some per-probe
-/// metric already has a label of that name.
+/// Labels Prometheus itself puts on every series it scrapes (the scrape
+/// job and the scraped address). A target label of the same name would be
+/// renamed `exported_instance` or `exported_job` at scrape time, or, with
+/// `honor_labels`, replace Prometheus' own.
+pub const PROMETHEUS_LABELS: [&str; 2] = ["instance", "job"];
+
+/// Label names a target's own labels may not use because pathprobe sets
+/// them itself: the [`PROBE_LABELS`] and every label of a per-probe
+/// metric, each once, in definition order. Derived from [`ALL`], so a
+/// label added to a metric is reserved with it.
 pub fn reserved_label_names() -> impl Iterator<Item = &'static str> {
-    PROBE_LABELS.into_iter().chain(
+    let mut seen: Vec<&'static str> = Vec::new();
+    for l in PROBE_LABELS.into_iter().chain(
         ALL.iter()
             .filter(|d| d.scope == Scope::Probe)
             .flat_map(|d| d.labels.iter().copied()),
+    ) {
+        if !seen.contains(&l) {
+            seen.push(l);
+        }
+    }
+    seen.into_iter()
+}
+
+/// Why `name` cannot be a target label because someone else sets it
+/// (pathprobe or Prometheus); `None` if nobody does.
+pub fn label_owner(name: &str) -> Option<&'static str> {
+    if reserved_label_names().any(|r| r == name) {
+        Some("pathprobe sets it itself")
+    } else if PROMETHEUS_LABELS.contains(&name) {
+        Some("Prometheus sets it when it scrapes")
+    } else {
+        None
+    }
+}
+
+/// The rule for target label names, in words, for docs/METRICS.md and the
+/// comments of config/pathprobe.yml (both generated from this).
+pub fn label_rule_text() -> String {
+    let quote = |it: &mut dyn Iterator<Item = &'static str>| {
+        it.map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+    };
+    format!(
+        "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ \
+         (Prometheus' own), must not be a label pathprobe sets ({}), and must \
+         not be {}, which Prometheus sets when it scrapes.",
+        quote(&mut reserved_label_names()),
+        quote(&mut PROMETHEUS_LABELS.into_iter()).replace(", ", " or ")
     )
 }
 
@@ -623,7 +680,7 @@ pub fn markdown_reference() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
@@ -648,7 +705,7 @@ mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 56);
+        assert_eq!(ALL.len(), 58);
     }
 
     #[test]
@@ -697,6 +754,27 @@ mod tests {
             assert!(reserved.contains(l), "{l}");
         }
         assert!(!reserved.contains("site"));
+        // What serve used to drop with a log line on every probe.
+        for l in ["flow", "type", "release", "reason"] {
+            assert!(reserved.contains(l), "{l}");
+        }
+        // Each once.
+        assert_eq!(reserved.len(), reserved_label_names().count());
+        // Prometheus', not pathprobe's.
+        assert!(!reserved.contains("instance") && !reserved.contains("job"));
+        assert_eq!(
+            label_owner("job"),
+            Some("Prometheus sets it when it scrapes")
+        );
+        assert_eq!(label_owner("release"), Some("pathprobe sets it itself"));
+        assert_eq!(label_owner("rack"), None);
+        assert_eq!(
+            label_rule_text(),
+            "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
+             must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
+             `result`, `reason`, `flow`, `side`, `mode`, `type`, `release`), and must not be \
+             `instance` or `job`, which Prometheus sets when it scrapes."
+        );
     }
 
     #[test]
@@ -716,19 +794,17 @@ mod tests {
             .contains("| `pathprobe_probe_softirqs` | gauge | `side`, `type` | NET_RX and NET_TX"));
     }
 
-    /// docs/METRICS.md must carry the generated reference verbatim.
-    /// `PATHPROBE_BLESS_DOCS=1 cargo test --lib metrics` rewrites it.
-    #[test]
-    fn docs_match_definitions() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
-        let begin = "<!-- BEGIN GENERATED: metric reference, from src/metrics/names.rs -->\n";
-        let end = "<!-- END GENERATED -->";
+    /// The text between `begin` and the next END marker in `path`, checked
+    /// against `wanted` (and rewritten under PATHPROBE_BLESS_DOCS=1).
+    pub(crate) fn check_generated(path: &str, begin: &str, end: &str, wanted: &str) {
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
-            panic!("{path} lacks the generated-section markers");
+        let Some(b) = text.find(begin) else {
+            panic!("{path} lacks the marker {begin:?}");
+        };
+        let Some(e) = text[b..].find(end).map(|e| e + b) else {
+            panic!("{path} lacks the marker {end:?} after {begin:?}");
         };
         let current = &text[b + begin.len()..e];
-        let wanted = markdown_reference();
         if current != wanted && std::env::var_os("PATHPROBE_BLESS_DOCS").is_some() {
             let new = format!("{}{}{}", &text[..b + begin.len()], wanted, &text[e..]);
             std::fs::write(path, new).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -737,8 +813,30 @@ mod tests {
         assert!(
             current == wanted,
             "{path} is out of date with src/metrics/names.rs; \
-             run `PATHPROBE_BLESS_DOCS=1 cargo test --lib metrics` to regenerate"
+             run `PATHPROBE_BLESS_DOCS=1 cargo test --lib` to regenerate"
         );
+    }
+
+    /// docs/METRICS.md must carry the generated reference and label rule
+    /// verbatim. `PATHPROBE_BLESS_DOCS=1 cargo test --lib metrics` rewrites
+    /// them.
+    #[test]
+    fn docs_match_definitions() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
+        let end = "<!-- END GENERATED -->";
+        check_generated(
+            path,
+            "<!-- BEGIN GENERATED: metric reference, from src/metrics/names.rs -->\n",
+            end,
+            &markdown_reference(),
+        );
+        check_generated(
+            path,
+            "<!-- BEGIN GENERATED: target label rule, from src/metrics/names.rs -->\n",
+            end,
+            &format!("{}\n", label_rule_text()),
+        );
+        let text = std::fs::read_to_string(path).unwrap();
         for d in ALL {
             assert!(
                 text.contains(&format!("`{}`", d.name)),

@@ -69,15 +69,14 @@ fn render_series(
     series: &SeriesState,
     counters: Counters,
 ) {
-    let o = &series.latest;
-    let mut base: Vec<(&str, &str)> = Vec::with_capacity(6 + o.labels.len());
+    let mut base: Vec<(&str, &str)> = Vec::with_capacity(6 + series.labels.len());
     if let Some(key) = key {
         base.push((TARGET, &key.target));
         base.push((MODULE, &key.module));
     }
-    base.push((KIND, &o.kind));
-    base.push((DIRECTION, o.direction.as_str()));
-    base.extend(o.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    base.push((KIND, &series.kind));
+    base.push((DIRECTION, series.direction.as_str()));
+    base.extend(series.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
 
     let mut add = |def: &'static names::MetricDef, extra: &[(&str, &str)], value: f64| {
         let mut labels = Vec::with_capacity(base.len() + extra.len());
@@ -86,6 +85,28 @@ fn render_series(
         out.add(def, &labels, value);
     };
 
+    let clamped = series
+        .latest
+        .as_ref()
+        .and_then(|o| o.result.as_ref().ok())
+        .is_some_and(|r| !r.clamped.is_empty());
+    add(&names::PROBE_CLAMPED, &[], if clamped { 1.0 } else { 0.0 });
+    if counters == Counters::Include {
+        for (result, n) in &series.results {
+            add(&names::PROBES, &[(RESULT, result)], *n as f64);
+        }
+        for flow in series.direction.flows() {
+            let f = [(FLOW, flow.as_str())];
+            let sent = series.sent_bytes.get(flow).copied().unwrap_or(0);
+            add(&names::SENT_BYTES, &f, sent as f64);
+            if let Some(n) = series.retransmits.get(flow) {
+                add(&names::TCP_RETRANSMITS_TOTAL, &f, *n as f64);
+            }
+        }
+    }
+    // Before its first probe a series has only its counters and the
+    // clamped flag, at 0: no measurement is not a measurement of 0.
+    let Some(o) = &series.latest else { return };
     let result = o.result.as_ref().ok();
     add(
         &names::PROBE_SUCCESS,
@@ -93,12 +114,10 @@ fn render_series(
         if result.is_some() { 1.0 } else { 0.0 },
     );
     add(&names::PROBE_DURATION, &[], o.duration.as_secs_f64());
-    add(&names::PROBE_LAST_RUN, &[], unix_seconds(o.ended()));
-    if counters == Counters::Include {
-        for (result, n) in &series.results {
-            add(&names::PROBES, &[(RESULT, result)], *n as f64);
-        }
+    if let Some(wait) = o.slot_wait {
+        add(&names::PROBE_SLOT_WAIT, &[], wait.as_secs_f64());
     }
+    add(&names::PROBE_LAST_RUN, &[], unix_seconds(o.ended()));
     if let Err(failure) = &o.result {
         add(&names::PROBE_FAILURE_INFO, &[(REASON, failure.reason)], 1.0);
     }
@@ -111,13 +130,6 @@ fn render_series(
             &f,
             summary.map_or(0.0, |d| d.throughput_bits_per_second / 8.0),
         );
-        if counters == Counters::Include {
-            let sent = series.sent_bytes.get(flow).copied().unwrap_or(0);
-            add(&names::SENT_BYTES, &f, sent as f64);
-            if let Some(n) = series.retransmits.get(flow) {
-                add(&names::TCP_RETRANSMITS_TOTAL, &f, *n as f64);
-            }
-        }
         let Some(d) = summary else { continue };
         add(&names::RECEIVED_BYTES, &f, d.bytes as f64);
         if let Some(tcp) = &d.tcp {

@@ -6,7 +6,6 @@
 //! module) pair lives under one [`ProbeKey`], so removing the key removes
 //! every series of that pair from /metrics, counters included.
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -72,8 +71,12 @@ pub struct ProbeOutcome {
     pub labels: BTreeMap<String, String>,
     /// When the probe started (before connecting).
     pub started: SystemTime,
-    /// How long the whole probe took, setup and teardown included.
+    /// How long the whole probe took, setup and teardown included, and
+    /// not the wait for a slot before it.
     pub duration: Duration,
+    /// For `/probe`: how long the request waited for a running scheduled
+    /// probe to finish before its own started. `None` for scheduled runs.
+    pub slot_wait: Option<Duration>,
     pub result: Result<ProbeResult, ProbeFailure>,
 }
 
@@ -123,8 +126,8 @@ pub fn check_user_label(name: &str) -> Result<(), MetricsError> {
             "names starting with '__' are reserved by Prometheus",
         ));
     }
-    if names::reserved_label_names().any(|r| r == name) {
-        return Err(invalid("pathprobe uses this label itself"));
+    if let Some(owner) = names::label_owner(name) {
+        return Err(invalid(owner));
     }
     Ok(())
 }
@@ -132,13 +135,57 @@ pub fn check_user_label(name: &str) -> Result<(), MetricsError> {
 /// The latest outcome of one (target, module, direction) and its counters.
 #[derive(Debug, Clone)]
 pub(crate) struct SeriesState {
-    pub latest: ProbeOutcome,
+    /// The module's kind, direction and the target's labels: known from
+    /// the configuration before the first probe, so that the counters can
+    /// exist at 0 from the start.
+    pub kind: String,
+    pub direction: Direction,
+    pub labels: BTreeMap<String, String>,
+    /// `None` until the first probe of this direction ends.
+    pub latest: Option<ProbeOutcome>,
     /// Probes by result label; `success` is always present so that a
     /// success ratio can be computed from the first probe on.
     pub results: BTreeMap<&'static str, u64>,
     pub sent_bytes: BTreeMap<FlowDirection, u64>,
-    /// Only flows that have had a TCP result.
+    /// Only flows that have had a TCP result, or of a TCP module.
     pub retransmits: BTreeMap<FlowDirection, u64>,
+}
+
+impl SeriesState {
+    fn new(kind: &str, direction: Direction, labels: BTreeMap<String, String>, tcp: bool) -> Self {
+        let flows = direction.flows();
+        SeriesState {
+            kind: kind.to_string(),
+            direction,
+            labels,
+            latest: None,
+            results: BTreeMap::from([("success", 0)]),
+            sent_bytes: flows.iter().map(|f| (*f, 0)).collect(),
+            retransmits: if tcp {
+                flows.iter().map(|f| (*f, 0)).collect()
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+}
+
+/// The target's labels that can be metric labels; the configuration
+/// check and discovery have refused the others already.
+fn usable_labels(labels: &BTreeMap<String, String>, warn: bool) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(name, _)| match check_user_label(name) {
+            Ok(()) => true,
+            Err(e) => {
+                if warn {
+                    tracing::warn!(error = %e, "dropping a target label from metrics");
+                }
+                false
+            }
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Everything known about one [`ProbeKey`].
@@ -151,33 +198,27 @@ pub(crate) struct TargetState {
 
 impl TargetState {
     pub fn record(&mut self, mut outcome: ProbeOutcome) {
-        outcome
-            .labels
-            .retain(|name, _| match check_user_label(name) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "dropping a target label from metrics");
-                    false
-                }
+        outcome.labels = usable_labels(&outcome.labels, true);
+        let series = self
+            .directions
+            .entry(outcome.direction.as_str())
+            .or_insert_with(|| {
+                SeriesState::new(
+                    &outcome.kind,
+                    outcome.direction,
+                    outcome.labels.clone(),
+                    false,
+                )
             });
-        let series = match self.directions.entry(outcome.direction.as_str()) {
-            Entry::Vacant(v) => v.insert(SeriesState {
-                latest: outcome,
-                results: BTreeMap::from([("success", 0)]),
-                sent_bytes: BTreeMap::new(),
-                retransmits: BTreeMap::new(),
-            }),
-            Entry::Occupied(o) => {
-                let series = o.into_mut();
-                series.latest = outcome;
-                series
-            }
-        };
+        series.kind.clone_from(&outcome.kind);
+        series.labels.clone_from(&outcome.labels);
+        series.direction = outcome.direction;
+        let latest = series.latest.insert(outcome);
         let SeriesState {
-            latest,
             results,
             sent_bytes,
             retransmits,
+            ..
         } = series;
         *results.entry(latest.result_label()).or_insert(0) += 1;
         for flow in latest.direction.flows() {
@@ -194,6 +235,21 @@ impl TargetState {
             }
         }
     }
+}
+
+/// What the configuration tells of a job's series before it first runs.
+#[derive(Debug, Clone)]
+pub struct SeriesPlan<'a> {
+    /// The module's kind label.
+    pub kind: &'a str,
+    /// Whether it is a TCP kind (which has retransmit counters).
+    pub tcp: bool,
+    /// The probes it runs (two for a `both` module).
+    pub directions: Vec<Direction>,
+    /// The target's own labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Every reason a scheduled run can be skipped for.
+    pub skip_reasons: &'a [&'static str],
 }
 
 /// Thread-safe store of the latest results, shared by the scheduler (which
@@ -219,6 +275,30 @@ impl ResultStore {
     /// direction, and its figures are added to the counters.
     pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) {
         self.lock().entry(key).or_default().record(outcome);
+    }
+
+    /// Creates `key`'s counters at 0 (and keeps any it has), so that they
+    /// exist from the moment the job does, as Prometheus' instrumentation
+    /// guidelines ask: a dashboard then shows 0, not "No data", and
+    /// `rate()` sees the first increase.
+    pub fn register(&self, key: ProbeKey, plan: SeriesPlan<'_>) {
+        let labels = usable_labels(plan.labels, false);
+        let mut targets = self.lock();
+        let target = targets.entry(key).or_default();
+        for reason in plan.skip_reasons {
+            target.skipped.entry(reason).or_insert(0);
+        }
+        for direction in plan.directions {
+            let series = target
+                .directions
+                .entry(direction.as_str())
+                .or_insert_with(|| {
+                    SeriesState::new(plan.kind, direction, labels.clone(), plan.tcp)
+                });
+            if series.latest.is_none() {
+                series.labels.clone_from(&labels);
+            }
+        }
     }
 
     /// Counts a scheduled run of `key` that did not happen, with a reason
@@ -250,7 +330,7 @@ impl ResultStore {
             .flat_map(|(key, t)| {
                 t.directions
                     .values()
-                    .map(move |s| (key.clone(), s.latest.clone()))
+                    .filter_map(move |s| Some((key.clone(), s.latest.clone()?)))
             })
             .collect()
     }
@@ -277,8 +357,9 @@ mod tests {
                 "__name__",
                 "names starting with '__' are reserved by Prometheus",
             ),
-            ("target", "pathprobe uses this label itself"),
-            ("flow", "pathprobe uses this label itself"),
+            ("target", "pathprobe sets it itself"),
+            ("flow", "pathprobe sets it itself"),
+            ("job", "Prometheus sets it when it scrapes"),
         ] {
             let e = check_user_label(bad).unwrap_err();
             assert_eq!(
@@ -296,6 +377,7 @@ mod tests {
             labels: BTreeMap::new(),
             started: SystemTime::UNIX_EPOCH + Duration::from_secs(100),
             duration: Duration::from_millis(2500),
+            slot_wait: None,
             result: Err(ProbeFailure {
                 reason: "timeout",
                 message: "no answer".into(),

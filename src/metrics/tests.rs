@@ -205,6 +205,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         clamped: Vec::new(),
         interval_seconds: None,
         intervals: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 
@@ -220,6 +221,7 @@ fn outcome(
         labels: BTreeMap::from([("site".to_string(), "lab".to_string())]),
         started: at(start),
         duration: Duration::from_millis(6200),
+        slot_wait: None,
         result: r,
     }
 }
@@ -1144,16 +1146,23 @@ fn every_defined_metric_is_exported_with_its_defined_labels() {
         let got: BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
         assert_eq!(got, expected, "labels of {}", s.name);
     }
+    // /probe's own gauge is in /probe output only.
+    let mut one = tcp_send_ok(T0);
+    one.slot_wait = Some(Duration::from_millis(1500));
+    let single = render_single(&[one]).unwrap();
     let missing: Vec<&str> = names::ALL
         .iter()
         .map(|d| d.name)
-        .filter(|n| !seen.contains(n))
+        .filter(|n| !seen.contains(n) && !single.contains(&format!("\n{n}{{")))
         .collect();
     assert!(missing.is_empty(), "never exported: {missing:?}");
     // Each family is announced with the type its definition gives.
     for def in names::ALL {
         let line = format!("# TYPE {} {}", def.name, def.metric_type.as_str());
-        assert!(text.lines().any(|l| l == line), "{line}");
+        assert!(
+            text.lines().chain(single.lines()).any(|l| l == line),
+            "{line}"
+        );
     }
 }
 
@@ -1202,8 +1211,8 @@ fn direct_text_matches_prometheus_text_encoder() {
     );
     let families = proto.into_families();
     // Everything but the seven UDP figures, which no successful UDP
-    // probe provided.
-    assert_eq!(families.len(), names::ALL.len() - 7);
+    // probe provided, and /probe's slot wait.
+    assert_eq!(families.len(), names::ALL.len() - 8);
     assert_eq!(text.encode().unwrap(), expo::encode(&families).unwrap());
 }
 
@@ -1269,4 +1278,132 @@ fn content_type_is_the_text_format_the_encoder_writes() {
         "{CONTENT_TYPE}"
     );
     assert!(CONTENT_TYPE.ends_with("; charset=utf-8"), "{CONTENT_TYPE}");
+}
+
+#[test]
+fn registered_jobs_have_their_counters_at_zero_before_any_run() {
+    let store = ResultStore::new();
+    let labels = BTreeMap::from([("site".to_string(), "lab".to_string())]);
+    let plan = |kind, tcp, directions| SeriesPlan {
+        kind,
+        tcp,
+        directions,
+        labels: &labels,
+        skip_reasons: &["missed", "busy", "timeout"],
+    };
+    store.register(
+        ProbeKey::new("b", "tcp_send"),
+        plan("tcp", true, vec![Direction::Send]),
+    );
+    store.register(
+        ProbeKey::new("c", "udp_both"),
+        plan("udp", false, vec![Direction::Send, Direction::Receive]),
+    );
+    let s = store_text(&store);
+    for reason in ["missed", "busy", "timeout"] {
+        for (t, m) in [("b", "tcp_send"), ("c", "udp_both")] {
+            let with = [("target", t), ("module", m), ("reason", reason)];
+            assert_eq!(
+                value(&s, "pathprobe_scheduler_runs_skipped_total", &with),
+                0.0
+            );
+        }
+    }
+    let tcp = TCP_KEY.to_vec();
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probes_total",
+            &[tcp.as_slice(), &[("result", "success")]].concat()
+        ),
+        0.0
+    );
+    let flow = [tcp.as_slice(), &[("flow", "send")]].concat();
+    assert_eq!(value(&s, "pathprobe_sent_bytes_total", &flow), 0.0);
+    assert_eq!(value(&s, "pathprobe_tcp_retransmits_total", &flow), 0.0);
+    assert_eq!(value(&s, "pathprobe_probe_clamped", &tcp), 0.0);
+    for d in ["send", "receive"] {
+        let with = [("target", "c"), ("direction", d), ("flow", d)];
+        assert_eq!(value(&s, "pathprobe_sent_bytes_total", &with), 0.0);
+    }
+    // UDP has no retransmits, and nothing has been measured yet.
+    assert!(find(&s, "pathprobe_tcp_retransmits_total", &[("target", "c")]).is_empty());
+    for gauge in [
+        "pathprobe_probe_success",
+        "pathprobe_throughput_bytes_per_second",
+        "pathprobe_probe_last_run_timestamp_seconds",
+    ] {
+        assert!(find(&s, gauge, &[]).is_empty(), "{gauge}");
+    }
+    assert!(store.latest().is_empty());
+
+    // The first run counts on from there; registering again keeps counts.
+    store.record(ProbeKey::new("b", "tcp_send"), tcp_send_ok(T0));
+    store.record_skipped(&ProbeKey::new("b", "tcp_send"), "missed");
+    store.register(
+        ProbeKey::new("b", "tcp_send"),
+        plan("tcp", true, vec![Direction::Send]),
+    );
+    let s = store_text(&store);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_probes_total",
+            &[tcp.as_slice(), &[("result", "success")]].concat()
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_scheduler_runs_skipped_total",
+            &[("target", "b"), ("reason", "missed")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&s, "pathprobe_probe_success", &tcp), 1.0);
+}
+
+#[test]
+fn clamped_flag_follows_the_latest_result() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    let mut clamped = tcp_send_ok(T0);
+    if let Ok(r) = &mut clamped.result {
+        r.clamped = vec!["max_duration: duration 10 s clamped to 5 s".into()];
+    }
+    store.record(key.clone(), clamped);
+    let tcp = TCP_KEY.to_vec();
+    assert_eq!(
+        value(&store_text(&store), "pathprobe_probe_clamped", &tcp),
+        1.0
+    );
+    store.record(key.clone(), tcp_send_ok(T0 + 60));
+    assert_eq!(
+        value(&store_text(&store), "pathprobe_probe_clamped", &tcp),
+        0.0
+    );
+    store.record(key, failed("tcp", Direction::Send, T0 + 120, "refused"));
+    assert_eq!(
+        value(&store_text(&store), "pathprobe_probe_clamped", &tcp),
+        0.0
+    );
+}
+
+#[test]
+fn probe_output_reports_the_slot_wait_apart_from_the_duration() {
+    let mut o = tcp_send_ok(T0);
+    o.slot_wait = Some(Duration::from_millis(4250));
+    let s = parse(&render_single(&[o]).unwrap());
+    assert_eq!(value(&s, "pathprobe_probe_slot_wait_seconds", &[]), 4.25);
+    assert_eq!(value(&s, "pathprobe_probe_duration_seconds", &[]), 6.2);
+    // Scheduled runs have no such wait, and /metrics shows none.
+    let store = ResultStore::new();
+    store.record(ProbeKey::new("b", "tcp_send"), tcp_send_ok(T0));
+    assert!(find(
+        &store_text(&store),
+        "pathprobe_probe_slot_wait_seconds",
+        &[]
+    )
+    .is_empty());
 }

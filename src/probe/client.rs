@@ -263,7 +263,9 @@ async fn run_test(
         ));
     }
     for limit in &clamped {
-        tracing::warn!(target = %target, %limit, "the responder cut the test down to its limits");
+        // Debug only: the result carries the clamp (the CLI's `note:` line,
+        // serve's pathprobe_probe_clamped), and a WARN besides says it twice.
+        tracing::debug!(target = %target, %limit, "the responder cut the test down to its limits");
     }
 
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())

@@ -50,6 +50,10 @@ pub struct ProbeResult {
     /// sender's beside them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<IntervalSummary>,
+    /// What the responder could not do as asked (e.g. pin to the `-A`
+    /// CPU), one sentence each; empty when it did everything.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One interval of the test: every stream's figures and a sum per direction.
@@ -571,6 +575,7 @@ impl ProbeResult {
             clamped: Vec::new(),
             interval_seconds: ctx.interval_seconds,
             intervals,
+            warnings: remote.warnings.clone(),
         }
     }
 

@@ -12,6 +12,7 @@
 //! [`TestSide::prepare`] and its loops to its own file, and both ends run it.
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -205,7 +206,9 @@ impl RunningSide {
     /// past the planned end), and returns what this side measured.
     pub async fn finish(self) -> Result<SideStats, DataPathFailed> {
         let expected = self.expected;
+        let warnings = self.run.warnings.clone();
         let (streams, host) = self.run.run(DRAIN_GRACE).await;
+        let warnings = std::mem::take(&mut *warnings.lock().unwrap_or_else(|p| p.into_inner()));
         if streams.len() < expected {
             return Err(DataPathFailed {
                 missing: expected - streams.len(),
@@ -217,6 +220,7 @@ impl RunningSide {
             host,
             kernel_release: crate::host::kernel_release(),
             interface: self.interface,
+            warnings,
         })
     }
 
@@ -240,9 +244,16 @@ impl RunningSide {
 pub const STALL_LIMIT: Duration = Duration::from_secs(3);
 
 /// Starts one thread for `job`; its figures arrive on the returned channel.
+/// What a side could not do as asked, one sentence each, for
+/// [`SideStats::warnings`].
+pub type Warnings = Arc<Mutex<Vec<String>>>;
+
+/// Starts one thread for `job`; its figures arrive on the returned channel,
+/// and what it could not do as asked goes to `warnings` (once per kind).
 pub fn spawn_stream(
     job: StreamJob,
     ctx: StreamContext,
+    warnings: Warnings,
 ) -> std::io::Result<oneshot::Receiver<StreamStats>> {
     let (tx, rx) = oneshot::channel();
     std::thread::Builder::new()
@@ -251,6 +262,13 @@ pub fn spawn_stream(
             if let Some(cpu) = ctx.plan.affinity {
                 if let Err(e) = pin_current_thread(cpu) {
                     tracing::warn!(cpu, error = %e, "could not pin stream thread");
+                    // Sent back to the prober, which would otherwise take
+                    // the figures for pinned ones. One line for all streams.
+                    let w = format!("could not pin the data threads to CPU {cpu}: {e}");
+                    let mut all = warnings.lock().unwrap_or_else(|p| p.into_inner());
+                    if !all.contains(&w) {
+                        all.push(w);
+                    }
                 }
             }
             let mut stats = StreamStats {
@@ -288,6 +306,8 @@ pub struct SideRun {
     pub progress: Progress,
     plan: Plan,
     irqs: Vec<String>,
+    /// Filled by the stream threads.
+    pub warnings: Warnings,
 }
 
 impl SideRun {
@@ -309,8 +329,9 @@ impl SideRun {
             intervals,
         };
         let mut streams = Vec::with_capacity(jobs.len());
+        let warnings = Warnings::default();
         for job in jobs {
-            match spawn_stream(job, ctx.clone()) {
+            match spawn_stream(job, ctx.clone(), warnings.clone()) {
                 Ok(rx) => streams.push(rx),
                 Err(e) => {
                     gate.abort();
@@ -325,6 +346,7 @@ impl SideRun {
             progress,
             plan,
             irqs,
+            warnings,
         })
     }
 

@@ -84,11 +84,41 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
 }
 
 /// Checks the responder's figures for `request` against this side's own.
+/// Most warnings a responder may send with its results, and their longest
+/// length in bytes: they are shown to the user, so a hostile responder must
+/// not flood the terminal or the JSON with them.
+pub const MAX_WARNINGS: usize = 8;
+pub const MAX_WARNING_LEN: usize = 200;
+
+/// The responder's warnings must be few, short, and plain text: a control
+/// character (an ANSI escape, a newline) could forge other output lines.
+pub fn check_warnings(warnings: &[String]) -> Result<(), String> {
+    if warnings.len() > MAX_WARNINGS {
+        return Err(format!(
+            "the responder sent {} warnings, more than {MAX_WARNINGS}",
+            warnings.len()
+        ));
+    }
+    for w in warnings {
+        if w.len() > MAX_WARNING_LEN {
+            return Err(format!(
+                "the responder sent a warning of {} bytes, more than {MAX_WARNING_LEN}",
+                w.len()
+            ));
+        }
+        if w.chars().any(char::is_control) {
+            return Err("the responder sent a warning with control characters".into());
+        }
+    }
+    Ok(())
+}
+
 pub fn check_results(
     request: &TestRequest,
     local: &SideStats,
     remote: &SideStats,
 ) -> Result<(), String> {
+    check_warnings(&remote.warnings)?;
     let layout = stream_layout(request.direction, request.streams);
     let max_seconds = (Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms))
         + DRAIN_GRACE
@@ -623,5 +653,28 @@ mod tests {
         remote.streams[0].udp_received.as_mut().unwrap().packets = 1001;
         let e = check_results(&request, &local, &remote).unwrap_err();
         assert!(e.contains("1001 datagrams"), "{e}");
+    }
+
+    #[test]
+    fn responder_warnings_are_few_short_and_plain() {
+        let ok = vec!["could not pin the data threads to CPU 9: Invalid argument".to_string()];
+        assert_eq!(check_warnings(&ok), Ok(()));
+        assert_eq!(check_warnings(&vec!["w".to_string(); MAX_WARNINGS]), Ok(()));
+        assert_eq!(
+            check_warnings(&vec!["w".to_string(); MAX_WARNINGS + 1]).unwrap_err(),
+            "the responder sent 9 warnings, more than 8"
+        );
+        assert!(check_warnings(&["x".repeat(MAX_WARNING_LEN + 1)]).is_err());
+        assert!(check_warnings(&["ok\x1b[2Jforged".to_string()]).is_err());
+        assert!(check_warnings(&["two\nlines".to_string()]).is_err());
+        // And check_results applies it.
+        let request = asked();
+        let remote = SideStats {
+            warnings: vec!["w".to_string(); 100],
+            ..SideStats::default()
+        };
+        assert!(check_results(&request, &SideStats::default(), &remote)
+            .unwrap_err()
+            .contains("100 warnings"));
     }
 }

@@ -201,6 +201,10 @@ pub struct SideStats {
     /// Interface that carried the test on this side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
+    /// What this side could not do as asked (e.g. pin its data threads to
+    /// the `-A` CPU), one sentence each; the prober shows the responder's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// What happened on the host between two snapshots.

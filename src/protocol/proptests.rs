@@ -173,6 +173,7 @@ prop_compose! {
         counters in any::<(u64, u64, u64, u64)>(),
         kernel_release in text(),
         interface in proptest::option::of(text()),
+        warnings in prop::collection::vec(text(), 0..3),
     ) -> SideStats {
         let (interrupts, interface_interrupts, softirq_net_rx, softirq_net_tx) = counters;
         SideStats {
@@ -183,6 +184,7 @@ prop_compose! {
             },
             kernel_release,
             interface,
+            warnings,
         }
     }
 }

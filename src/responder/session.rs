@@ -106,7 +106,7 @@ pub(super) async fn run(
         Ok(Message::Request(r)) => r,
         Ok(other) => {
             ResponderCounters::inc(&counters.protocol_errors);
-            tracing::debug!(%peer, message = ?other, "expected a test request");
+            tracing::debug!(%peer, message = %describe(&other), "expected a test request");
             return;
         }
         Err(e) => {
@@ -175,8 +175,11 @@ pub(super) async fn run(
     }
     if !admission.clamped.is_empty() {
         ResponderCounters::inc(&counters.tests_clamped);
-        tracing::info!(%peer, clamped = ?admission.clamped, "test clamped to the limits");
+        tracing::info!(%peer, clamped = %admission.clamped.join("; "), "test clamped to the limits");
     }
+    let kind = request.kind;
+    let direction = request.direction;
+    let began = Instant::now();
     let ok = match run_test(
         &mut control,
         peer,
@@ -194,6 +197,19 @@ pub(super) async fn run(
             // find the responder free and the count current.
             ResponderCounters::inc(&counters.tests_succeeded);
             drop(slot);
+            // One line per test, as a server log should have: who, what,
+            // how much and how long. Not rate-limited: tests are already
+            // held to one at a time and to the per-client allowance.
+            let bytes: u64 = stats.streams.iter().map(|s| s.bytes).sum();
+            tracing::info!(
+                %peer,
+                kind = %kind,
+                direction = %direction,
+                streams = stats.streams.len(),
+                bytes,
+                duration_seconds = format!("{:.3}", began.elapsed().as_secs_f64()),
+                "test done"
+            );
             let results = Message::Results(Box::new(stats));
             match control.send(&results, timeout).await {
                 Ok(()) => true,
@@ -383,7 +399,7 @@ async fn run_test(
         msg = control.recv(timeout + Duration::from_secs(1)) => {
             return Err(TestError::Unexpected {
                 expected: "the data streams",
-                got: format!("{:?}", msg.map(|m| describe(&m))),
+                got: describe_recv(&msg),
             });
         }
     };
@@ -433,12 +449,12 @@ async fn run_test(
         tokio::select! {
             out = &mut run => break out?,
             msg = control.recv(Duration::from_secs(24 * 3600)) => {
-                limited_info!(shared.log, "interrupted", %peer, message = ?msg.as_ref().map(|_| ()), "prober interrupted the test");
+                limited_info!(shared.log, "interrupted", %peer, message = %describe_recv(&msg), "prober interrupted the test");
                 stop.stop();
                 let _ = (&mut run).await;
                 return Err(TestError::Unexpected {
                     expected: "silence during the test",
-                    got: format!("{:?}", msg.map(|m| describe(&m))),
+                    got: describe_recv(&msg),
                 });
             }
             _ = watchdog.tick() => {
@@ -459,16 +475,41 @@ async fn run_test(
     Ok(stats)
 }
 
-/// A short description of a peer's message for logs and errors.
-fn describe(msg: &Message) -> String {
-    let mut s = format!("{msg:?}");
-    if s.len() > 200 {
-        let mut cut = 200;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
+/// What a receive brought, in words for logs and errors: a message by its
+/// type, or why none came ("the peer closed the control connection"),
+/// never Rust's debug form.
+fn describe_recv(msg: &Result<Message, ControlError>) -> String {
+    match msg {
+        Ok(m) => format!("a {} message", message_type(m)),
+        Err(e) => e.to_string(),
     }
-    s
+}
+
+/// A message's type as the wire names it (`start`, `results`, ...).
+fn message_type(msg: &Message) -> String {
+    serde_json::to_value(msg)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(String::from))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A peer's message for logs and errors: its type only, as a hostile
+/// peer's message can be large and is not repeated.
+fn describe(msg: &Message) -> String {
+    format!("a {} message", message_type(msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receives_are_described_in_words_not_debug_text() {
+        assert_eq!(
+            describe_recv(&Err(ControlError::Closed)),
+            "the peer closed the control connection"
+        );
+        assert_eq!(describe_recv(&Ok(Message::Start)), "a start message");
+        assert_eq!(describe(&Message::Ready), "a ready message");
+    }
 }

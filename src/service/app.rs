@@ -45,7 +45,7 @@ impl App for ServiceApp {
 
     fn probe(
         &self,
-        target: String,
+        target: Option<String>,
         module: String,
         timeout: Option<Duration>,
     ) -> BoxFuture<Result<ProbeResponse, ProbeRequestError>> {
@@ -59,14 +59,28 @@ impl App for ServiceApp {
                     known.join(", ")
                 )));
             };
-            let endpoint = if m.is_loopback() {
-                None
-            } else {
-                Some(
-                    Target::parse(&target, DEFAULT_PORT)
+            // As the configuration check refuses an address on a loopback
+            // target: a probe of this host must not pass for one of `target`.
+            let endpoint = match (m.is_loopback(), &target) {
+                (true, None) => None,
+                (true, Some(t)) => {
+                    return Err(ProbeRequestError::BadRequest(format!(
+                        "module {module:?} is a loopback module, which probes this host itself; \
+                         it takes no target (got target={t:?}): use /probe?module={module}"
+                    )))
+                }
+                (false, Some(t)) => Some(
+                    Target::parse(t, DEFAULT_PORT)
                         .map_err(|e| ProbeRequestError::BadRequest(e.to_string()))?,
-                )
+                ),
+                (false, None) => {
+                    return Err(ProbeRequestError::BadRequest(format!(
+                        "module {module:?} probes a remote responder: \
+                         expected /probe?target=HOST[:PORT]&module={module}"
+                    )))
+                }
             };
+            let target = target.unwrap_or_else(|| crate::config::LOOPBACK_TARGET_NAME.to_string());
             let forbidden = |why: String| {
                 shared.state.http_refused(HttpRefusal::ProbeForbidden);
                 tracing::info!(%target, %module, reason = %why, "/probe refused");
@@ -100,10 +114,11 @@ impl App for ServiceApp {
             let max_probing = config.scheduler.max_concurrent_probes;
             let mut outcomes = Vec::new();
             for (direction, spec) in m.specs() {
-                let started = SystemTime::now();
-                let clock = Instant::now();
                 let _ = writeln!(debug, "- {direction} probe: {spec:?}");
-                let result = match tokio::time::timeout_at(deadline.into(), async {
+                let queued = Instant::now();
+                // When the probe itself began, after the wait for the slot.
+                let mut began: Option<(Instant, SystemTime)> = None;
+                let run = tokio::time::timeout_at(deadline.into(), async {
                     // Wait for the host's test slot (a scheduled probe, or a
                     // test this host serves): concurrent tests share the NIC
                     // and spoil each other's figures. The wait is bounded
@@ -112,10 +127,13 @@ impl App for ServiceApp {
                         .acquire_probe(max_probing, budget, deadline.into())
                         .await
                         .ok()?;
+                    began = Some((Instant::now(), SystemTime::now()));
                     Some(run_contained(endpoint.clone(), spec, m.ipv6).await)
                 })
-                .await
-                {
+                .await;
+                let (run_start, started) = began.unwrap_or((Instant::now(), SystemTime::now()));
+                let slot_wait = run_start.saturating_duration_since(queued);
+                let result = match run {
                     Ok(Some(Ok(r))) => {
                         debug.push_str(&crate::report::text(&r, true));
                         Ok(r)
@@ -132,12 +150,16 @@ impl App for ServiceApp {
                         })
                     }
                 };
+                if !slot_wait.is_zero() {
+                    let _ = writeln!(debug, "  waited {slot_wait:?} for the host's test slot");
+                }
                 outcomes.push(ProbeOutcome {
                     kind: m.kind.as_str().to_string(),
                     direction,
                     labels: Default::default(),
                     started,
-                    duration: clock.elapsed(),
+                    duration: run_start.elapsed(),
+                    slot_wait: Some(slot_wait),
                     result,
                 });
             }
@@ -188,7 +210,13 @@ impl App for ServiceApp {
                             u.jitter_seconds * 1e3
                         );
                     }
-                    ("ok".to_string(), f)
+                    // A cut-down test must not look like the one asked for.
+                    if r.clamped.is_empty() {
+                        ("ok".to_string(), f)
+                    } else {
+                        let _ = write!(f, "; clamped: {}", r.clamped.join("; "));
+                        ("ok, clamped".to_string(), escape(&f))
+                    }
                 }
                 Err(f) => (format!("failed: {}", f.reason), escape(&f.message)),
             };

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Config, Module};
+use crate::config::{Config, Module, ModuleKind};
 use crate::discovery::DiscoveredTarget;
+use crate::metrics::{ProbeKey, ResultStore, SeriesPlan};
 use crate::probe::Target;
-use crate::scheduler::{Job, JobKey};
+use crate::scheduler::{Job, JobKey, Skip};
 
 /// What a job runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +89,26 @@ pub fn build(
     jobs.sort_by(|a, b| a.key.cmp(&b.key));
     jobs.dedup_by(|a, b| a.key == b.key);
     jobs
+}
+
+/// Creates every job's counters in `store` at 0 (the skip counters, and
+/// per direction the probe, byte and retransmit counters), so that they
+/// exist from the moment the job does rather than from its first event.
+pub fn register(store: &ResultStore, jobs: &[Job<ProbeJob>]) {
+    let skip_reasons = Skip::ALL.map(Skip::as_str);
+    for job in jobs {
+        let module = &job.payload.module;
+        store.register(
+            ProbeKey::new(job.key.target.clone(), job.key.module.clone()),
+            SeriesPlan {
+                kind: module.kind.as_str(),
+                tcp: matches!(module.kind, ModuleKind::Tcp | ModuleKind::LoopbackTcp),
+                directions: module.specs().into_iter().map(|(d, _)| d).collect(),
+                labels: &job.payload.labels,
+                skip_reasons: &skip_reasons,
+            },
+        );
+    }
 }
 
 /// Whether a target names this host, for mesh mode: a literal address of

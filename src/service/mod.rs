@@ -252,6 +252,7 @@ pub async fn run(
             .collect();
         // Removed targets stop, and their series go with them.
         store.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        jobs::register(&store, &jobs);
         tracing::info!(
             jobs = jobs.len(),
             discovered = discovered.len(),

@@ -82,6 +82,7 @@ pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
             labels: job.labels.clone(),
             started,
             duration: clock.elapsed(),
+            slot_wait: None,
             result,
         });
         if busy.is_some() {
@@ -142,6 +143,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                         labels: job.payload.labels.clone(),
                         started: SystemTime::now(),
                         duration: Duration::ZERO,
+                        slot_wait: None,
                         result: Err(ProbeFailure {
                             reason,
                             message: format!("run {}", why.as_str()),

@@ -816,3 +816,133 @@ fn check_config_catches_schedule_congestion_and_tab_mistakes() {
         "{err}"
     );
 }
+
+#[test]
+fn clamped_probe_says_so_once_in_a_note_without_a_warning() {
+    let r = Responder::start(&["--max-duration", "0.5s"]);
+    let out = run(
+        bin().args(["probe", "-t", "2", &r.addr]),
+        Duration::from_secs(20),
+    );
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        text.matches("note: the responder clamped").count(),
+        1,
+        "{text}"
+    );
+    assert!(!err.contains("WARN") && !err.contains("clamp"), "{err}");
+}
+
+#[test]
+fn responder_logs_one_plain_line_per_test() {
+    let turn = turn::shared();
+    let mut child = bin()
+        .args(["respond", "--listen", "127.0.0.1", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.split_whitespace().nth(4).unwrap().to_string();
+    let r = Responder {
+        child,
+        addr,
+        _turn: turn,
+    };
+    for _ in 0..2 {
+        let out = run(
+            bin().args(["probe", "-t", "0.3", &r.addr]),
+            Duration::from_secs(20),
+        );
+        assert!(out.status.success());
+    }
+    let mut r = r;
+    let mut stderr = r.child.stderr.take().unwrap();
+    unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) };
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut log).unwrap();
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in a piped log: {log:?}"
+    );
+    let done: Vec<&str> = log.lines().filter(|l| l.contains("test done")).collect();
+    assert_eq!(done.len(), 2, "{log}");
+    for l in done {
+        assert!(l.contains(" INFO "), "{l}");
+        assert!(l.contains("peer=127.0.0.1:"), "{l}");
+        assert!(
+            l.contains("kind=tcp") && l.contains("direction=send"),
+            "{l}"
+        );
+        let bytes: u64 = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("bytes="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(bytes > 0, "{l}");
+        assert!(l.contains("duration_seconds="), "{l}");
+    }
+}
+
+#[test]
+fn serve_reports_a_startup_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yml");
+    let out = run(
+        bin().args([
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--config.file",
+            missing.to_str().unwrap(),
+        ]),
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("nope.yml").count(), 1, "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+}
+
+#[test]
+fn remote_pinning_failure_comes_back_as_a_note() {
+    // CPU 1000 is inside cpu_set_t but on no machine this runs on, so the
+    // responder's sched_setaffinity fails for real.
+    let r = Responder::start(&[]);
+    let out = run(
+        bin().args(["probe", "-t", "0.3", "-A", "0,1000", &r.addr]),
+        Duration::from_secs(20),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("note: the responder could not pin"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{text}");
+    assert!(notes[0].contains("CPU 1000"), "{text}");
+
+    let out = run(
+        bin().args(["probe", "-J", "-t", "0.3", "-A", "0,1000", &r.addr]),
+        Duration::from_secs(20),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = v["warnings"].as_array().expect("warnings in the JSON");
+    assert_eq!(w.len(), 1, "{v}");
+    assert!(w[0]
+        .as_str()
+        .unwrap()
+        .starts_with("could not pin the data threads to CPU 1000"));
+}

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use pathprobe::config::Config;
 use serde_yaml::Value;
 
+mod binary;
+mod compare_script;
 mod compose;
 mod dockerfile;
 mod dockerignore;

@@ -269,7 +269,7 @@ async fn http_limits_refuse_probes_and_connections() {
     // place goes to one of them.
     let addr = run.http;
     let tries: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(async move { http(addr, "GET", "/probe?target=x&module=lo").await }))
+        .map(|_| tokio::spawn(async move { http(addr, "GET", "/probe?module=lo").await }))
         .collect();
     let mut statuses = Vec::new();
     for t in tries {
@@ -406,4 +406,182 @@ async fn a_host_probing_out_tells_probers_busy() {
     probe::probe(&me, &spec)
         .await
         .expect("served once the probe ended");
+}
+
+/// Waits for `/-/ready`, which the service answers once its first
+/// schedule (and so every job's series) is in place.
+async fn ready(run: &InProcess) {
+    let start = Instant::now();
+    while run.request("GET", "/-/ready").await.0 != 200 {
+        assert!(start.elapsed() < Duration::from_secs(15), "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_exist_at_zero_from_the_start_and_probe_refuses_a_target_for_loopback() {
+    // Hourly jobs against nobody: their first run is, almost always, far
+    // off; whichever way, nothing is skipped and nothing succeeds.
+    let run = InProcess::start(
+        r#"
+scheduler: {default_interval: 1h}
+modules:
+  tcp: {kind: tcp, duration: 500ms}
+  udp_both: {kind: udp, duration: 500ms, bitrate: 10M, direction: both}
+  lo: {kind: loopback_tcp, duration: 200ms}
+targets:
+  - {name: nobody, address: "127.0.0.1:1", modules: [tcp, udp_both], labels: {site: x}}
+"#,
+    )
+    .await;
+    ready(&run).await;
+    let (_, body) = run.request("GET", "/metrics").await;
+    for module in ["tcp", "udp_both"] {
+        for reason in ["missed", "busy", "timeout"] {
+            let labels = [
+                "target=\"nobody\"",
+                &format!("module=\"{module}\""),
+                &format!("reason=\"{reason}\""),
+            ];
+            assert_eq!(
+                sample(&body, "pathprobe_scheduler_runs_skipped_total", &labels),
+                Some(0.0),
+                "{module} {reason}:\n{body}"
+            );
+        }
+    }
+    let tcp = ["target=\"nobody\"", "module=\"tcp\"", "site=\"x\""];
+    let with = |extra: &'static str| [tcp[0], tcp[1], tcp[2], extra];
+    assert_eq!(
+        sample(&body, "pathprobe_probes_total", &with("result=\"success\"")),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "pathprobe_sent_bytes_total", &with("flow=\"send\"")),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "pathprobe_tcp_retransmits_total",
+            &with("flow=\"send\"")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(sample(&body, "pathprobe_probe_clamped", &tcp), Some(0.0));
+    for d in ["send", "receive"] {
+        let labels = [
+            "module=\"udp_both\"",
+            &format!("direction=\"{d}\""),
+            &format!("flow=\"{d}\""),
+        ];
+        assert_eq!(
+            sample(&body, "pathprobe_sent_bytes_total", &labels),
+            Some(0.0),
+            "{body}"
+        );
+    }
+    promtool::check_metrics(&body);
+
+    // A loopback module probes this host: a target would be a lie.
+    let (status, text) = run.request("GET", "/probe?target=10.9.9.9&module=lo").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("loopback module") && text.contains("/probe?module=lo"),
+        "{text}"
+    );
+    let (status, text) = run.request("GET", "/probe?module=tcp").await;
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = run.request("GET", "/probe?module=lo").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        sample(&text, "pathprobe_probe_success", &[]),
+        Some(1.0),
+        "{text}"
+    );
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clamped_probes_are_flagged_in_metrics_and_on_the_landing_page() {
+    let peer = pathprobe::responder::ResponderConfig {
+        max_duration: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let run = InProcess::start_with_peer(
+        r#"
+modules:
+  long: {kind: tcp, duration: 1s}
+targets:
+  - {name: peer, address: "PEER", modules: [long], interval: 5s}
+"#,
+        peer,
+    )
+    .await;
+    let body = run
+        .wait_for(Duration::from_secs(30), |b| {
+            sample(b, "pathprobe_probe_success", &["target=\"peer\""]).is_some()
+        })
+        .await;
+    assert_eq!(
+        sample(&body, "pathprobe_probe_success", &["target=\"peer\""]),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "pathprobe_probe_clamped",
+            &["target=\"peer\"", "module=\"long\""]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    let (_, page) = run.request("GET", "/").await;
+    assert!(page.contains("ok, clamped"), "{page}");
+    assert!(page.contains("max_duration"), "{page}");
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_duration_leaves_out_the_wait_for_a_scheduled_probe() {
+    // One slot: a /probe arriving while the 2 s scheduled probe runs waits.
+    let run = InProcess::start(
+        r#"
+scheduler: {max_concurrent_probes: 1, jitter: 0}
+modules:
+  busy: {kind: loopback_tcp, duration: 2s}
+  short: {kind: loopback_tcp, duration: 200ms}
+targets:
+  - {name: loopback, modules: [busy], interval: 3s}
+"#,
+    )
+    .await;
+    ready(&run).await;
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "no /probe ever waited"
+        );
+        let asked = Instant::now();
+        let (status, text) = run.request("GET", "/probe?module=short").await;
+        let elapsed = asked.elapsed().as_secs_f64();
+        assert_eq!(status, 200, "{text}");
+        let wait = sample(&text, "pathprobe_probe_slot_wait_seconds", &[]).expect(&text);
+        let duration = sample(&text, "pathprobe_probe_duration_seconds", &[]).unwrap();
+        assert!(
+            wait + duration <= elapsed + 0.01,
+            "{wait} + {duration} > {elapsed}"
+        );
+        if wait > 0.3 {
+            // The probe itself is what remains of the request.
+            assert!(duration <= elapsed - wait + 0.01, "{text}");
+            assert!(duration < elapsed - 0.29, "{text}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    run.shutdown().await;
 }

@@ -388,11 +388,18 @@ pub struct InProcess {
 
 impl InProcess {
     pub async fn start(yaml: &str) -> InProcess {
+        Self::start_with_peer(yaml, pathprobe::responder::ResponderConfig::default()).await
+    }
+
+    /// As [`InProcess::start`], with the peer responder's limits given.
+    pub async fn start_with_peer(
+        yaml: &str,
+        peer_config: pathprobe::responder::ResponderConfig,
+    ) -> InProcess {
         use pathprobe::responder::bind;
         use pathprobe::service::{self, ConfigSource, Listeners};
         let turn = turn::shared();
-        let (peer, _, peer_stop) =
-            super::responder::start(pathprobe::responder::ResponderConfig::default()).await;
+        let (peer, _, peer_stop) = super::responder::start(peer_config).await;
         let mut config = tempfile::Builder::new().suffix(".yml").tempfile().unwrap();
         config
             .write_all(yaml.replace("PEER", &peer.to_string()).as_bytes())

@@ -160,3 +160,80 @@ fn systemd_unit_is_hardened_and_its_command_line_runs() {
         ("WantedBy".to_string(), "multi-user.target".to_string())
     );
 }
+
+/// The secret drop-in: systemd copies the root-only secret for the dynamic
+/// user, and the configuration deploy/README.md gives finds the copy
+/// through $CREDENTIALS_DIRECTORY. Without systemd, the copy is made here
+/// and the variable set as systemd sets it.
+#[test]
+fn systemd_secret_reaches_the_dynamic_user_through_load_credential() {
+    let dropin = parse_unit(&read(
+        &repo().join("deploy/systemd/pathprobe.service.d/secret.conf"),
+    ));
+    assert_eq!(dropin.keys().collect::<Vec<_>>(), ["Service"]);
+    let [(key, value)] = dropin["Service"].as_slice() else {
+        panic!("one directive expected: {:?}", dropin["Service"]);
+    };
+    assert_eq!(key, "LoadCredential");
+    let (name, source) = value.split_once(':').expect("LoadCredential=ID:PATH");
+    assert_eq!(source, "/etc/pathprobe/secret");
+    // The unit it extends runs as a dynamic user: the reason for all this.
+    let unit = parse_unit(&read(&repo().join("deploy/systemd/pathprobe.service")));
+    assert!(unit["Service"]
+        .iter()
+        .any(|(k, v)| k == "DynamicUser" && v == "yes"));
+
+    // The configuration the README gives, as the service would load it.
+    let readme = read(&repo().join("deploy/README.md"));
+    let section = &readme[readme
+        .find("### The shared secret under systemd")
+        .expect("README section")..];
+    let yaml = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a yaml block");
+    assert!(
+        yaml.contains(&format!("${{CREDENTIALS_DIRECTORY}}/{name}")),
+        "{yaml}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    let secret = credentials.join(name);
+    std::fs::write(&secret, "a-long-enough-shared-secret-0123456789\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let config = dir.path().join("pathprobe.yml");
+    std::fs::write(&config, yaml).unwrap();
+
+    let check = |env: Option<&Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("check-config").arg(&config);
+        cmd.env_remove("CREDENTIALS_DIRECTORY");
+        if let Some(d) = env {
+            cmd.env("CREDENTIALS_DIRECTORY", d);
+        }
+        run_bounded(&mut cmd, Duration::from_secs(20))
+    };
+    let out = check(Some(&credentials));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(": OK"), "{}", text(&out.stdout));
+    // Outside systemd the variable is unset, and the error says what sets it.
+    let out = check(None);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr)
+            .contains("which is not set: it is set by systemd for a unit with LoadCredential="),
+        "{}",
+        text(&out.stderr)
+    );
+    // A wrong directory is the file's own error, not a silent empty secret.
+    let out = check(Some(dir.path()));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("cannot read secret file"),
+        "{}",
+        text(&out.stderr)
+    );
+}

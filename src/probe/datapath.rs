@@ -17,9 +17,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::spec::FlowDirection;
 use super::stats::{IntervalStats, Role, StreamStats};
 use crate::host::ThreadUsage;
+use crate::protocol::FlowDirection;
 
 /// Time allowed after the planned end for data to drain before streams
 /// are stopped. Both ends use it: the responder to bound its run, the

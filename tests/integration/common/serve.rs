@@ -44,7 +44,8 @@ pub struct Limits {
 }
 
 impl Limits {
-    fn apply(self, cmd: &mut Command) {
+    /// Sets the limits on `cmd`'s child.
+    pub fn apply(self, cmd: &mut Command) {
         use std::os::unix::process::CommandExt;
         if self.nofile.is_none() && self.address_space.is_none() {
             return;

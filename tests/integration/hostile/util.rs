@@ -8,14 +8,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pathprobe::probe::{self, ProbeSpec, Target};
-use pathprobe::responder::{bind, Responder, ResponderConfig, ResponderCounters};
+use pathprobe::responder::{ResponderConfig, ResponderCounters};
 use tokio::net::{TcpSocket, TcpStream};
 
 pub const PROBER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
@@ -49,37 +48,12 @@ pub fn raise_nofile() {
     }
 }
 
-/// Resource limits a victim child starts under (soft = hard).
-#[derive(Clone, Copy, Default)]
-pub struct Limits {
-    pub nofile: Option<u64>,
-    /// Address space: an allocation explosion aborts the child, not the machine.
-    pub address_space: Option<u64>,
-}
+/// Resource limits a victim child starts under (soft = hard): the
+/// harness's own.
+pub use crate::common::serve::Limits;
 
 pub fn apply_limits(cmd: &mut Command, limits: Limits) {
-    // SAFETY: only async-signal-safe setrlimit between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let set = |res, v: u64| {
-                let lim = libc::rlimit {
-                    rlim_cur: v as libc::rlim_t,
-                    rlim_max: v as libc::rlim_t,
-                };
-                if libc::setrlimit(res, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            };
-            if let Some(n) = limits.nofile {
-                set(libc::RLIMIT_NOFILE, n)?;
-            }
-            if let Some(a) = limits.address_space {
-                set(libc::RLIMIT_AS, a)?;
-            }
-            Ok(())
-        });
-    }
+    limits.apply(cmd);
 }
 
 /// A child process, killed when dropped. Its stderr is kept (the first
@@ -224,23 +198,16 @@ pub fn sample(body: &str, metric: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// An in-process responder on 127.0.0.1, stopped when the sender drops.
+/// An in-process responder on 127.0.0.1 (the harness's), stopped when the
+/// returned handle drops.
 pub async fn responder(
     config: ResponderConfig,
 ) -> (
     SocketAddr,
     Arc<ResponderCounters>,
-    tokio::sync::oneshot::Sender<()>,
+    crate::common::responder::Stop,
 ) {
-    let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let r = Responder::new(tcp, udp, config).unwrap();
-    let addr = r.local_addr().unwrap();
-    let counters = r.counters();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(r.serve(async {
-        let _ = rx.await;
-    }));
-    (addr, counters, tx)
+    crate::common::responder::start(config).await
 }
 
 /// A short TCP probe from `from`.

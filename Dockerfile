@@ -17,7 +17,7 @@
 
 # The build image's Rust must be at least the highest rust-version among the
 # crate and the dependencies Cargo.lock pins for the build (1.89 today, set
-# by uuid through hickory-resolver; tests/deploy.rs checks it); 1.95 is the
+# by uuid through hickory-resolver; tests/integration/deploy/ checks it); 1.95 is the
 # toolchain the tests run with. The Debian release must be the runtime
 # image's, so that the binary finds the glibc it was linked against.
 ARG RUST_VERSION=1.95

@@ -213,6 +213,11 @@ pub struct ProbeArgs {
     /// Per-stream and per-host detail (-V as in iperf3).
     #[arg(short, long, visible_short_alias = 'V')]
     pub verbose: bool,
+    /// UDP without segmentation and receive offload (GSO/GRO) on either
+    /// end: sendmmsg and recvmmsg, for figures comparable with history or
+    /// with tools that do not use them.
+    #[arg(long)]
+    no_offload: bool,
     /// Accepted for iperf3's habit and ignored: pathprobe's data path needs
     /// no zero-copy mode.
     #[arg(short = 'Z', long)]
@@ -506,6 +511,7 @@ impl ProbeArgs {
                 .map_err(|e| ProbeError::BadArgument(format!("{e:#}")))?,
             interval: self.interval.filter(|i| !i.is_zero()),
             interval_events: None,
+            no_offload: self.no_offload,
         })
     }
 }

@@ -167,6 +167,14 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                     u.packets_duplicated,
                     u.jitter_seconds * 1e3
                 );
+                let _ = write!(
+                    out,
+                    "; send {}, receive {} ({} coalesced, {} dropped at the socket)",
+                    u.send_mode.unwrap_or("?"),
+                    u.receive_mode.unwrap_or("?"),
+                    u.packets_coalesced,
+                    u.packets_dropped_at_socket
+                );
             }
             out.push('\n');
         }
@@ -495,7 +503,10 @@ mod tests {
     #[test]
     fn udp_line_reports_loss_from_the_senders_count() {
         let mut tx = stream(Role::Sender, 1448 * 1000, 0.1);
-        tx.udp_sent = Some(UdpSendStats { packets: 1000 });
+        tx.udp_sent = Some(UdpSendStats {
+            packets: 1000,
+            mode: None,
+        });
         let mut rx = stream(Role::Receiver, 1448 * 990, 0.1);
         rx.udp_received = Some(UdpReceiveStats {
             packets: 990,

@@ -269,6 +269,13 @@ pub static UDP_JITTER: MetricDef = def(
     &[FLOW],
     "UDP inter-arrival jitter (RFC 3550) at the end of the latest probe, averaged over streams.",
 );
+pub static UDP_SOCKET_DROPS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_udp_socket_dropped_packets",
+    &[FLOW],
+    "UDP datagrams the receiving socket dropped for lack of buffer room (SO_RXQ_OVFL) in the latest probe; part of the lost ones.",
+);
 pub static PROBE_CPU: MetricDef = def(
     Probe,
     Gauge,
@@ -550,6 +557,7 @@ pub static ALL: &[&MetricDef] = &[
     &UDP_DUPLICATED,
     &UDP_LOSS,
     &UDP_JITTER,
+    &UDP_SOCKET_DROPS,
     &PROBE_CPU,
     &PROBE_HOST_CPU,
     &PROBE_INTERRUPTS,

@@ -151,6 +151,11 @@ fn render_series(
             add(&names::UDP_DUPLICATED, &f, udp.packets_duplicated as f64);
             add(&names::UDP_LOSS, &f, udp.loss_ratio);
             add(&names::UDP_JITTER, &f, udp.jitter_seconds);
+            add(
+                &names::UDP_SOCKET_DROPS,
+                &f,
+                udp.packets_dropped_at_socket as f64,
+            );
         }
     }
 

@@ -174,6 +174,7 @@ fn udp_flow(flow: FlowDirection) -> DirectionSummary {
             jitter_seconds: 0.000_8,
             sent_bits_per_second: 1_024_000.0,
             received_bits_per_second: 1_000_000.0,
+            ..Default::default()
         }),
     }
 }

@@ -50,6 +50,31 @@ impl UdpAccount {
     /// Records one datagram. Times are nanoseconds on the sender's and the
     /// receiver's clocks; only differences matter, so the clocks need not agree.
     pub fn record(&mut self, seq: u64, send_ns: u64, arrival_ns: u64) {
+        if !self.record_sequence(seq) {
+            return;
+        }
+        self.sample_jitter(send_ns, arrival_ns);
+    }
+
+    /// Records a datagram whose own arrival time is unknown: one that came
+    /// after the first in a coalesced (GRO) buffer, which the kernel stamps
+    /// once. It counts for loss, order and duplicates, not for jitter.
+    pub fn record_untimed(&mut self, seq: u64) {
+        self.record_sequence(seq);
+    }
+
+    /// RFC 3550 6.4.1: J += (|D(i-1,i)| - J) / 16, D from transit times.
+    fn sample_jitter(&mut self, send_ns: u64, arrival_ns: u64) {
+        let transit = arrival_ns as i128 - send_ns as i128;
+        if let Some(last) = self.last_transit_ns {
+            let d = (transit - last).abs() as f64;
+            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+        }
+        self.last_transit_ns = Some(transit);
+    }
+
+    /// Counts `seq`; whether it was new (not a duplicate).
+    fn record_sequence(&mut self, seq: u64) -> bool {
         if seq >= self.next_expected || self.next_expected == 0 {
             // Clear the bits of sequences skipped over, so the window reflects
             // only what is still recent.
@@ -74,21 +99,14 @@ impl UdpAccount {
             let (w, b) = self.bit(seq);
             if !too_old && *w & b != 0 {
                 self.duplicates += 1;
-                return;
+                return false;
             }
             *w |= b;
             self.out_of_order += 1;
         }
         self.first_seq = Some(self.first_seq.map_or(seq, |f| f.min(seq)));
         self.unique += 1;
-
-        // RFC 3550 6.4.1: J += (|D(i-1,i)| - J) / 16, D from transit times.
-        let transit = arrival_ns as i128 - send_ns as i128;
-        if let Some(last) = self.last_transit_ns {
-            let d = (transit - last).abs() as f64;
-            self.jitter_ns += (d - self.jitter_ns) / 16.0;
-        }
-        self.last_transit_ns = Some(transit);
+        true
     }
 
     pub fn unique(&self) -> u64 {
@@ -111,6 +129,7 @@ impl UdpAccount {
             out_of_order: self.out_of_order,
             duplicates: self.duplicates,
             jitter_seconds: self.jitter_ns / 1e9,
+            ..UdpReceiveStats::default()
         }
     }
 }
@@ -185,6 +204,28 @@ mod tests {
         let s = a.finish(None);
         assert_eq!(s.duplicates, 0);
         assert_eq!(s.out_of_order, 1);
+    }
+
+    #[test]
+    fn untimed_datagrams_count_but_leave_jitter_alone() {
+        // Buffers of 4 coalesced datagrams: the first of each is timed.
+        let mut a = UdpAccount::default();
+        for buffer in 0..100u64 {
+            let first = buffer * 4;
+            a.record(first, first * 1000, 5000 + buffer * 4000);
+            for seq in first + 1..first + 4 {
+                if seq != 201 {
+                    a.record_untimed(seq);
+                }
+            }
+        }
+        a.record_untimed(3);
+        let s = a.finish(Some(400));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (399, 1, 0, 1)
+        );
+        assert_eq!(s.jitter_seconds, 0.0);
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Plan {
     pub test_id: u32,
     /// Interval reports, when asked for.
     pub interval: Option<IntervalPlan>,
+    /// UDP: use GSO and GRO where the kernel has them (docs/UDP.md).
+    pub offload: bool,
 }
 
 /// Most interval records one side keeps over all its streams. They travel
@@ -450,6 +452,7 @@ mod tests {
                 affinity: None,
                 test_id: 0,
                 interval,
+                offload: true,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

@@ -20,6 +20,7 @@ pub mod stats;
 pub mod tcp;
 pub mod tcpinfo;
 pub mod udp;
+pub mod udp_io;
 pub mod verify;
 
 use std::time::Duration;

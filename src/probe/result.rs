@@ -261,6 +261,28 @@ pub struct UdpSummary {
     pub jitter_seconds: f64,
     pub sent_bits_per_second: f64,
     pub received_bits_per_second: f64,
+    /// How the senders handed datagrams to the kernel ("gso", "sendmmsg";
+    /// "mixed" when streams differ). Absent when no sender said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_mode: Option<&'static str>,
+    /// How the receivers read ("gro", "recvmmsg", or "mixed").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receive_mode: Option<&'static str>,
+    /// Datagrams the receiving sockets dropped for lack of room
+    /// (SO_RXQ_OVFL), part of `packets_lost`.
+    pub packets_dropped_at_socket: u64,
+    /// Datagrams received coalesced with others in one GRO buffer.
+    pub packets_coalesced: u64,
+}
+
+/// The one mode all `modes` share, "mixed" when they differ.
+fn common_mode(mut modes: impl Iterator<Item = &'static str>) -> Option<&'static str> {
+    let first = modes.next()?;
+    Some(if modes.all(|m| m == first) {
+        first
+    } else {
+        "mixed"
+    })
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -384,6 +406,15 @@ fn udp_summary(
         jitter_seconds: mean(received.iter().map(|u| u.jitter_seconds)),
         sent_bits_per_second: sent_bps,
         received_bits_per_second: recv_bps,
+        send_mode: common_mode(
+            senders
+                .iter()
+                .filter_map(|s| s.udp_sent.as_ref()?.mode)
+                .map(|m| m.as_str()),
+        ),
+        receive_mode: common_mode(received.iter().filter_map(|u| u.mode).map(|m| m.as_str())),
+        packets_dropped_at_socket: received.iter().filter_map(|u| u.socket_drops).sum(),
+        packets_coalesced: received.iter().filter_map(|u| u.coalesced).sum(),
     }
 }
 

@@ -101,6 +101,7 @@ impl TestSide {
                     request.duration_ms,
                     request.total_streams(),
                 ),
+                offload: !request.no_offload,
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -421,6 +422,7 @@ mod tests {
             tos: Some(8),
             affinity: Some(1),
             interval_ms: None,
+            no_offload: false,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let p = TestSide::new(End::Prober, &request, "deadbeef00", None, ip);
@@ -452,6 +454,7 @@ mod tests {
             tos: None,
             affinity: None,
             interval_ms: None,
+            no_offload: false,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let side = TestSide::new(End::Responder, &request, "00", None, ip);

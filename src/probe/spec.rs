@@ -96,6 +96,8 @@ pub struct ProbeSpec {
     pub interval: Option<Duration>,
     /// Where the local streams' intervals go as they close (`--json-stream`).
     pub interval_events: Option<crate::probe::datapath::IntervalSink>,
+    /// UDP: no GSO/GRO on either end (`--no-offload`).
+    pub no_offload: bool,
 }
 
 impl Default for ProbeSpec {
@@ -119,6 +121,7 @@ impl Default for ProbeSpec {
             secret: None,
             interval: None,
             interval_events: None,
+            no_offload: false,
         }
     }
 }
@@ -221,6 +224,7 @@ impl ProbeSpec {
             tos: self.tos,
             affinity: self.remote_affinity,
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
+            no_offload: self.no_offload,
         }
     }
 }

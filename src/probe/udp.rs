@@ -2,10 +2,12 @@
 //! that accounts loss, reordering, duplicates and jitter.
 //!
 //! The sender batches with UDP GSO (one syscall carries up to 64 datagrams,
-//! each with its own header) where the kernel has it, and paces so that a
-//! batch is never larger than what is due. The receiver uses recvmmsg with
-//! kernel receive timestamps, so jitter reflects when datagrams arrived, not
-//! when a batch was read.
+//! each with its own header) where the kernel has it, sendmmsg elsewhere,
+//! and paces so that a batch is never larger than what is due, nor than
+//! the rate's share of the pacer's shortest sleep ([`udp_io::burst_limit`]).
+//! The receiver reads coalesced GRO buffers where the kernel has UDP_GRO,
+//! recvmmsg elsewhere, with kernel receive timestamps, so jitter reflects
+//! when datagrams arrived, not when a batch was read (docs/UDP.md).
 //!
 //! It also opens the prober's flows ([`open_flows`]) and announces them to
 //! the responder with hello datagrams ([`announce_flows`]).
@@ -19,21 +21,20 @@ use super::accounting::UdpAccount;
 use super::datapath::{IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, UdpSendStats};
+use super::udp_io::{self, RecvBatch, RecvMode, SendMode};
 use super::ProbeError;
 use crate::protocol::udp::{
     hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
 };
 
-/// Datagrams per syscall at most.
-const BATCH: usize = 64;
-/// UDP GSO's limit on one send, with room for headers.
-const GSO_MAX_BYTES: usize = 65_000;
 /// FIN datagrams sent at the end, so that one survives a lossy path.
 const FIN_COPIES: u32 = 8;
 /// Shortest sleep between paced batches. Waking for every datagram at high
 /// rates costs more CPU than the sending itself; batches this far apart are
-/// still far smoother than a timer-driven sender's millisecond bursts.
-const MIN_SLEEP: Duration = Duration::from_micros(100);
+/// still far smoother than a timer-driven sender's millisecond bursts. It
+/// is also the quantum of the burst limit: one send carries at most what
+/// the rate makes due in this time.
+pub const MIN_SLEEP: Duration = Duration::from_micros(100);
 /// Socket buffer size asked for on UDP data sockets. Large buffers keep a
 /// short stall of the receiving thread from turning into loss.
 pub const UDP_BUFFER: usize = 8 << 20;
@@ -83,20 +84,6 @@ pub fn set_tos(sock: &UdpSocket, tos: u8) -> std::io::Result<()> {
     }
 }
 
-fn enable_gso(sock: &UdpSocket, segment: u32) -> bool {
-    let size = segment as libc::c_int;
-    // SAFETY: UDP_SEGMENT takes an int.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&size as *const libc::c_int).cast(),
-            4,
-        ) == 0
-    }
-}
-
 fn set_timer_slack() {
     // Sleeps between paced batches are short; the default 50 µs slack would
     // make every one of them late and the pacing lumpy.
@@ -116,13 +103,21 @@ fn record_buffers(sock: &UdpSocket, stats: &mut StreamStats) {
 pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let plan = &ctx.plan;
     let len = plan.length as usize;
-    let gso = enable_gso(&sock, plan.length);
-    let batch = if gso {
-        BATCH.min(GSO_MAX_BYTES / len).max(1)
+    let mut mode = if plan.offload && udp_io::set_gso(&sock, plan.length) {
+        SendMode::Gso
     } else {
-        BATCH
+        SendMode::Sendmmsg
     };
-    let mut buf = vec![0u8; len * batch];
+    let mut batch = udp_io::burst_limit(
+        plan.bitrate_per_stream,
+        len,
+        MIN_SLEEP,
+        mode == SendMode::Gso,
+    );
+    let mut buf = vec![0u8; len * udp_io::BATCH];
+    // Whether a GSO send has gone through: until one has, a failure that
+    // says the path cannot take GSO switches to sendmmsg for good.
+    let mut gso_proven = false;
     set_timer_slack();
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + plan.omit;
@@ -169,27 +164,36 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
             .write(&mut buf[i * len..]);
         }
-        let sent = if gso {
-            meter.syscalls += 1;
-            match sock.send(&buf[..n * len]) {
-                Ok(_) => n,
+        meter.syscalls += 1;
+        let sent = match mode {
+            SendMode::Gso => match sock.send(&buf[..n * len]) {
+                Ok(_) => {
+                    gso_proven = true;
+                    n
+                }
+                Err(e) if !gso_proven && udp_io::gso_unsupported(&e) => {
+                    tracing::debug!(stream = stats.id, error = %e, "UDP GSO refused; sendmmsg");
+                    udp_io::set_gso(&sock, 0);
+                    mode = SendMode::Sendmmsg;
+                    batch = udp_io::burst_limit(plan.bitrate_per_stream, len, MIN_SLEEP, false);
+                    0
+                }
                 Err(e) => {
                     if !transient(&e) {
                         tracing::debug!(stream = stats.id, error = %e, "UDP send failed");
                     }
                     0
                 }
-            }
-        } else {
-            let mut ok = 0;
-            for i in 0..n {
-                meter.syscalls += 1;
-                match sock.send(&buf[i * len..(i + 1) * len]) {
-                    Ok(_) => ok += 1,
-                    Err(_) => break,
+            },
+            _ => match udp_io::sendmmsg(&sock, &mut buf, len, n) {
+                Ok(k) => k,
+                Err(e) => {
+                    if !transient(&e) {
+                        tracing::debug!(stream = stats.id, error = %e, "UDP send failed");
+                    }
+                    0
                 }
-            }
-            ok
+            },
         };
         if sent == 0 {
             // A full buffer or an ICMP error from an earlier datagram; the
@@ -211,7 +215,10 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let opened = meter.opened_at().unwrap_or(last_send);
     stats.bytes = measured * len as u64;
     stats.seconds = last_send.saturating_duration_since(opened).as_secs_f64();
-    stats.udp_sent = Some(UdpSendStats { packets: measured });
+    stats.udp_sent = Some(UdpSendStats {
+        packets: measured,
+        mode: Some(mode),
+    });
     if let Some(iv) = intervals {
         stats.intervals = iv.finish(last_send, None);
     }
@@ -225,19 +232,15 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         send_ns: realtime_ns(),
     }
     .write(&mut fin);
-    if gso {
+    if mode == SendMode::Gso {
         // A FIN is shorter than the segment size; GSO would still take it,
         // but keep it a plain datagram.
-        disable_gso(&sock);
+        udp_io::set_gso(&sock, 0);
     }
     for _ in 0..FIN_COPIES {
         let _ = sock.send(&fin);
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-fn disable_gso(sock: &UdpSocket) {
-    enable_gso(sock, 0);
 }
 
 fn transient(e: &std::io::Error) -> bool {
@@ -250,107 +253,18 @@ fn transient(e: &std::io::Error) -> bool {
     ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
-/// Buffers for one recvmmsg call: the datagrams and their control messages.
-struct RecvBatch {
-    data: Vec<u8>,
-    len: usize,
-    control: Vec<u8>,
-    iov: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-const CONTROL_LEN: usize = 64;
-
-impl RecvBatch {
-    fn new(len: usize) -> Box<RecvBatch> {
-        let mut b = Box::new(RecvBatch {
-            data: vec![0u8; len * BATCH],
-            len,
-            control: vec![0u8; CONTROL_LEN * BATCH],
-            iov: Vec::with_capacity(BATCH),
-            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
-            hdrs: (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect(),
-        });
-        for i in 0..BATCH {
-            let base = b.data[i * len..].as_mut_ptr();
-            b.iov.push(libc::iovec {
-                iov_base: base.cast(),
-                iov_len: len,
-            });
-        }
-        b
-    }
-
-    /// Receives up to BATCH datagrams, waiting for the first one only.
-    fn recv(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
-        for i in 0..BATCH {
-            let h = &mut self.hdrs[i];
-            h.msg_hdr.msg_iov = &mut self.iov[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.control[i * CONTROL_LEN..].as_mut_ptr().cast();
-            h.msg_hdr.msg_controllen = CONTROL_LEN as _;
-            h.msg_len = 0;
-        }
-        // SAFETY: every header points into buffers owned by self, which
-        // outlive the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                BATCH as _,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
-
-    fn datagram(&self, i: usize) -> &[u8] {
-        let n = (self.hdrs[i].msg_len as usize).min(self.len);
-        &self.data[i * self.len..i * self.len + n]
-    }
-
-    /// The kernel's receive timestamp (SO_TIMESTAMPNS) of datagram `i`.
-    fn timestamp_ns(&self, i: usize) -> Option<u64> {
-        let hdr = &self.hdrs[i].msg_hdr;
-        // SAFETY: the CMSG macros walk the control buffer the kernel filled,
-        // bounded by msg_controllen.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                    return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                }
-                c = libc::CMSG_NXTHDR(hdr, c);
-            }
-        }
-        None
-    }
-}
-
-fn enable_timestamps(sock: &UdpSocket) {
-    let on: libc::c_int = 1;
-    // SAFETY: an int option on an open socket.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            4,
-        );
-    }
-}
-
 /// The receiving loop: until a FIN arrives or the side is told to stop.
 pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let plan = &ctx.plan;
-    enable_timestamps(&sock);
-    let mut batch = RecvBatch::new((plan.length as usize).max(HEADER_LEN));
+    udp_io::enable_rx_cmsgs(&sock);
+    let mode = if plan.offload && udp_io::enable_gro(&sock) {
+        RecvMode::Gro
+    } else {
+        RecvMode::Recvmmsg
+    };
+    let mut batch = RecvBatch::new(mode, (plan.length as usize).max(HEADER_LEN));
+    let mut coalesced = 0u64;
+    let mut drops = 0u32;
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + plan.omit;
     let mut meter = ThreadMeter::default();
@@ -400,37 +314,52 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         }
         let fallback_ns = realtime_ns();
         for i in 0..n {
-            let dgram = batch.datagram(i);
-            let Ok(h) = UdpHeader::parse(dgram) else {
-                continue;
-            };
-            if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
-                continue;
+            let info = batch.info(i);
+            if let Some(d) = info.drops {
+                drops = drops.max(d);
             }
-            if h.flags & FLAG_FIN != 0 {
-                sender_packets = Some(h.seq);
-                continue;
-            }
-            ctx.progress.add(dgram.len() as u64);
-            if h.flags & FLAG_OMIT != 0 {
-                continue;
-            }
-            let before = account.unique();
-            account.record(
-                h.seq,
-                h.send_ns,
-                batch.timestamp_ns(i).unwrap_or(fallback_ns),
-            );
-            if account.unique() > before {
-                bytes += dgram.len() as u64;
-                last_arrival = now;
-                if let Some(iv) = intervals.as_mut() {
-                    // Counted datagrams can precede this side's warm-up end
-                    // (the sender's clock ran ahead): they open the window.
-                    iv.open(now);
-                    iv.mark_base(h.seq);
-                    seq_next = seq_next.max(h.seq.saturating_add(1));
-                    iv.add(dgram.len() as u64, 1);
+            let buffer = batch.buffer(i);
+            let arrival = info.timestamp_ns.unwrap_or(fallback_ns);
+            // The kernel stamps a coalesced buffer once: only its first
+            // datagram has a known arrival time (docs/UDP.md).
+            let mut timed = true;
+            let many = info.segment.is_some_and(|s| s < buffer.len());
+            for (off, len) in udp_io::segments(buffer.len(), info.segment.unwrap_or(0)) {
+                let dgram = &buffer[off..off + len];
+                let Ok(h) = UdpHeader::parse(dgram) else {
+                    continue;
+                };
+                if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
+                    continue;
+                }
+                if h.flags & FLAG_FIN != 0 {
+                    sender_packets = Some(h.seq);
+                    continue;
+                }
+                ctx.progress.add(dgram.len() as u64);
+                if h.flags & FLAG_OMIT != 0 {
+                    continue;
+                }
+                let before = account.unique();
+                if timed {
+                    account.record(h.seq, h.send_ns, arrival);
+                    timed = false;
+                } else {
+                    account.record_untimed(h.seq);
+                }
+                if account.unique() > before {
+                    bytes += dgram.len() as u64;
+                    coalesced += u64::from(many);
+                    last_arrival = now;
+                    if let Some(iv) = intervals.as_mut() {
+                        // Counted datagrams can precede this side's warm-up
+                        // end (the sender's clock ran ahead): they open the
+                        // window.
+                        iv.open(now);
+                        iv.mark_base(h.seq);
+                        seq_next = seq_next.max(h.seq.saturating_add(1));
+                        iv.add(dgram.len() as u64, 1);
+                    }
                 }
             }
         }
@@ -438,7 +367,13 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let opened = meter.opened_at().unwrap_or(window_start);
     stats.bytes = bytes;
     stats.seconds = last_arrival.saturating_duration_since(opened).as_secs_f64();
-    stats.udp_received = Some(account.finish(sender_packets));
+    let mut received = account.finish(sender_packets);
+    received.mode = Some(mode);
+    received.socket_drops = Some(u64::from(
+        drops.max(udp_io::socket_drops(&sock).unwrap_or(0)),
+    ));
+    received.coalesced = (mode == RecvMode::Gro).then_some(coalesced);
+    stats.udp_received = Some(received);
     if let Some(iv) = intervals {
         stats.intervals = iv.finish(last_arrival, Some(seq_next));
     }

@@ -368,6 +368,7 @@ mod tests {
             tos: Some(8),
             affinity: None,
             interval_ms: None,
+            no_offload: false,
         }
     }
 
@@ -644,7 +645,10 @@ mod tests {
     fn udp_datagrams_received_cannot_exceed_those_sent() {
         let (mut request, mut local, mut remote) = sides();
         request.kind = Kind::Udp;
-        local.streams[0].udp_sent = Some(UdpSendStats { packets: 1000 });
+        local.streams[0].udp_sent = Some(UdpSendStats {
+            packets: 1000,
+            mode: None,
+        });
         remote.streams[0].udp_received = Some(UdpReceiveStats {
             packets: 1000,
             ..UdpReceiveStats::default()

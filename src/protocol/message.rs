@@ -197,6 +197,10 @@ pub struct TestRequest {
     /// their streams' figures by it (see `probe::datapath::interval_plan`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_ms: Option<u64>,
+    /// UDP without GSO and GRO on either end, for figures comparable with
+    /// history or with tools that do not use them. Older peers ignore it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_offload: bool,
 }
 
 impl TestRequest {
@@ -307,6 +311,7 @@ mod tests {
             tos: Some(0x10),
             affinity: None,
             interval_ms: None,
+            no_offload: false,
         }
     }
 

@@ -174,6 +174,55 @@ pub struct TcpStats {
 pub struct UdpSendStats {
     /// Datagrams sent in the window.
     pub packets: u64,
+    /// How the sender handed datagrams to the kernel. Absent from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<UdpSendMode>,
+}
+
+/// How a UDP sender handed datagrams to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpSendMode {
+    /// UDP_SEGMENT: one send of many datagrams, cut by the kernel or NIC.
+    Gso,
+    /// sendmmsg: one call of many single-datagram messages.
+    Sendmmsg,
+    /// A mode a later release added.
+    #[serde(other)]
+    Other,
+}
+
+impl UdpSendMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UdpSendMode::Gso => "gso",
+            UdpSendMode::Sendmmsg => "sendmmsg",
+            UdpSendMode::Other => "other",
+        }
+    }
+}
+
+/// How a UDP receiver read datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpReceiveMode {
+    /// UDP_GRO: coalesced buffers, cut back into datagrams.
+    Gro,
+    /// recvmmsg: one datagram per message.
+    Recvmmsg,
+    /// A mode a later release added.
+    #[serde(other)]
+    Other,
+}
+
+impl UdpReceiveMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UdpReceiveMode::Gro => "gro",
+            UdpReceiveMode::Recvmmsg => "recvmmsg",
+            UdpReceiveMode::Other => "other",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -190,6 +239,16 @@ pub struct UdpReceiveStats {
     pub duplicates: u64,
     /// RFC 3550 interarrival jitter.
     pub jitter_seconds: f64,
+    /// How the receiver read. Absent from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<UdpReceiveMode>,
+    /// Datagrams the receiving socket dropped for lack of buffer room
+    /// (SO_RXQ_OVFL), part of `lost`. Absent from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_drops: Option<u64>,
+    /// Datagrams that arrived coalesced with others in one GRO buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesced: Option<u64>,
 }
 
 /// Everything one side measured during a test.

@@ -111,7 +111,7 @@ prop_compose! {
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
-            window, congestion, tos, affinity, interval_ms,
+            window, congestion, tos, affinity, interval_ms, no_offload: false,
         }
     }
 }
@@ -139,12 +139,13 @@ prop_compose! {
                 }
             )
         ),
-        udp_sent in proptest::option::of(any::<u64>().prop_map(|packets| UdpSendStats { packets })),
+        udp_sent in proptest::option::of(any::<u64>().prop_map(|packets| UdpSendStats { packets, mode: None })),
         udp_received in proptest::option::of(
             (any::<(u64, Option<u64>, u64, u64, u64)>(), float()).prop_map(
                 |((packets, sender_packets, lost, out_of_order, duplicates), jitter_seconds)| {
                     UdpReceiveStats {
                         packets, sender_packets, lost, out_of_order, duplicates, jitter_seconds,
+                        ..UdpReceiveStats::default()
                     }
                 }
             )

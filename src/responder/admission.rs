@@ -222,6 +222,7 @@ mod tests {
             tos: None,
             affinity: None,
             interval_ms: None,
+            no_offload: false,
         }
     }
 

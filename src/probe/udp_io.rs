@@ -1,0 +1,367 @@
+//! UDP socket I/O with the kernel's offloads, for the loops in `udp.rs`.
+//!
+//! Send: with `UDP_SEGMENT` (GSO) one `send` carries up to [`MAX_SEGMENTS`]
+//! datagrams of the same length laid end to end, each with its own header;
+//! the kernel (or the NIC) cuts them apart. Without it, `sendmmsg` hands
+//! over the same batch as separate messages in one call.
+//!
+//! Receive: with `UDP_GRO` the kernel may deliver several datagrams of one
+//! flow as one buffer, with their segment size in a control message;
+//! [`segments`] cuts it back into datagrams. Without it, `recvmmsg` reads
+//! up to [`BATCH`] datagrams per call. Either way `SO_RXQ_OVFL` reports the
+//! socket's drop count with every buffer, so datagrams the socket dropped
+//! for lack of room are counted as such.
+//!
+//! Which mode is used is decided at socket set-up (the socket option is
+//! accepted or not) and, for GSO, by the first send: a route whose device
+//! cannot checksum GSO packets fails it, and the sender falls back.
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+
+/// Datagrams per syscall at most, in either mode. It is also below every
+/// kernel's `UDP_MAX_SEGMENTS` (64 before Linux 6.9, 128 since).
+pub const BATCH: usize = 64;
+/// Largest GSO send: the payload of one IPv6 packet, less its headers.
+pub const GSO_MAX_BYTES: usize = 65_000;
+/// Segments in one GSO send at most.
+pub const MAX_SEGMENTS: usize = BATCH;
+/// Buffer for one GRO read: the largest coalesced packet.
+const GRO_BUFFER: usize = 65_536;
+/// GRO buffers per recvmmsg call: 8 of 64 KiB each.
+const GRO_BATCH: usize = 8;
+/// Room for the timestamp, GRO and drop-count control messages.
+const CONTROL_LEN: usize = 128;
+
+pub use crate::protocol::model::{UdpReceiveMode as RecvMode, UdpSendMode as SendMode};
+
+fn set_int(sock: &UdpSocket, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> bool {
+    // SAFETY: an int option on an open socket.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Sets `UDP_SEGMENT` to `segment` bytes (0 turns GSO off); whether the
+/// kernel took it.
+pub fn set_gso(sock: &UdpSocket, segment: u32) -> bool {
+    set_int(
+        sock,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        segment.min(i32::MAX as u32) as libc::c_int,
+    )
+}
+
+/// Turns `UDP_GRO` on; whether the kernel took it.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    set_int(sock, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// Asks for the kernel's receive timestamp and drop count with every read.
+pub fn enable_rx_cmsgs(sock: &UdpSocket) {
+    set_int(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+    set_int(sock, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+}
+
+/// Datagrams per send for a sender at `bits_per_second` (0: unpaced) of
+/// `len`-byte datagrams, in either mode: what the rate makes due in
+/// `quantum` (the pacer's shortest sleep), at least 1, at most [`BATCH`]
+/// and, with GSO, [`GSO_MAX_BYTES`]. A sender woken late catches up in
+/// sends of this size, so no burst handed to the kernel at once is longer
+/// than the rate's `quantum` worth.
+pub fn burst_limit(
+    bits_per_second: u64,
+    len: usize,
+    quantum: std::time::Duration,
+    gso: bool,
+) -> usize {
+    let cap = if gso {
+        MAX_SEGMENTS.min(GSO_MAX_BYTES / len.max(1)).max(1)
+    } else {
+        BATCH
+    };
+    if bits_per_second == 0 {
+        return cap;
+    }
+    let per_quantum = bits_per_second as f64 * quantum.as_secs_f64() / (len.max(1) as f64 * 8.0);
+    (per_quantum.floor() as usize).clamp(1, cap)
+}
+
+/// Whether a failed GSO send means this path cannot take GSO at all (so
+/// the sender should fall back), rather than a full buffer or an ICMP error.
+pub fn gso_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::EMSGSIZE)
+    )
+}
+
+/// Sends `n` datagrams of `len` bytes from `buf` with one sendmmsg; how
+/// many the kernel took.
+pub fn sendmmsg(sock: &UdpSocket, buf: &mut [u8], len: usize, n: usize) -> std::io::Result<usize> {
+    let n = n.min(BATCH).min(buf.len() / len.max(1));
+    let mut iov: [libc::iovec; BATCH] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; BATCH];
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iov[i] = libc::iovec {
+            iov_base: buf[i * len..].as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the headers point into `iov` and `buf`, alive for the call.
+    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as _, 0) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r as usize)
+}
+
+/// Offsets and lengths of the datagrams in a buffer of `len` bytes read
+/// with GRO segment size `segment` (0 or absent: one datagram). All but
+/// the last are `segment` long; the last may be shorter.
+pub fn segments(len: usize, segment: usize) -> impl Iterator<Item = (usize, usize)> {
+    let step = if segment == 0 || segment >= len {
+        len.max(1)
+    } else {
+        segment
+    };
+    (0..len)
+        .step_by(step)
+        .map(move |off| (off, step.min(len - off)))
+}
+
+/// What the kernel said about one buffer read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferInfo {
+    /// Receive timestamp (SO_TIMESTAMPNS), ns of the realtime clock.
+    pub timestamp_ns: Option<u64>,
+    /// GRO segment size, when the buffer holds coalesced datagrams.
+    pub segment: Option<usize>,
+    /// The socket's drop count when this buffer was queued (SO_RXQ_OVFL);
+    /// the kernel leaves the message out while the count is 0.
+    pub drops: Option<u32>,
+}
+
+/// Buffers for one recvmmsg call: the messages and their control data.
+pub struct RecvBatch {
+    data: Vec<u8>,
+    slot: usize,
+    count: usize,
+    control: Vec<u8>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    pub mode: RecvMode,
+}
+
+impl RecvBatch {
+    /// Buffers for `mode`: 8 of 64 KiB for GRO, 64 of `len` bytes else.
+    pub fn new(mode: RecvMode, len: usize) -> Box<RecvBatch> {
+        let (slot, count) = match mode {
+            RecvMode::Gro => (GRO_BUFFER, GRO_BATCH),
+            RecvMode::Recvmmsg | RecvMode::Other => (len.max(1), BATCH),
+        };
+        let mut b = Box::new(RecvBatch {
+            data: vec![0u8; slot * count],
+            slot,
+            count,
+            control: vec![0u8; CONTROL_LEN * count],
+            iov: Vec::with_capacity(count),
+            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+            hdrs: (0..count).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            mode,
+        });
+        for i in 0..count {
+            let base = b.data[i * slot..].as_mut_ptr();
+            b.iov.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: slot,
+            });
+        }
+        b
+    }
+
+    /// Receives up to a batch of buffers, waiting for the first one only.
+    pub fn recv(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
+        for i in 0..self.count {
+            let h = &mut self.hdrs[i];
+            h.msg_hdr.msg_iov = &mut self.iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.control[i * CONTROL_LEN..].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = CONTROL_LEN as _;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        // SAFETY: every header points into buffers owned by self, which
+        // outlive the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                self.count as _,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    /// The bytes of buffer `i` (truncated to the slot if the datagram was
+    /// longer: only a non-GRO read of an oversized datagram is).
+    pub fn buffer(&self, i: usize) -> &[u8] {
+        let n = (self.hdrs[i].msg_len as usize).min(self.slot);
+        &self.data[i * self.slot..i * self.slot + n]
+    }
+
+    /// The control messages of buffer `i`.
+    pub fn info(&self, i: usize) -> BufferInfo {
+        let hdr = &self.hdrs[i].msg_hdr;
+        let mut info = BufferInfo::default();
+        // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+        // bounded by msg_controllen; each payload is read unaligned at the
+        // size its type has.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                let level = (*c).cmsg_level;
+                let kind = (*c).cmsg_type;
+                let data = libc::CMSG_DATA(c);
+                let payload = ((*c).cmsg_len as usize)
+                    .saturating_sub(libc::CMSG_LEN(0) as usize);
+                if level == libc::SOL_SOCKET
+                    && kind == libc::SCM_TIMESTAMPNS
+                    && payload >= std::mem::size_of::<libc::timespec>()
+                {
+                    let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
+                    info.timestamp_ns =
+                        Some((ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64);
+                } else if level == libc::SOL_SOCKET && kind == libc::SO_RXQ_OVFL && payload >= 4 {
+                    info.drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                } else if level == libc::SOL_UDP && kind == libc::UDP_GRO && payload >= 4 {
+                    let seg: libc::c_int = std::ptr::read_unaligned(data.cast());
+                    info.segment = usize::try_from(seg).ok().filter(|&s| s > 0);
+                }
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+        info
+    }
+}
+
+/// The socket's drop count now (SO_MEMINFO's SK_MEMINFO_DROPS), for the
+/// drops after the last buffer read, which no control message reports.
+pub fn socket_drops(sock: &UdpSocket) -> Option<u32> {
+    // SK_MEMINFO_VARS is 9 u32s in every kernel since 4.x; drops is the last.
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len as usize > SK_MEMINFO_DROPS * 4).then_some(info[SK_MEMINFO_DROPS])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn segments_cut_a_coalesced_buffer() {
+        let v: Vec<_> = segments(4200, 1400).collect();
+        assert_eq!(v, vec![(0, 1400), (1400, 1400), (2800, 1400)]);
+        // A shorter last segment, as GRO allows.
+        let v: Vec<_> = segments(3000, 1400).collect();
+        assert_eq!(v, vec![(0, 1400), (1400, 1400), (2800, 200)]);
+        // No segment size, or one as long as the buffer: one datagram.
+        assert_eq!(segments(1400, 0).collect::<Vec<_>>(), vec![(0, 1400)]);
+        assert_eq!(segments(1000, 1400).collect::<Vec<_>>(), vec![(0, 1000)]);
+        assert_eq!(segments(0, 1400).count(), 0);
+        // A hostile segment size of 1 still stays within the buffer.
+        assert_eq!(segments(10, 1).count(), 10);
+    }
+
+    #[test]
+    fn burst_is_what_the_rate_makes_due_in_a_quantum() {
+        let q = Duration::from_micros(100);
+        // 1 Gbit/s of 1400 B: 8.9 datagrams per 100 us.
+        assert_eq!(burst_limit(1_000_000_000, 1400, q, true), 8);
+        // 100 Mbit/s: less than one, so one datagram per send.
+        assert_eq!(burst_limit(100_000_000, 1400, q, true), 1);
+        // 20 Gbit/s: 178 due, capped by 64 KB of GSO (46 of 1400 B).
+        assert_eq!(burst_limit(20_000_000_000, 1400, q, true), 46);
+        assert_eq!(burst_limit(20_000_000_000, 1400, q, false), 64);
+        // Unpaced: the largest send.
+        assert_eq!(burst_limit(0, 1400, q, true), 46);
+        assert_eq!(burst_limit(0, 100, q, true), 64);
+        assert_eq!(burst_limit(0, 65_000, q, true), 1);
+    }
+
+    #[test]
+    fn gso_and_gro_on_loopback_carry_every_datagram() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        enable_rx_cmsgs(&rx);
+        let gro = enable_gro(&rx);
+        let gso = set_gso(&tx, 100);
+        let mut buf = vec![0u8; 100 * 10];
+        for (i, chunk) in buf.chunks_mut(100).enumerate() {
+            chunk[0] = i as u8;
+        }
+        if gso {
+            assert_eq!(tx.send(&buf).unwrap(), 1000);
+            set_gso(&tx, 0);
+        } else {
+            assert_eq!(sendmmsg(&tx, &mut buf, 100, 10).unwrap(), 10);
+        }
+        let mode = if gro { RecvMode::Gro } else { RecvMode::Recvmmsg };
+        let mut batch = RecvBatch::new(mode, 100);
+        let mut seen = Vec::new();
+        let mut buffers = 0;
+        while seen.len() < 10 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                buffers += 1;
+                let info = batch.info(i);
+                assert!(info.timestamp_ns.is_some());
+                // The kernel sends the drop count only once it is not 0.
+                assert_eq!(info.drops, None);
+                let b = batch.buffer(i);
+                for (off, len) in segments(b.len(), info.segment.unwrap_or(0)) {
+                    assert_eq!(len, 100);
+                    seen.push(b[off]);
+                }
+            }
+        }
+        assert_eq!(seen, (0..10).collect::<Vec<u8>>());
+        if gso && gro {
+            // Loopback keeps a GSO send whole up to a GRO socket.
+            assert_eq!(buffers, 1);
+        }
+        assert_eq!(socket_drops(&rx), Some(0));
+    }
+}

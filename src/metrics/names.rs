@@ -713,7 +713,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 58);
+        assert_eq!(ALL.len(), 59);
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub struct Module {
     /// The secret read from `secret_file` at load (and at every reload).
     #[serde(skip)]
     pub secret: Option<Secret>,
+    /// UDP: GSO and GRO where the kernel has them; `false` uses sendmmsg
+    /// and recvmmsg on both ends, as before offload (docs/UDP.md).
+    #[serde(default = "default_offload")]
+    pub offload: bool,
 }
 
 fn default_duration() -> Duration {
@@ -128,6 +132,9 @@ fn default_duration() -> Duration {
 }
 fn default_streams() -> u32 {
     1
+}
+fn default_offload() -> bool {
+    true
 }
 fn default_connect_timeout() -> Duration {
     ProbeSpec::default().connect_timeout
@@ -155,6 +162,7 @@ impl Module {
             ipv6: false,
             secret_file: None,
             secret: None,
+            offload: default_offload(),
         }
     }
 
@@ -203,6 +211,7 @@ impl Module {
             remote_affinity: self.remote_affinity,
             connect_timeout: self.connect_timeout,
             secret: self.secret.clone(),
+            no_offload: !self.offload,
             ..ProbeSpec::default()
         }
     }
@@ -316,9 +325,12 @@ mod tests {
             remote_affinity: Some(3),
             bind: Some("192.0.2.1".parse().unwrap()),
             connect_timeout: Duration::from_secs(2),
+            offload: false,
             ..Module::new(ModuleKind::Tcp)
         };
         let (_, s) = m.specs().remove(0);
+        assert!(s.no_offload);
+        assert!(!Module::new(ModuleKind::Udp).specs()[0].1.no_offload);
         assert_eq!(s.omit, Duration::from_secs(1));
         assert_eq!(s.length, Some(9000));
         assert_eq!(s.window, Some(4 << 20));

@@ -241,8 +241,7 @@ impl RecvBatch {
                 let level = (*c).cmsg_level;
                 let kind = (*c).cmsg_type;
                 let data = libc::CMSG_DATA(c);
-                let payload = ((*c).cmsg_len as usize)
-                    .saturating_sub(libc::CMSG_LEN(0) as usize);
+                let payload = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 if level == libc::SOL_SOCKET
                     && kind == libc::SCM_TIMESTAMPNS
                     && payload >= std::mem::size_of::<libc::timespec>()
@@ -338,7 +337,11 @@ mod tests {
         } else {
             assert_eq!(sendmmsg(&tx, &mut buf, 100, 10).unwrap(), 10);
         }
-        let mode = if gro { RecvMode::Gro } else { RecvMode::Recvmmsg };
+        let mode = if gro {
+            RecvMode::Gro
+        } else {
+            RecvMode::Recvmmsg
+        };
         let mut batch = RecvBatch::new(mode, 100);
         let mut seen = Vec::new();
         let mut buffers = 0;

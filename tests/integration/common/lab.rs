@@ -255,6 +255,25 @@ impl Lab {
         script(&["nodrop", &self.name]).map(drop)
     }
 
+    /// Turns GRO on on the veth of end `end` (a or b), as `ethtool -K DEV
+    /// gro on` does (the machine has no ethtool), so that datagrams arriving
+    /// one by one are merged for a socket with UDP_GRO. A veth merges only
+    /// what its peer sends through NAPI, which it does for forwarded packets
+    /// only when the peer has no TSO: r's veth towards `end` loses it.
+    pub fn set_gro(&self, end: &str) -> Result<()> {
+        const ETHTOOL_STSO: u32 = 0x1f;
+        const ETHTOOL_SGRO: u32 = 0x2c;
+        let name = self.name.clone();
+        let dev = format!("{name}{end}r");
+        in_netns(&format!("{name}-{end}"), move || {
+            ethtool_set(&dev, ETHTOOL_SGRO, true)
+        })?;
+        let peer = format!("{name}r{end}");
+        in_netns(&format!("{name}-r"), move || {
+            ethtool_set(&peer, ETHTOOL_STSO, false)
+        })
+    }
+
     /// Packets the drop rule on r has dropped so far.
     pub fn dropped_packets(&self) -> Result<u64> {
         let out = run_bounded(
@@ -346,6 +365,59 @@ impl Drop for Lab {
             eprintln!("lab {}: down failed: {e:#}", self.name);
         }
     }
+}
+
+/// A legacy ethtool "set one feature" command (`cmd`, an ETHTOOL_S*
+/// value) through SIOCETHTOOL on `dev`, in this thread's namespace.
+fn ethtool_set(dev: &str, cmd: u32, on: bool) -> Result<()> {
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut value = EthtoolValue {
+        cmd,
+        data: u32::from(on),
+    };
+    // SAFETY: ifreq is plain data; the name is copied in bounded by its
+    // size; ifr_data points at `value` for the duration of the ioctl.
+    unsafe {
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req
+            .ifr_name
+            .iter_mut()
+            .zip(dev.bytes().take(libc::IFNAMSIZ - 1))
+        {
+            *d = s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            bail!("socket: {}", std::io::Error::last_os_error());
+        }
+        let rc = libc::ioctl(fd, libc::SIOCETHTOOL, &mut req);
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc != 0 {
+            bail!("SIOCETHTOOL {cmd:#x} on {dev}: {err}");
+        }
+    }
+    Ok(())
+}
+
+/// Packets the kernel dropped from full per-CPU backlog queues
+/// (netdev_max_backlog) since boot, over all CPUs: /proc/net/softnet_stat's
+/// second column. Machine-wide, not per namespace.
+pub fn backlog_drops() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/net/softnet_stat")?;
+    let mut total = 0;
+    for line in text.lines() {
+        let Some(col) = line.split_whitespace().nth(1) else {
+            continue;
+        };
+        total += u64::from_str_radix(col, 16).with_context(|| format!("softnet_stat {col}"))?;
+    }
+    Ok(total)
 }
 
 /// Runs `f` on a thread inside network namespace `ns`.

@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# Compares pathprobe with iperf3 (and nuttcp, when installed) on this host's
-# loopback, in one run, and prints the ratios. Absolute figures depend on the
-# machine; the ratios are the benchmark.
+# Compares pathprobe with iperf3 -- the distribution's and, when found, a
+# 3.21 built from its public source (UDP GSO/GRO with --gsro) -- in one run,
+# the tools taking turns, on this host's loopback and (as root) over a veth
+# pair between two namespaces, unshaped. It prints, for each test and tool:
+# throughput, loss, and CPU seconds per GB moved on each side (client and
+# server processes, as the kernel accounts them). Absolute figures depend
+# on the machine; compare within one run.
 #
-#   benches/compare.sh [SECONDS]      (default 5)
+#   benches/compare.sh [SECONDS]      (default 4)
 #
-# Needs: cargo (it builds the release binary, wherever CARGO_TARGET_DIR
-# puts it), iperf3, python3; nuttcp optional.
+# Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams.
+#
+# Environment:
+#   IPERF3=/path/to/iperf3   the 3.21 binary (else ./iperf3-3.21/src/iperf3
+#                            or /tmp/iperf-3.21/src/iperf3 if present)
+#   IPERF3_SRC=/path/src     an unpacked iperf3 source tree to build (once)
+#                            with ./configure && make when no binary is found
+#   ROUNDS=N                 runs per tool and test, median shown (default 3)
+#   VETH=0                   skip the namespace comparison
+#
+# Needs: cargo, iperf3, python3; root for the veth part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T=${1:-5}
+T=${1:-4}
 die() { echo "compare.sh: $*" >&2; exit 1; }
 command -v python3 >/dev/null || die "python3 is needed for the arithmetic"
 command -v iperf3 >/dev/null || die "iperf3 is not installed (apt-get install iperf3)"
@@ -22,75 +35,161 @@ PP=$(cargo build --release --quiet --bin pathprobe --message-format=json \
 [ -n "$PP" ] || die "cargo reported no pathprobe executable"
 [ -x "$PP" ] || die "cargo reported $PP, which is not an executable"
 
+# iperf3 3.21: given, found, or built from a given source tree.
+IP_NEW=${IPERF3:-}
+if [ -z "$IP_NEW" ]; then
+  for c in ./iperf3-3.21/src/iperf3 /tmp/iperf-3.21/src/iperf3; do
+    [ -x "$c" ] && { IP_NEW=$c; break; }
+  done
+fi
+if [ -z "$IP_NEW" ] && [ -n "${IPERF3_SRC:-}" ]; then
+  (cd "$IPERF3_SRC" && { [ -f Makefile ] || ./configure --quiet; } && make --quiet) >&2 \
+    || die "building iperf3 in $IPERF3_SRC failed"
+  IP_NEW=$IPERF3_SRC/src/iperf3
+fi
+if [ -n "$IP_NEW" ]; then
+  [ -x "$IP_NEW" ] || die "IPERF3=$IP_NEW is not an executable"
+  IP_NEW=$(readlink -f "$IP_NEW")
+  "$IP_NEW" --help 2>&1 | grep -q -- --gsro || echo "note: $IP_NEW has no --gsro" >&2
+else
+  echo "note: no iperf3 3.21 (set IPERF3=/path or IPERF3_SRC=/src); comparing with $(iperf3 --version | head -n1) only" >&2
+fi
+
+export PP IP_NEW T ROUNDS=${ROUNDS:-3}
+NS_A=ppbench-a NS_B=ppbench-b
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "${VETH_UP:-}" ]; then
+    ip netns del $NS_A 2>/dev/null || true
+    ip netns del $NS_B 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PORT_PP=15301 PORT_IP=15201 PORT_NT=15101
-$PP respond --listen 127.0.0.1 --port $PORT_PP >/dev/null 2>&1 & pids+=($!)
-iperf3 -s -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
-# --nofork: nuttcp -S otherwise forks a daemon that outlives the pid recorded
-# here, and keeps running after the script.
-if command -v nuttcp >/dev/null; then
-  nuttcp -S --nofork -P $PORT_NT -p $((PORT_NT + 1)) >/dev/null 2>&1 & pids+=($!)
-fi
-# Wait (bounded) for the servers to listen.
-for _ in $(seq 50); do
-  ss -ltn | grep -q ":$PORT_PP " && ss -ltn | grep -q ":$PORT_IP " && break
-  sleep 0.1
-done
-
-# A figure from a tool's JSON; a clear message rather than a traceback when
-# the tool printed none (it failed, or the output changed shape).
-json_num() {
-  python3 -c "
-import json, sys
-try:
-    d = json.load(sys.stdin)
-    print($1)
-except Exception as e:
-    sys.exit('compare.sh: no figure in the JSON output (%s: %s)' % (type(e).__name__, e))
-"
+# Servers for one environment: ENV_NAME, ADDR, and a prefix that runs a
+# command in the server's namespace (empty on loopback). `ip netns exec`
+# execs the command, so $! is the server itself (its CPU is read by pid).
+start_servers() {
+  local addr=$1; shift
+  "$@" "$PP" respond --listen "$addr" --port 15301 >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
+  "$@" iperf3 -s -B "$addr" -p 15201 >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
+  if [ -n "$IP_NEW" ]; then
+    "$@" "$IP_NEW" -s -B "$addr" -p 15202 >/dev/null 2>&1 & pids+=($!); export PID_IPN=$!
+  fi
+  sleep 1
+}
+stop_servers() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
 }
 
-median() { python3 -c "import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+run_env() {   # run_env NAME ADDR [CLIENT-PREFIX...]
+  local name=$1 addr=$2; shift 2
+  ENV_NAME=$name ADDR=$addr python3 - "$@" <<'PY'
+import json, os, resource, statistics, subprocess, sys
 
-# A single run lies: the tools take turns, ROUNDS times, and the medians are compared.
-ROUNDS=${ROUNDS:-3}
-echo "== TCP, 1 stream, ${T}s, loopback, median of $ROUNDS rounds =="
-pp=() ip=() nt=()
-for _ in $(seq "$ROUNDS"); do
-  pp+=("$($PP probe -J -t "$T" 127.0.0.1:$PORT_PP | json_num 'd["throughput_bits_per_second"]/1e6')")
-  ip+=("$(iperf3 -J -t "$T" -c 127.0.0.1 -p $PORT_IP | json_num 'd["end"]["sum_received"]["bits_per_second"]/1e6')")
-  if command -v nuttcp >/dev/null; then
-    nt+=("$(nuttcp -P $PORT_NT -p $((PORT_NT + 1)) -T "$T" -fparse 127.0.0.1 | sed -n 's/.*rate_Mbps=\([0-9.]*\).*/\1/p')")
-  fi
-done
-pp_tcp=$(median "${pp[@]}"); ip_tcp=$(median "${ip[@]}")
-echo "runs: pathprobe ${pp[*]} / iperf3 ${ip[*]} ${nt:+/ nuttcp ${nt[*]}}"
-printf "pathprobe %10.1f Mbps\niperf3    %10.1f Mbps   ratio pathprobe/iperf3 = %.2f\n" "$pp_tcp" "$ip_tcp" "$(python3 -c "print($pp_tcp/$ip_tcp)")"
-if [ ${#nt[@]} -gt 0 ]; then
-  nt_tcp=$(median "${nt[@]}")
-  printf "nuttcp    %10.1f Mbps   ratio pathprobe/nuttcp = %.2f\n" "$nt_tcp" "$(python3 -c "print($pp_tcp/$nt_tcp)")"
+PP, IP_NEW, T = os.environ["PP"], os.environ.get("IP_NEW", ""), os.environ["T"]
+ROUNDS, ADDR, ENV = int(os.environ["ROUNDS"]), os.environ["ADDR"], os.environ["ENV_NAME"]
+prefix = sys.argv[1:]
+TICK = os.sysconf("SC_CLK_TCK")
+
+def proc_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+def run(cmd, server_pid):
+    s0, c0 = proc_cpu(server_pid), children_cpu()
+    out = subprocess.run(prefix + cmd, capture_output=True, text=True, timeout=int(T) + 30)
+    s1, c1 = proc_cpu(server_pid), children_cpu()
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()[:300]}")
+    return json.loads(out.stdout), c1 - c0, s1 - s0
+
+def pathprobe(args):
+    d, c, s = run([PP, "probe", "-J", "-t", T, "-p", "15301"] + args + [ADDR], os.environ["PID_PP"])
+    u = d.get("udp") or {}
+    mode = f'{u.get("send_mode", "")}/{u.get("receive_mode", "")}' if u else ""
+    if u.get("packets_coalesced"):
+        mode += f' ({u["packets_coalesced"] / max(u["packets_received"], 1):.0%} coalesced)'
+    return d["throughput_bits_per_second"], d["bytes"], u.get("loss_ratio", 0) * 100, c, s, mode
+
+def iperf3(binary, port, pid, args, udp):
+    d, c, s = run([binary, "-J", "-t", T, "-c", ADDR, "-p", str(port)] + args, pid)
+    if "error" in d:
+        raise RuntimeError(d["error"])
+    if udp:
+        e = d["end"]["sum"]
+        loss = e.get("lost_percent", 0.0)
+        got = e["bytes"] * (1 - loss / 100)
+        return got * 8 / e["seconds"], got, loss, c, s, ""
+    e = d["end"]["sum_received"]
+    return e["bits_per_second"], e["bytes"], 0.0, c, s, ""
+
+UDP = ["-u", "-l", "1400"]
+# iperf3 gets the socket buffers pathprobe asks for on UDP (8 MB).
+IPU = ["-u", "-l", "1400", "-w", "8M"]
+tests = [
+    ("UDP 1400 B unpaced", UDP + ["-b", "0"], IPU + ["-b", "0"], True),
+    ("UDP 1400 B at 5 Gbit/s", UDP + ["-b", "5G"], IPU + ["-b", "5G"], True),
+    ("UDP 1400 B at 20 Gbit/s", UDP + ["-b", "20G"], IPU + ["-b", "20G"], True),
+    ("TCP 1 stream", [], [], False),
+    ("TCP 4 streams", ["-P", "4"], ["-P", "4"], False),
+]
+ver = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split()[1]
+print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
+print(f"{'test':<24} {'tool':<22} {'Gbit/s':>7} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
+for name, pa, ia, udp in tests:
+    tools = [("pathprobe", lambda: pathprobe(pa))]
+    tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", 15201, os.environ["PID_IP"], ia, udp)))
+    if IP_NEW:
+        extra = ["--gsro"] if udp else []
+        label = "iperf3 3.21" + (" --gsro" if udp else "")
+        tools.append((label, lambda: iperf3(IP_NEW, 15202, os.environ["PID_IPN"], ia + extra, udp)))
+    results = {t: [] for t, _ in tools}
+    for _ in range(ROUNDS):
+        for t, f in tools:
+            try:
+                results[t].append(f())
+            except Exception as e:
+                print(f"  {t}: {e}", file=sys.stderr)
+    for t, rs in results.items():
+        if not rs:
+            print(f"{name:<24} {t:<22} (failed)")
+            continue
+        rs.sort(key=lambda r: r[0])
+        bps, nbytes, loss, c, s, mode = rs[len(rs) // 2]
+        gb = nbytes / 1e9
+        cg, sg = (c / gb, s / gb) if gb > 0 else (float("nan"),) * 2
+        print(f"{name:<24} {t:<22} {bps / 1e9:7.2f} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}  {mode}")
+PY
+}
+
+start_servers 127.0.0.1
+run_env loopback 127.0.0.1
+stop_servers
+
+if [ "${VETH:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
+  ip netns del $NS_A 2>/dev/null || true
+  ip netns del $NS_B 2>/dev/null || true
+  VETH_UP=1
+  ip netns add $NS_A; ip netns add $NS_B
+  ip link add ppbA netns $NS_A type veth peer name ppbB netns $NS_B
+  ip -n $NS_A addr add 10.77.0.1/30 dev ppbA
+  ip -n $NS_B addr add 10.77.0.2/30 dev ppbB
+  for n in $NS_A $NS_B; do ip -n $n link set lo up; done
+  ip -n $NS_A link set ppbA up; ip -n $NS_B link set ppbB up
+  start_servers 10.77.0.2 ip netns exec $NS_B
+  run_env "veth between two namespaces, unshaped" 10.77.0.2 ip netns exec $NS_A
+  stop_servers
+elif [ "${VETH:-1}" != 0 ]; then
+  echo "note: the veth comparison needs root; skipped" >&2
 fi
-
-echo "== UDP, 1400-byte datagrams, unpaced, ${T}s, loopback =="
-pp_udp=$($PP probe -J -u -b 0 -l 1400 -t "$T" 127.0.0.1:$PORT_PP)
-pp_pps=$(echo "$pp_udp" | json_num 'd["udp"]["packets_received"]/d["duration_seconds"]')
-pp_loss=$(echo "$pp_udp" | json_num 'd["udp"]["loss_ratio"]*100')
-pp_cpu=$(echo "$pp_udp" | json_num 'd["directions"][0]["sender_cpu_utilization"]*100')
-ip_udp=$(iperf3 -J -u -b 0 -l 1400 -t "$T" -c 127.0.0.1 -p $PORT_IP)
-ip_pps=$(echo "$ip_udp" | json_num 'd["end"]["sum"]["packets"]*(1-d["end"]["sum"]["lost_percent"]/100)/d["end"]["sum"]["seconds"]')
-ip_loss=$(echo "$ip_udp" | json_num 'd["end"]["sum"]["lost_percent"]')
-ip_cpu=$(echo "$ip_udp" | json_num 'd["end"]["cpu_utilization_percent"]["host_total"]')
-printf "pathprobe %10.0f pkt/s received, %5.2f %% loss, sender %3.0f %% CPU\n" "$pp_pps" "$pp_loss" "$pp_cpu"
-printf "iperf3    %10.0f pkt/s received, %5.2f %% loss, sender %3.0f %% CPU   ratio pathprobe/iperf3 = %.2f\n" "$ip_pps" "$ip_loss" "$ip_cpu" "$(python3 -c "print($pp_pps/$ip_pps)")"
-
-echo "== UDP at 2 Gbit/s, 1400-byte datagrams, ${T}s: loss a steady sender should not see =="
-pp2=$($PP probe -J -u -b 2g -l 1400 -t "$T" 127.0.0.1:$PORT_PP | json_num 'd["udp"]["loss_ratio"]*100')
-ip2=$(iperf3 -J -u -b 2g -l 1400 -t "$T" -c 127.0.0.1 -p $PORT_IP | json_num 'd["end"]["sum"]["lost_percent"]')
-printf "pathprobe %5.2f %% loss\niperf3    %5.2f %% loss\n" "$pp2" "$ip2"

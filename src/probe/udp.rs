@@ -170,7 +170,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             .write(&mut buf[i * len..]);
         }
         let sent = if gso {
-            meter.syscalls += 1;
+            meter.syscall();
             match sock.send(&buf[..n * len]) {
                 Ok(_) => n,
                 Err(e) => {
@@ -183,7 +183,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         } else {
             let mut ok = 0;
             for i in 0..n {
-                meter.syscalls += 1;
+                meter.syscall();
                 match sock.send(&buf[i * len..(i + 1) * len]) {
                     Ok(_) => ok += 1,
                     Err(_) => break,
@@ -369,7 +369,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let mut sender_packets = None;
     let fd = sock.as_raw_fd();
     while sender_packets.is_none() {
-        meter.syscalls += 1;
+        meter.syscall();
         let n = match batch.recv(fd) {
             Ok(n) => n,
             Err(e) if transient(&e) => {

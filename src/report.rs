@@ -57,7 +57,77 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
             }
         }
     }
+    let _ = write!(line, " limited by {}", d.diagnosis.headline());
     line
+}
+
+/// `-v`: the evidence behind a direction's verdict, one line per figure,
+/// `?` where it is unknown (an older kernel or peer).
+fn evidence_table(d: &DirectionSummary) -> String {
+    let e = &d.diagnosis.evidence;
+    let pct = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let mut out = String::new();
+    let _ = writeln!(out, "  {} verdict: limited by {}", d.direction.as_str(), d.diagnosis.headline());
+    let cands: Vec<String> = d
+        .diagnosis
+        .candidates
+        .iter()
+        .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
+        .collect();
+    let _ = writeln!(out, "    candidates       {}", cands.join(", "));
+    for (name, t) in [("sender thread", &e.sender), ("receiver thread", &e.receiver)] {
+        match t {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "    {name:<16} ran {:.1}%, waited for a CPU {:.1}%, {} preemptions, on CPU {} ({} irq+softirq, {} interface interrupts)",
+                    t.run * 100.0,
+                    t.wait * 100.0,
+                    t.involuntary_switches,
+                    t.cpu.map_or("?".into(), |c| c.to_string()),
+                    pct(t.cpu_interrupt_share),
+                    t.cpu_interface_interrupts.map_or("?".into(), |n| n.to_string()),
+                );
+            }
+            None => {
+                let _ = writeln!(out, "    {name:<16} ?");
+            }
+        }
+    }
+    if d.tcp.is_some() {
+        let _ = writeln!(
+            out,
+            "    tcp sender       busy {}, rwnd-limited {}, sndbuf-limited {}, {} retrans ({} of bytes), rtt/min {}, app-limited {}",
+            pct(e.busy),
+            pct(e.rwnd_limited),
+            pct(e.sndbuf_limited),
+            e.retransmits,
+            pct(e.retransmit_ratio),
+            e.rtt_over_min.map_or("?".into(), |r| format!("{r:.2}")),
+            e.delivery_rate_app_limited.map_or("?".into(), |b| b.to_string()),
+        );
+        let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "    buffers          sndbuf {}, rcvbuf {}, rcv_space {}",
+            opt(e.send_buffer_bytes),
+            opt(e.receive_buffer_bytes),
+            opt(e.rcv_space_bytes),
+        );
+    }
+    if e.bitrate_bits_per_second > 0 {
+        let _ = writeln!(
+            out,
+            "    rate cap         {:.3} Mbps{}, sender reached {:.3} Mbps",
+            e.bitrate_bits_per_second as f64 / 1e6,
+            if e.bitrate_clamped { " (clamped by the responder)" } else { "" },
+            e.sender_throughput_bits_per_second / 1e6,
+        );
+    }
+    if let Some(l) = e.loss_ratio {
+        let _ = writeln!(out, "    udp loss         {:.2}%", l * 100.0);
+    }
+    out
 }
 
 /// One interval line of a stream or of a direction's sum, in the summary
@@ -187,6 +257,9 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 side.softirq_net_rx,
                 side.softirq_net_tx,
             );
+        }
+        for d in &r.directions {
+            out.push_str(&evidence_table(d));
         }
     }
     out
@@ -353,6 +426,8 @@ mod tests {
             requested_seconds: 10.0,
             omit_seconds: 0.0,
             interval_seconds: None,
+            bitrate: 0,
+            bitrate_clamped: false,
         }
     }
 

@@ -150,6 +150,7 @@ fn tcp_flow(
             receive_buffer_bytes: 0,
         }),
         udp: None,
+        diagnosis: Default::default(),
     }
 }
 
@@ -175,6 +176,7 @@ fn udp_flow(flow: FlowDirection) -> DirectionSummary {
             sent_bits_per_second: 1_024_000.0,
             received_bits_per_second: 1_000_000.0,
         }),
+        diagnosis: Default::default(),
     }
 }
 
@@ -206,6 +208,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         interval_seconds: None,
         intervals: Vec::new(),
         warnings: Vec::new(),
+        diagnosis: Default::default(),
     }
 }
 

@@ -2,9 +2,12 @@
 //! document for programs.
 //!
 //! ```text
-//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
-//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
+//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)
+//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter limited by rate_limit (100%)
 //! ```
+//!
+//! Each line ends with what limited that direction (docs/DIAGNOSIS.md);
+//! `-v` adds the evidence behind it.
 //!
 //! Every line starts with the way data moved, seen from the prober (`send`
 //! is prober to responder, `receive` is `-R`), so that a reverse test never
@@ -67,7 +70,12 @@ fn evidence_table(d: &DirectionSummary) -> String {
     let e = &d.diagnosis.evidence;
     let pct = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{:.1}%", v * 100.0));
     let mut out = String::new();
-    let _ = writeln!(out, "  {} verdict: limited by {}", d.direction.as_str(), d.diagnosis.headline());
+    let _ = writeln!(
+        out,
+        "  {} verdict: limited by {}",
+        d.direction.as_str(),
+        d.diagnosis.headline()
+    );
     let cands: Vec<String> = d
         .diagnosis
         .candidates
@@ -75,7 +83,10 @@ fn evidence_table(d: &DirectionSummary) -> String {
         .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
         .collect();
     let _ = writeln!(out, "    candidates       {}", cands.join(", "));
-    for (name, t) in [("sender thread", &e.sender), ("receiver thread", &e.receiver)] {
+    for (name, t) in [
+        ("sender thread", &e.sender),
+        ("receiver thread", &e.receiver),
+    ] {
         match t {
             Some(t) => {
                 let _ = writeln!(
@@ -120,7 +131,11 @@ fn evidence_table(d: &DirectionSummary) -> String {
             out,
             "    rate cap         {:.3} Mbps{}, sender reached {:.3} Mbps",
             e.bitrate_bits_per_second as f64 / 1e6,
-            if e.bitrate_clamped { " (clamped by the responder)" } else { "" },
+            if e.bitrate_clamped {
+                " (clamped by the responder)"
+            } else {
+                ""
+            },
             e.sender_throughput_bits_per_second / 1e6,
         );
     }
@@ -452,6 +467,11 @@ mod tests {
             rtt_seconds: 0.00019,
             ..Default::default()
         });
+        // The sending thread ran 99% of the window: CPU-bound.
+        tx.sched = Some(crate::probe::stats::ThreadSched {
+            run_seconds: 9.9,
+            ..Default::default()
+        });
         let local = SideStats {
             streams: vec![tx],
             ..Default::default()
@@ -463,8 +483,20 @@ mod tests {
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
         assert_eq!(
             text(&r, false),
-            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)\n"
         );
+        let verbose = text(&r, true);
+        assert!(
+            verbose.contains("  send verdict: limited by sender_cpu (99%)\n"),
+            "{verbose}"
+        );
+        assert!(
+            verbose.contains("    sender thread    ran 99.0%, waited for a CPU 0.0%"),
+            "{verbose}"
+        );
+        // Unknown evidence reads as unknown, not as 0.
+        assert!(verbose.contains("    receiver thread  ?\n"), "{verbose}");
+        assert!(verbose.contains("busy ?, rwnd-limited ?"), "{verbose}");
     }
 
     #[test]
@@ -591,7 +623,9 @@ mod tests {
         );
         let line = text(&r, false);
         assert!(
-            line.ends_with(" 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter\n"),
+            line.ends_with(
+                " 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter limited by network (99%)\n"
+            ),
             "{line}"
         );
         let u = r.udp.as_ref().unwrap();

@@ -226,7 +226,10 @@ pub fn gather(
     loss_ratio: Option<f64>,
 ) -> Evidence {
     let window: f64 = senders.iter().map(|s| s.seconds).sum();
-    let limits: Vec<_> = senders.iter().filter_map(|s| s.tcp_limits.as_ref()).collect();
+    let limits: Vec<_> = senders
+        .iter()
+        .filter_map(|s| s.tcp_limits.as_ref())
+        .collect();
     // Unknown unless every sender reported it.
     let summed = |f: fn(&super::stats::TcpLimits) -> Option<f64>| -> Option<f64> {
         if limits.len() != senders.len() || limits.is_empty() {
@@ -269,7 +272,10 @@ pub fn gather(
             .filter_map(|l| l.delivery_rate_app_limited)
             .reduce(|a, b| a || b),
         receive_buffer_bytes: receivers.iter().map(|s| s.receive_buffer_bytes).max(),
-        rcv_space_bytes: receiver_limits.iter().filter_map(|l| l.rcv_space_bytes).max(),
+        rcv_space_bytes: receiver_limits
+            .iter()
+            .filter_map(|l| l.rcv_space_bytes)
+            .max(),
         send_buffer_bytes: senders.iter().map(|s| s.send_buffer_bytes).max(),
         loss_ratio,
     }
@@ -334,9 +340,9 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
             // A lossy path held the flow to what arrived.
             1.0 - e.loss_ratio.unwrap_or(0.0)
         }),
-        _ => e.busy.map(|b| {
-            b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0)
-        }),
+        _ => e
+            .busy
+            .map(|b| b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0)),
     };
     if let Some(n) = network {
         push(Limit::Network, n);
@@ -511,8 +517,8 @@ mod tests {
         assert_eq!(d.limit, Limit::Network);
         // Close causes: both named.
         let mut e = tcp(idle(), idle());
-        e.rwnd_limited = Some(0.48);
-        e.sndbuf_limited = Some(0.5);
+        e.rwnd_limited = Some(0.52);
+        e.sndbuf_limited = Some(0.55);
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::SendBuffer);
         assert_eq!(d.also.map(|a| a.limit), Some(Limit::ReceiveWindow));

@@ -2,9 +2,12 @@
 //! document for programs.
 //!
 //! ```text
-//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT
-//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter
+//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)
+//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter limited by rate_limit (100%)
 //! ```
+//!
+//! Each line ends with what limited that direction (docs/DIAGNOSIS.md);
+//! `-v` adds the evidence behind it.
 //!
 //! Every line starts with the way data moved, seen from the prober (`send`
 //! is prober to responder, `receive` is `-R`), so that a reverse test never
@@ -57,7 +60,89 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
             }
         }
     }
+    let _ = write!(line, " limited by {}", d.diagnosis.headline());
     line
+}
+
+/// `-v`: the evidence behind a direction's verdict, one line per figure,
+/// `?` where it is unknown (an older kernel or peer).
+fn evidence_table(d: &DirectionSummary) -> String {
+    let e = &d.diagnosis.evidence;
+    let pct = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {} verdict: limited by {}",
+        d.direction.as_str(),
+        d.diagnosis.headline()
+    );
+    let cands: Vec<String> = d
+        .diagnosis
+        .candidates
+        .iter()
+        .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
+        .collect();
+    let _ = writeln!(out, "    candidates       {}", cands.join(", "));
+    for (name, t) in [
+        ("sender thread", &e.sender),
+        ("receiver thread", &e.receiver),
+    ] {
+        match t {
+            Some(t) => {
+                let _ = writeln!(
+                    out,
+                    "    {name:<16} ran {:.1}%, waited for a CPU {:.1}%, {} preemptions, on CPU {} ({} irq+softirq, {} interface interrupts)",
+                    t.run * 100.0,
+                    t.wait * 100.0,
+                    t.involuntary_switches,
+                    t.cpu.map_or("?".into(), |c| c.to_string()),
+                    pct(t.cpu_interrupt_share),
+                    t.cpu_interface_interrupts.map_or("?".into(), |n| n.to_string()),
+                );
+            }
+            None => {
+                let _ = writeln!(out, "    {name:<16} ?");
+            }
+        }
+    }
+    if d.tcp.is_some() {
+        let _ = writeln!(
+            out,
+            "    tcp sender       busy {}, rwnd-limited {}, sndbuf-limited {}, {} retrans ({} of bytes), rtt/min {}, app-limited {}",
+            pct(e.busy),
+            pct(e.rwnd_limited),
+            pct(e.sndbuf_limited),
+            e.retransmits,
+            pct(e.retransmit_ratio),
+            e.rtt_over_min.map_or("?".into(), |r| format!("{r:.2}")),
+            e.delivery_rate_app_limited.map_or("?".into(), |b| b.to_string()),
+        );
+        let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "    buffers          sndbuf {}, rcvbuf {}, rcv_space {}",
+            opt(e.send_buffer_bytes),
+            opt(e.receive_buffer_bytes),
+            opt(e.rcv_space_bytes),
+        );
+    }
+    if e.bitrate_bits_per_second > 0 {
+        let _ = writeln!(
+            out,
+            "    rate cap         {:.3} Mbps{}, sender reached {:.3} Mbps",
+            e.bitrate_bits_per_second as f64 / 1e6,
+            if e.bitrate_clamped {
+                " (clamped by the responder)"
+            } else {
+                ""
+            },
+            e.sender_throughput_bits_per_second / 1e6,
+        );
+    }
+    if let Some(l) = e.loss_ratio {
+        let _ = writeln!(out, "    udp loss         {:.2}%", l * 100.0);
+    }
+    out
 }
 
 /// One interval line of a stream or of a direction's sum, in the summary
@@ -195,6 +280,9 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 side.softirq_net_rx,
                 side.softirq_net_tx,
             );
+        }
+        for d in &r.directions {
+            out.push_str(&evidence_table(d));
         }
     }
     out
@@ -361,6 +449,8 @@ mod tests {
             requested_seconds: 10.0,
             omit_seconds: 0.0,
             interval_seconds: None,
+            bitrate: 0,
+            bitrate_clamped: false,
         }
     }
 
@@ -385,6 +475,11 @@ mod tests {
             rtt_seconds: 0.00019,
             ..Default::default()
         });
+        // The sending thread ran 99% of the window: CPU-bound.
+        tx.sched = Some(crate::probe::stats::ThreadSched {
+            run_seconds: 9.9,
+            ..Default::default()
+        });
         let local = SideStats {
             streams: vec![tx],
             ..Default::default()
@@ -396,8 +491,20 @@ mod tests {
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
         assert_eq!(
             text(&r, false),
-            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT\n"
+            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)\n"
         );
+        let verbose = text(&r, true);
+        assert!(
+            verbose.contains("  send verdict: limited by sender_cpu (99%)\n"),
+            "{verbose}"
+        );
+        assert!(
+            verbose.contains("    sender thread    ran 99.0%, waited for a CPU 0.0%"),
+            "{verbose}"
+        );
+        // Unknown evidence reads as unknown, not as 0.
+        assert!(verbose.contains("    receiver thread  ?\n"), "{verbose}");
+        assert!(verbose.contains("busy ?, rwnd-limited ?"), "{verbose}");
     }
 
     #[test]
@@ -527,7 +634,9 @@ mod tests {
         );
         let line = text(&r, false);
         assert!(
-            line.ends_with(" 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter\n"),
+            line.ends_with(
+                " 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter limited by network (99%)\n"
+            ),
             "{line}"
         );
         let u = r.udp.as_ref().unwrap();

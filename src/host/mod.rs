@@ -9,10 +9,12 @@
 //! wrapper that reads the real file. Parsers return [`HostError`] on any
 //! input they do not understand; they do not panic.
 
+mod cpus;
 mod error;
 mod iface;
 mod interrupts;
 mod percpu;
+mod sched;
 mod snapshot;
 mod snmp;
 mod softirqs;
@@ -20,10 +22,12 @@ mod stat;
 mod thread;
 mod uname;
 
+pub use cpus::{parse_per_cpu_stat, read_per_cpu_stat};
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs, is_local_address};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
-pub use snapshot::{HostDelta, HostSnapshot};
+pub use sched::{current_cpu, parse_schedstat, SchedStat};
+pub use snapshot::{CpuLoad, HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
 pub use softirqs::{parse_softirqs, read_softirqs};
 pub use stat::{parse_stat, read_cpu_seconds, read_stat, CpuTicks};

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use super::cpus::{parse_per_cpu_stat, read_per_cpu_stat};
 use super::error::HostError;
 use super::interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 use super::softirqs::{parse_softirqs, read_softirqs};
 use super::stat::{parse_stat, read_stat, CpuTicks};
-pub use crate::protocol::model::HostDelta;
+pub use crate::protocol::model::{CpuLoad, HostDelta};
 
 /// Host-wide counters at one instant.
 #[derive(Debug, Clone)]
@@ -21,6 +22,11 @@ pub struct HostSnapshot {
     irq_counts: BTreeMap<String, u64>,
     softirq_net_rx: u64,
     softirq_net_tx: u64,
+    /// Ticks of each online CPU, by number.
+    per_cpu: Vec<(u32, CpuTicks)>,
+    /// The asked-for IRQs' counts per /proc/interrupts column; the columns
+    /// are the online CPUs in order, as are the per-CPU lines.
+    irq_per_cpu: BTreeMap<String, Vec<u64>>,
     taken_at: Instant,
 }
 
@@ -34,11 +40,15 @@ impl HostSnapshot {
         let cpu = read_stat()?;
         let rows = read_interrupts()?;
         let softirqs = read_softirqs()?;
+        // Per-CPU figures are extra evidence: without them the snapshot
+        // still holds the aggregate.
+        let per_cpu = read_per_cpu_stat().unwrap_or_default();
         Ok(Self::from_parts(
             cpu,
             &rows,
             &softirqs,
             irqs,
+            per_cpu,
             Instant::now(),
         ))
     }
@@ -55,7 +65,10 @@ impl HostSnapshot {
         let cpu = parse_stat(stat)?;
         let rows = parse_interrupts(interrupts)?;
         let softirqs = parse_softirqs(softirqs)?;
-        Ok(Self::from_parts(cpu, &rows, &softirqs, irqs, taken_at))
+        let per_cpu = parse_per_cpu_stat(stat)?;
+        Ok(Self::from_parts(
+            cpu, &rows, &softirqs, irqs, per_cpu, taken_at,
+        ))
     }
 
     fn from_parts(
@@ -63,8 +76,14 @@ impl HostSnapshot {
         rows: &[IrqRow],
         softirqs: &BTreeMap<String, u64>,
         irqs: &[String],
+        per_cpu: Vec<(u32, CpuTicks)>,
         taken_at: Instant,
     ) -> HostSnapshot {
+        let irq_per_cpu = rows
+            .iter()
+            .filter(|row| irqs.contains(&row.id))
+            .map(|row| (row.id.clone(), row.per_cpu.clone()))
+            .collect();
         let irq_counts = rows
             .iter()
             .filter(|row| irqs.contains(&row.id))
@@ -78,6 +97,8 @@ impl HostSnapshot {
             // nothing to report rather than a broken file.
             softirq_net_rx: softirqs.get("NET_RX").copied().unwrap_or(0),
             softirq_net_tx: softirqs.get("NET_TX").copied().unwrap_or(0),
+            per_cpu,
+            irq_per_cpu,
             taken_at,
         }
     }
@@ -130,7 +151,47 @@ impl HostSnapshot {
             interface_interrupts,
             softirq_net_rx: later.softirq_net_rx.saturating_sub(self.softirq_net_rx),
             softirq_net_tx: later.softirq_net_tx.saturating_sub(self.softirq_net_tx),
+            cpus: self.cpu_loads(later),
         }
+    }
+
+    /// Each CPU's share of its own time in hard and soft interrupts, and
+    /// the interface's interrupts it took, from `self` to `later`. A CPU
+    /// in only one snapshot (hot-plugged) is left out.
+    fn cpu_loads(&self, later: &HostSnapshot) -> Vec<CpuLoad> {
+        later
+            .per_cpu
+            .iter()
+            .enumerate()
+            .filter_map(|(column, (cpu, after))| {
+                let (_, before) = self.per_cpu.iter().find(|(c, _)| c == cpu)?;
+                let d = after.saturating_sub(before);
+                let total = d.total();
+                let share = |t: u64| {
+                    if total == 0 {
+                        0.0
+                    } else {
+                        t as f64 / total as f64
+                    }
+                };
+                // As for the total: an IRQ in only one snapshot counts 0.
+                let interface_interrupts = self
+                    .irq_per_cpu
+                    .iter()
+                    .filter_map(|(id, before)| {
+                        let after = later.irq_per_cpu.get(id)?;
+                        Some(after.get(column)?.saturating_sub(*before.get(column)?))
+                    })
+                    .fold(0u64, |sum, d| sum.saturating_add(d));
+                Some(CpuLoad {
+                    cpu: *cpu,
+                    busy: share(d.busy()),
+                    irq: share(d.irq),
+                    softirq: share(d.softirq),
+                    interface_interrupts,
+                })
+            })
+            .collect()
     }
 }
 
@@ -170,8 +231,26 @@ mod tests {
 
         // CPU deltas: user 700 nice 100 system 300 idle 350 iowait 50
         // irq 20 softirq 80 steal 0 (guest 100 is inside user): total 1600.
+        let d = before.delta(&after);
+        // CPU0: user 350 nice 25 system 150 idle 50 iowait 10 irq 17
+        // softirq 50: total 652; it took 500 of IRQ 24, CPU1 960 of 24+25.
+        assert_eq!(d.cpus.len(), 4);
+        assert_eq!(d.cpus[0].cpu, 0);
+        assert!(
+            (d.cpus[0].softirq - 50.0 / 652.0).abs() < 1e-12,
+            "{:?}",
+            d.cpus[0]
+        );
+        assert!((d.cpus[0].irq - 17.0 / 652.0).abs() < 1e-12);
+        assert!((d.cpus[0].busy - 592.0 / 652.0).abs() < 1e-12);
+        assert_eq!(d.cpus[0].interface_interrupts, 500);
+        assert_eq!(d.cpus[1].interface_interrupts, 960);
+        assert_eq!(d.cpus[3].interface_interrupts, 0);
         assert_eq!(
-            before.delta(&after),
+            HostDelta {
+                cpus: Vec::new(),
+                ..d
+            },
             HostDelta {
                 cpu_utilization: 0.75, // 1200 / 1600
                 cpu_user: 0.5,         // 800 / 1600
@@ -182,6 +261,7 @@ mod tests {
                 interface_interrupts: 560 + 900,
                 softirq_net_rx: 1200,
                 softirq_net_tx: 10,
+                cpus: Vec::new(),
             }
         );
     }
@@ -192,13 +272,32 @@ mod tests {
         let t0 = Instant::now();
         let before = four_cpu("before", &irqs, t0);
         let after = four_cpu("after", &irqs, t0);
-        assert_eq!(after.delta(&before), HostDelta::default());
+        let d = after.delta(&before);
+        assert!(d
+            .cpus
+            .iter()
+            .all(|c| c.busy == 0.0 && c.interface_interrupts == 0));
+        assert_eq!(
+            HostDelta {
+                cpus: Vec::new(),
+                ..d
+            },
+            HostDelta::default()
+        );
     }
 
     #[test]
     fn delta_of_identical_snapshots_is_zero() {
         let s = four_cpu("after", &ids(&["90"]), Instant::now());
-        assert_eq!(s.delta(&s), HostDelta::default());
+        let d = s.delta(&s);
+        assert_eq!(d.cpus.len(), 4);
+        assert_eq!(
+            HostDelta {
+                cpus: Vec::new(),
+                ..d
+            },
+            HostDelta::default()
+        );
     }
 
     #[test]

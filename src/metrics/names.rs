@@ -27,6 +27,7 @@ pub mod label {
     pub const IRQ: &str = "irq";
     pub const DESCRIPTION: &str = "description";
     pub const COLLECTOR: &str = "collector";
+    pub const CAUSE: &str = "cause";
 }
 
 use label::*;
@@ -318,6 +319,20 @@ pub static PROBE_KERNEL_INFO: MetricDef = def(
     &[SIDE, RELEASE],
     "Always 1; the kernel release each side ran in the latest probe (side=\"remote\" is the peer's).",
 );
+pub static PROBE_LIMITED_BY: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_limited_by",
+    &[FLOW, CAUSE],
+    "1 for what limited each flow of the latest probe (the verdict, and a second cause as strong as the first), 0 for every other cause of the fixed set: sender_cpu, receiver_cpu, softirq_contention, receive_window, send_buffer, network, rate_limit, unknown (docs/DIAGNOSIS.md).",
+);
+pub static PROBE_LIMIT_STRENGTH: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_limit_strength_ratio",
+    &[FLOW, CAUSE],
+    "Strength of each candidate cause of the latest probe's verdict, 0 to 1: the fraction of the window it held (the cap reached, for rate_limit); absent where the evidence is unknown (docs/DIAGNOSIS.md).",
+);
 
 // ---- Host ---------------------------------------------------------------
 
@@ -564,6 +579,8 @@ pub static ALL: &[&MetricDef] = &[
     &PROBE_INTERFACE_INTERRUPTS,
     &PROBE_SOFTIRQS,
     &PROBE_KERNEL_INFO,
+    &PROBE_LIMITED_BY,
+    &PROBE_LIMIT_STRENGTH,
     &HOST_INFO,
     &HOST_CPU_SECONDS,
     &HOST_INTERRUPTS,
@@ -713,7 +730,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 59);
+        assert_eq!(ALL.len(), 61);
     }
 
     #[test]
@@ -780,7 +797,7 @@ pub(crate) mod tests {
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `side`, `mode`, `type`, `release`), and must not be \
+             `result`, `reason`, `flow`, `side`, `mode`, `type`, `release`, `cause`), and must not be \
              `instance` or `job`, which Prometheus sets when it scrapes."
         );
     }

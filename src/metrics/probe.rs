@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
+use crate::probe::diagnosis::Limit;
 use crate::probe::result::SideSummary;
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.
@@ -155,6 +156,23 @@ fn render_series(
                 &names::UDP_SOCKET_DROPS,
                 &f,
                 udp.packets_dropped_at_socket as f64,
+            );
+        }
+        let verdict = &d.diagnosis;
+        for cause in Limit::ALL {
+            let named =
+                verdict.limit == cause || verdict.also.as_ref().is_some_and(|a| a.limit == cause);
+            add(
+                &names::PROBE_LIMITED_BY,
+                &[(FLOW, flow.as_str()), (CAUSE, cause.as_str())],
+                if named { 1.0 } else { 0.0 },
+            );
+        }
+        for c in &verdict.candidates {
+            add(
+                &names::PROBE_LIMIT_STRENGTH,
+                &[(FLOW, flow.as_str()), (CAUSE, c.limit.as_str())],
+                c.strength,
             );
         }
     }

@@ -150,6 +150,14 @@ fn tcp_flow(
             receive_buffer_bytes: 0,
         }),
         udp: None,
+        // The sender stalled on the receive window 80% of the window.
+        diagnosis: crate::probe::diagnosis::diagnose(&crate::probe::diagnosis::Evidence {
+            kind: Some(Kind::Tcp),
+            busy: Some(1.0),
+            rwnd_limited: Some(0.8),
+            sndbuf_limited: Some(0.0),
+            ..Default::default()
+        }),
     }
 }
 
@@ -176,6 +184,7 @@ fn udp_flow(flow: FlowDirection) -> DirectionSummary {
             received_bits_per_second: 1_000_000.0,
             ..Default::default()
         }),
+        diagnosis: Default::default(),
     }
 }
 
@@ -207,6 +216,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         interval_seconds: None,
         intervals: Vec::new(),
         warnings: Vec::new(),
+        diagnosis: Default::default(),
     }
 }
 
@@ -1389,6 +1399,45 @@ fn clamped_flag_follows_the_latest_result() {
         value(&store_text(&store), "pathprobe_probe_clamped", &tcp),
         0.0
     );
+}
+
+#[test]
+fn the_verdict_is_one_series_per_cause_with_the_candidates_strengths() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    store.record(key.clone(), tcp_send_ok(T0));
+    let s = store_text(&store);
+    let send = with(&TCP_KEY, &[("flow", "send")]);
+    for cause in crate::probe::diagnosis::Limit::ALL {
+        let want = if cause.as_str() == "receive_window" {
+            1.0
+        } else {
+            0.0
+        };
+        let labels = with(&send, &[("cause", cause.as_str())]);
+        assert_eq!(
+            value(&s, "pathprobe_probe_limited_by", &labels),
+            want,
+            "{cause}"
+        );
+    }
+    let rwnd = with(&send, &[("cause", "receive_window")]);
+    assert_eq!(
+        value(&s, "pathprobe_probe_limit_strength_ratio", &rwnd),
+        0.8
+    );
+    let net = with(&send, &[("cause", "network")]);
+    assert!((value(&s, "pathprobe_probe_limit_strength_ratio", &net) - 0.2).abs() < 1e-9);
+    // No candidate without evidence, and no verdict after a failure.
+    assert!(find(
+        &s,
+        "pathprobe_probe_limit_strength_ratio",
+        &with(&send, &[("cause", "sender_cpu")])
+    )
+    .is_empty());
+    store.record(key, failed("tcp", Direction::Send, T0 + 60, "refused"));
+    let s = store_text(&store);
+    assert!(find(&s, "pathprobe_probe_limited_by", &[]).is_empty());
 }
 
 #[test]

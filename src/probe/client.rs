@@ -340,6 +340,8 @@ async fn run_test(
         requested_seconds: plan.duration.as_secs_f64(),
         omit_seconds: plan.omit.as_secs_f64(),
         interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
+        bitrate: request.bitrate,
+        bitrate_clamped: request.bitrate != asked.bitrate,
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;

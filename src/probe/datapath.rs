@@ -17,8 +17,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::stats::{IntervalStats, Role, StreamStats};
-use crate::host::ThreadUsage;
+use super::stats::{IntervalStats, Role, StreamStats, ThreadSched};
+use crate::host::{SchedStat, ThreadUsage};
 use crate::protocol::FlowDirection;
 
 /// Time allowed after the planned end for data to drain before streams
@@ -386,12 +386,26 @@ impl Progress {
 }
 
 /// Measures CPU, context switches and syscalls of one thread over a window
-/// that opens when the warm-up ends.
+/// that opens when the warm-up ends, and the scheduler's account of it:
+/// run and wait time (from [`ThreadMeter::open`] to [`ThreadMeter::close`])
+/// and the CPUs it ran on, sampled every [`CPU_SAMPLE_EVERY`] syscalls.
 #[derive(Debug, Default)]
 pub struct ThreadMeter {
-    opened: Option<(Instant, ThreadUsage)>,
+    opened: Option<(Instant, ThreadUsage, Option<SchedStat>)>,
+    closed: Option<(ThreadUsage, Option<SchedStat>)>,
     pub syscalls: u64,
+    /// (CPU, samples) pairs, at most [`MAX_CPUS_SEEN`] of them.
+    cpus: Vec<(u32, u32)>,
 }
+
+/// A vDSO call every this many syscalls costs nothing measurable next to
+/// the syscalls themselves.
+pub const CPU_SAMPLE_EVERY: u64 = 64;
+/// A thread that wandered over more CPUs than this is reported by the
+/// ones it ran on most among the first seen.
+const MAX_CPUS_SEEN: usize = 16;
+/// CPUs a stream reports, most often first.
+pub const MAX_CPUS_REPORTED: usize = 4;
 
 impl ThreadMeter {
     pub fn is_open(&self) -> bool {
@@ -401,23 +415,68 @@ impl ThreadMeter {
     /// Opens the window at `at` (if not open yet) and resets the syscall count.
     pub fn open(&mut self, at: Instant) {
         if self.opened.is_none() {
-            self.opened = Some((at, ThreadUsage::current()));
+            self.opened = Some((at, ThreadUsage::current(), SchedStat::current()));
             self.syscalls = 0;
+            self.sample_cpu();
+        }
+    }
+
+    /// Counts one syscall of the data loop, sampling the CPU now and then.
+    pub fn syscall(&mut self) {
+        self.syscalls += 1;
+        if self.syscalls % CPU_SAMPLE_EVERY == 0 && self.opened.is_some() {
+            self.sample_cpu();
+        }
+    }
+
+    fn sample_cpu(&mut self) {
+        let Some(cpu) = crate::host::current_cpu() else {
+            return;
+        };
+        if let Some((_, n)) = self.cpus.iter_mut().find(|(c, _)| *c == cpu) {
+            *n = n.saturating_add(1);
+        } else if self.cpus.len() < MAX_CPUS_SEEN {
+            self.cpus.push((cpu, 1));
+        }
+    }
+
+    /// Ends the scheduler's window here (a sender's last write), before
+    /// whatever the thread does after it (waiting for the drain).
+    pub fn close(&mut self) {
+        if self.opened.is_some() && self.closed.is_none() {
+            self.sample_cpu();
+            self.closed = Some((ThreadUsage::current(), SchedStat::current()));
         }
     }
 
     pub fn opened_at(&self) -> Option<Instant> {
-        self.opened.map(|(t, _)| t)
+        self.opened.map(|(t, _, _)| t)
     }
 
     /// Fills the usage fields of `stats` with what this thread used since the window opened.
-    pub fn finish(&self, stats: &mut StreamStats) {
+    pub fn finish(&mut self, stats: &mut StreamStats) {
         stats.syscalls = self.syscalls;
-        if let Some((_, before)) = self.opened {
+        self.close();
+        if let Some((_, before, sched_before)) = self.opened {
             let used = ThreadUsage::current().since(&before);
             stats.cpu_user_seconds = used.user.as_secs_f64();
             stats.cpu_system_seconds = used.system.as_secs_f64();
             stats.context_switches = used.voluntary_switches + used.involuntary_switches;
+            if let (Some((usage_end, Some(end))), Some(start)) = (self.closed, sched_before) {
+                let d = end.since(&start);
+                let mut cpus = self.cpus.clone();
+                cpus.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                stats.sched = Some(ThreadSched {
+                    run_seconds: d.run.as_secs_f64(),
+                    wait_seconds: d.wait.as_secs_f64(),
+                    involuntary_switches: usage_end.since(&before).involuntary_switches,
+                    cpus: cpus
+                        .into_iter()
+                        .take(MAX_CPUS_REPORTED)
+                        .map(|(c, _)| c)
+                        .collect(),
+                });
+            }
         }
     }
 }

@@ -12,6 +12,7 @@
 pub mod accounting;
 pub mod client;
 pub mod datapath;
+pub mod diagnosis;
 pub mod pacing;
 pub mod result;
 pub mod side;

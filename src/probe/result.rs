@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+use super::diagnosis::{self, Diagnosis, Evidence};
 use super::spec::{Direction, FlowDirection, Kind};
 use super::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
 
@@ -54,6 +55,9 @@ pub struct ProbeResult {
     /// CPU), one sentence each; empty when it did everything.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What limited the probe: its one direction's verdict, or for bidir
+    /// the slower direction's (docs/DIAGNOSIS.md).
+    pub diagnosis: Diagnosis,
 }
 
 /// One interval of the test: every stream's figures and a sum per direction.
@@ -232,6 +236,8 @@ pub struct DirectionSummary {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
+    /// What limited this direction (docs/DIAGNOSIS.md).
+    pub diagnosis: Diagnosis,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -457,6 +463,10 @@ pub struct ProbeContext {
     pub omit_seconds: f64,
     /// The intervals' length both ends ran, when intervals were asked for.
     pub interval_seconds: Option<f64>,
+    /// The paced rate both ends agreed (0: unpaced), and whether the
+    /// responder clamped it from the one asked for.
+    pub bitrate: u64,
+    pub bitrate_clamped: bool,
 }
 
 impl ProbeResult {
@@ -533,6 +543,20 @@ impl ProbeResult {
             let sender_seconds = senders.iter().map(|s| s.seconds).fold(0.0, f64::max);
             let throughput = bits_per_second(bytes, seconds);
             let sender_throughput = bits_per_second(sender_bytes, sender_seconds);
+            let udp = (ctx.kind == Kind::Udp)
+                .then(|| udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput));
+            let evidence = diagnosis::gather(
+                ctx.kind,
+                ctx.bitrate,
+                ctx.bitrate_clamped,
+                &senders_ref,
+                &receivers_ref,
+                &tx_side.host,
+                &rx_side.host,
+                throughput,
+                sender_throughput,
+                udp.as_ref().map(|u| u.loss_ratio),
+            );
             directions.push(DirectionSummary {
                 direction: dir,
                 duration_seconds: seconds,
@@ -543,9 +567,8 @@ impl ProbeResult {
                 sender_cpu_utilization: cpu_of(&senders_ref),
                 receiver_cpu_utilization: cpu_of(&receivers_ref),
                 tcp: (ctx.kind == Kind::Tcp).then(|| tcp_summary(&senders_ref, &receivers_ref)),
-                udp: (ctx.kind == Kind::Udp).then(|| {
-                    udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput)
-                }),
+                udp,
+                diagnosis: diagnosis::diagnose(&evidence),
             });
             all_senders.extend(senders);
             all_receivers.extend(receivers);
@@ -574,6 +597,14 @@ impl ProbeResult {
         };
         let udp = (ctx.kind == Kind::Udp)
             .then(|| udp_summary(&all_senders, &all_receivers, sent_bps, recv_bps));
+        let diagnosis = directions
+            .iter()
+            .min_by(|a, b| {
+                a.throughput_bits_per_second
+                    .total_cmp(&b.throughput_bits_per_second)
+            })
+            .map(|d| d.diagnosis.clone())
+            .unwrap_or_else(|| diagnosis::diagnose(&Evidence::default()));
         ProbeResult {
             kind: ctx.kind,
             direction: ctx.direction,
@@ -607,6 +638,7 @@ impl ProbeResult {
             interval_seconds: ctx.interval_seconds,
             intervals,
             warnings: remote.warnings.clone(),
+            diagnosis,
         }
     }
 

@@ -376,12 +376,30 @@ impl SideRun {
             results.extend(got);
         }
         let after = HostSnapshot::take(&self.irqs).ok();
-        let host = match (before, after) {
+        let mut host: HostDelta = match (before, after) {
             (Some(b), Some(a)) => b.delta(&a),
             _ => Default::default(),
         };
+        keep_relevant_cpus(&mut host, &results);
         (results, host)
     }
+}
+
+/// Most CPUs a side reports: the verdict needs only those its data threads
+/// ran on and those that took the interface's interrupts.
+pub const MAX_CPUS: usize = 32;
+
+/// Keeps only the CPUs the streams ran on or that took the interface's
+/// interrupts.
+fn keep_relevant_cpus(host: &mut HostDelta, streams: &[StreamStats]) {
+    let used: Vec<u32> = streams
+        .iter()
+        .filter_map(|s| s.sched.as_ref())
+        .flat_map(|s| s.cpus.iter().copied())
+        .collect();
+    host.cpus
+        .retain(|c| used.contains(&c.cpu) || c.interface_interrupts > 0);
+    host.cpus.truncate(MAX_CPUS);
 }
 
 impl Drop for SideRun {

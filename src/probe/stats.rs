@@ -3,5 +3,6 @@
 //! the responder sends its own to the prober at the end of a test.
 
 pub use crate::protocol::model::{
-    IntervalStats, Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
+    CpuLoad, IntervalStats, Role, SideStats, StreamStats, TcpLimits, TcpStats, ThreadSched,
+    UdpReceiveStats, UdpSendStats,
 };

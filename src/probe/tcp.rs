@@ -15,7 +15,7 @@ use socket2::SockRef;
 
 use super::datapath::{DataSocket, IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
 use super::pacing::Pacer;
-use super::stats::{StreamStats, TcpStats};
+use super::stats::{StreamStats, TcpLimits, TcpStats};
 use super::tcpinfo::{self, TcpInfo};
 use super::ProbeError;
 use crate::protocol::{encode_frame, Message};
@@ -101,6 +101,27 @@ fn record_buffers(stream: &TcpStream, stats: &mut StreamStats) {
     stats.congestion = tcpinfo::congestion(stream);
 }
 
+/// The sender's limits over the window: the time accounting as deltas
+/// between `open` and `close`, the rest as read at `close`. A field either
+/// reading lacks (an older kernel) is unknown.
+pub fn sender_limits(open: Option<&TcpInfo>, close: Option<&TcpInfo>) -> Option<TcpLimits> {
+    let close = close?;
+    let delta = |f: fn(&TcpInfo) -> Option<u64>| -> Option<u64> {
+        Some(f(close)?.saturating_sub(f(open?)?))
+    };
+    let seconds = |us: Option<u64>| us.map(|us| us as f64 / 1e6);
+    Some(TcpLimits {
+        busy_seconds: seconds(delta(|i| i.busy_time_us)),
+        rwnd_limited_seconds: seconds(delta(|i| i.rwnd_limited_us)),
+        sndbuf_limited_seconds: seconds(delta(|i| i.sndbuf_limited_us)),
+        delivery_rate_bits_per_second: close.delivery_rate.map(|r| r as f64 * 8.0),
+        delivery_rate_app_limited: close.delivery_rate_app_limited,
+        bytes_retrans: delta(|i| i.bytes_retrans),
+        notsent_bytes: close.notsent_bytes.map(u64::from),
+        ..TcpLimits::default()
+    })
+}
+
 /// The sending loop.
 pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) {
     let Some(start) = ctx.gate.wait() else { return };
@@ -126,6 +147,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let mut bytes = 0u64;
     let mut bytes_at_open = 0u64;
     let mut retrans_at_open = 0u32;
+    let mut info_at_open: Option<TcpInfo> = None;
     let mut last_write = start;
     loop {
         if pacer.is_paced() && pacer.due(Instant::now() - start, 1) == 0 {
@@ -140,7 +162,8 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
         if !meter.is_open() && now >= window_start {
             meter.open(now);
             bytes_at_open = bytes;
-            retrans_at_open = TcpInfo::read(&stream).map(|i| i.total_retrans).unwrap_or(0);
+            info_at_open = TcpInfo::read(&stream).ok();
+            retrans_at_open = info_at_open.map_or(0, |i| i.total_retrans);
             if let Some(iv) = intervals.as_mut() {
                 iv.open(now);
                 iv.mark_base(u64::from(retrans_at_open));
@@ -149,7 +172,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
         if now >= end || ctx.stop.is_stopped() {
             break;
         }
-        meter.syscalls += 1;
+        meter.syscall();
         match stream.write(&buf) {
             Ok(n) => {
                 bytes += n as u64;
@@ -179,6 +202,11 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
             }
         }
     }
+    // The window ends at the last write: what limited the flow is read
+    // here, before the drain, whose idle tail would dilute it.
+    meter.close();
+    let info_at_close = TcpInfo::read(&stream).ok();
+    stats.tcp_limits = sender_limits(info_at_open.as_ref(), info_at_close.as_ref());
     let opened = meter.opened_at().unwrap_or(start);
     stats.bytes = bytes - bytes_at_open;
     stats.seconds = last_write.saturating_duration_since(opened).as_secs_f64();
@@ -253,7 +281,7 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let mut bytes_at_open = 0u64;
     let mut last_read = start;
     loop {
-        meter.syscalls += 1;
+        meter.syscall();
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
@@ -301,6 +329,11 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     stats.bytes = bytes - bytes_at_open;
     stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();
     meter.finish(stats);
+    stats.tcp_limits = TcpInfo::read(&stream).ok().map(|i| TcpLimits {
+        rcv_space_bytes: i.rcv_space.map(u64::from),
+        rcv_rtt_seconds: i.rcv_rtt_us.map(|us| f64::from(us) / 1e6),
+        ..TcpLimits::default()
+    });
     record_buffers(&stream, stats);
     if let Some(iv) = intervals {
         stats.intervals = iv.finish(last_read, None);

@@ -19,6 +19,26 @@ pub struct TcpInfo {
     pub total_retrans: u32,
     /// Minimum RTT seen, microseconds (kernel 4.6+).
     pub min_rtt_us: Option<u32>,
+    /// The kernel's account of what limited a sender (kernel 4.10+), each
+    /// microseconds since connect: time with data outstanding
+    /// (`tcpi_busy_time`, which includes the two below), time stalled by
+    /// the peer's receive window, and time with nothing to send because the
+    /// send buffer was full of unacknowledged data.
+    pub busy_time_us: Option<u64>,
+    pub rwnd_limited_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
+    /// Latest delivery rate estimate, bytes per second (4.9+), and whether
+    /// the sample was application-limited.
+    pub delivery_rate: Option<u64>,
+    pub delivery_rate_app_limited: Option<bool>,
+    /// Bytes retransmitted over the connection's life (4.19+).
+    pub bytes_retrans: Option<u64>,
+    /// Bytes written but not yet sent (4.6+).
+    pub notsent_bytes: Option<u32>,
+    /// Receiver: its estimate of the peer's RTT, microseconds, and the
+    /// receive space autotuning aims for, bytes.
+    pub rcv_rtt_us: Option<u32>,
+    pub rcv_space: Option<u32>,
 }
 
 const OFF_SND_MSS: usize = 16;
@@ -27,9 +47,24 @@ const OFF_RTTVAR: usize = 72;
 const OFF_SND_CWND: usize = 80;
 const OFF_TOTAL_RETRANS: usize = 100;
 const OFF_MIN_RTT: usize = 148;
+/// The byte after `tcpi_snd_wscale`/`tcpi_rcv_wscale`, whose lowest bit is
+/// `tcpi_delivery_rate_app_limited`.
+const OFF_FLAGS: usize = 7;
+const OFF_RCV_RTT: usize = 92;
+const OFF_RCV_SPACE: usize = 96;
+const OFF_NOTSENT: usize = 144;
+const OFF_DELIVERY_RATE: usize = 160;
+const OFF_BUSY_TIME: usize = 168;
+const OFF_RWND_LIMITED: usize = 176;
+const OFF_SNDBUF_LIMITED: usize = 184;
+const OFF_BYTES_RETRANS: usize = 208;
 
 fn u32_at(buf: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(buf.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn u64_at(buf: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(buf.get(off..off + 8)?.try_into().ok()?))
 }
 
 impl TcpInfo {
@@ -42,6 +77,18 @@ impl TcpInfo {
             snd_cwnd: u32_at(buf, OFF_SND_CWND)?,
             total_retrans: u32_at(buf, OFF_TOTAL_RETRANS)?,
             min_rtt_us: u32_at(buf, OFF_MIN_RTT),
+            busy_time_us: u64_at(buf, OFF_BUSY_TIME),
+            rwnd_limited_us: u64_at(buf, OFF_RWND_LIMITED),
+            sndbuf_limited_us: u64_at(buf, OFF_SNDBUF_LIMITED),
+            // The flag arrived with the rate (4.9); without the rate the
+            // bit is padding.
+            delivery_rate: u64_at(buf, OFF_DELIVERY_RATE),
+            delivery_rate_app_limited: u64_at(buf, OFF_DELIVERY_RATE)
+                .and(buf.get(OFF_FLAGS).map(|b| b & 1 == 1)),
+            bytes_retrans: u64_at(buf, OFF_BYTES_RETRANS),
+            notsent_bytes: u32_at(buf, OFF_NOTSENT),
+            rcv_rtt_us: u32_at(buf, OFF_RCV_RTT),
+            rcv_space: u32_at(buf, OFF_RCV_SPACE),
         })
     }
 
@@ -98,18 +145,30 @@ mod tests {
         buf[OFF_SND_CWND..OFF_SND_CWND + 4].copy_from_slice(&10u32.to_ne_bytes());
         buf[OFF_TOTAL_RETRANS..OFF_TOTAL_RETRANS + 4].copy_from_slice(&3u32.to_ne_bytes());
         buf[OFF_MIN_RTT..OFF_MIN_RTT + 4].copy_from_slice(&150u32.to_ne_bytes());
+        buf[OFF_FLAGS] = 1;
+        buf[OFF_BUSY_TIME..OFF_BUSY_TIME + 8].copy_from_slice(&5_000_000u64.to_ne_bytes());
+        buf[OFF_RWND_LIMITED..OFF_RWND_LIMITED + 8].copy_from_slice(&4_000_000u64.to_ne_bytes());
+        buf[OFF_BYTES_RETRANS..OFF_BYTES_RETRANS + 8].copy_from_slice(&2896u64.to_ne_bytes());
         let info = TcpInfo::parse(&buf).unwrap();
-        assert_eq!(
-            info,
-            TcpInfo {
-                snd_mss: 1448,
-                rtt_us: 190,
-                rttvar_us: 20,
-                snd_cwnd: 10,
-                total_retrans: 3,
-                min_rtt_us: Some(150)
-            }
-        );
+        assert_eq!(info.snd_mss, 1448);
+        assert_eq!(info.rtt_us, 190);
+        assert_eq!(info.rttvar_us, 20);
+        assert_eq!(info.snd_cwnd, 10);
+        assert_eq!(info.total_retrans, 3);
+        assert_eq!(info.min_rtt_us, Some(150));
+        assert_eq!(info.busy_time_us, Some(5_000_000));
+        assert_eq!(info.rwnd_limited_us, Some(4_000_000));
+        assert_eq!(info.sndbuf_limited_us, Some(0));
+        assert_eq!(info.delivery_rate_app_limited, Some(true));
+        // The 4.18 struct (ends after delivered_ce) has the time
+        // accounting but not bytes_retrans.
+        let k418 = TcpInfo::parse(&buf[..200]).unwrap();
+        assert_eq!(k418.rwnd_limited_us, Some(4_000_000));
+        assert_eq!(k418.bytes_retrans, None);
+        // A 4.6 kernel's has no time accounting and no delivery rate: unknown, not 0.
+        let k46 = TcpInfo::parse(&buf[..152]).unwrap();
+        assert_eq!(k46.busy_time_us, None);
+        assert_eq!(k46.delivery_rate_app_limited, None);
         // An old kernel's shorter struct has no min_rtt.
         assert_eq!(TcpInfo::parse(&buf[..104]).unwrap().min_rtt_us, None);
         assert_eq!(TcpInfo::parse(&buf[..50]), None);

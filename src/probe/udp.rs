@@ -164,7 +164,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
             .write(&mut buf[i * len..]);
         }
-        meter.syscalls += 1;
+        meter.syscall();
         let sent = match mode {
             SendMode::Gso => match sock.send(&buf[..n * len]) {
                 Ok(_) => {
@@ -283,7 +283,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let mut sender_packets = None;
     let fd = sock.as_raw_fd();
     while sender_packets.is_none() {
-        meter.syscalls += 1;
+        meter.syscall();
         let n = match batch.recv(fd) {
             Ok(n) => n,
             Err(e) if transient(&e) => {

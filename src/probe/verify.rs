@@ -14,7 +14,8 @@
 
 use std::time::Duration;
 
-use super::datapath::{interval_plan, DRAIN_GRACE};
+use super::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
+use super::side::MAX_CPUS;
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
 use crate::protocol::{Kind, TestRequest};
@@ -173,6 +174,19 @@ pub fn check_results(
             ));
         }
     }
+    if h.cpus.len() > MAX_CPUS {
+        return Err(format!("the responder reported {} CPUs", h.cpus.len()));
+    }
+    for c in &h.cpus {
+        for (name, v) in [("busy", c.busy), ("irq", c.irq), ("softirq", c.softirq)] {
+            if !(0.0..=1.0 + 1e-9).contains(&v) {
+                return Err(format!(
+                    "the responder's CPU {} {name} is {v}, not a fraction",
+                    c.cpu
+                ));
+            }
+        }
+    }
     if remote.kernel_release.len() > 256 {
         return Err("the responder's kernel release is not a kernel release".into());
     }
@@ -195,6 +209,30 @@ fn check_stream_figures(s: &StreamStats, max_seconds: f64) -> Result<(), String>
     }
     if let Some(u) = &s.udp_received {
         times.push(("jitter_seconds", u.jitter_seconds));
+    }
+    if let Some(t) = &s.sched {
+        times.extend([
+            ("run_seconds", t.run_seconds),
+            ("wait_seconds", t.wait_seconds),
+        ]);
+        if t.cpus.len() > MAX_CPUS_REPORTED {
+            return Err(format!("{} CPUs for one data thread", t.cpus.len()));
+        }
+    }
+    if let Some(l) = &s.tcp_limits {
+        for (name, v) in [
+            ("busy_seconds", l.busy_seconds),
+            ("rwnd_limited_seconds", l.rwnd_limited_seconds),
+            ("sndbuf_limited_seconds", l.sndbuf_limited_seconds),
+            ("rcv_rtt_seconds", l.rcv_rtt_seconds),
+        ] {
+            times.extend(v.map(|v| (name, v)));
+        }
+        if let Some(r) = l.delivery_rate_bits_per_second {
+            if !r.is_finite() || !(0.0..=MAX_STREAM_BITS_PER_SECOND).contains(&r) {
+                return Err(format!("delivery rate {r} is not a rate"));
+            }
+        }
     }
     for (name, v) in times {
         if !v.is_finite() || v < 0.0 || v > max_seconds {
@@ -657,6 +695,55 @@ mod tests {
         remote.streams[0].udp_received.as_mut().unwrap().packets = 1001;
         let e = check_results(&request, &local, &remote).unwrap_err();
         assert!(e.contains("1001 datagrams"), "{e}");
+    }
+
+    #[test]
+    fn forged_limit_evidence_is_refused() {
+        use crate::probe::stats::{CpuLoad, TcpLimits, ThreadSched};
+        let (req, local, remote) = sides();
+        let mut ok = remote.clone();
+        ok.streams[0].sched = Some(ThreadSched {
+            run_seconds: 1.0,
+            wait_seconds: 0.5,
+            involuntary_switches: 3,
+            cpus: vec![1],
+        });
+        ok.streams[0].tcp_limits = Some(TcpLimits {
+            rcv_rtt_seconds: Some(0.001),
+            ..TcpLimits::default()
+        });
+        ok.host.cpus = vec![CpuLoad {
+            cpu: 1,
+            busy: 0.9,
+            irq: 0.0,
+            softirq: 0.3,
+            interface_interrupts: 5,
+        }];
+        check_results(&req, &local, &ok).unwrap();
+        let forge = |f: &dyn Fn(&mut SideStats)| {
+            let mut r = ok.clone();
+            f(&mut r);
+            check_results(&req, &local, &r)
+        };
+        assert!(forge(&|r| r.streams[0].sched.as_mut().unwrap().wait_seconds = f64::NAN).is_err());
+        assert!(forge(&|r| r.streams[0].sched.as_mut().unwrap().run_seconds = 1e9).is_err());
+        assert!(
+            forge(&|r| r.streams[0].sched.as_mut().unwrap().cpus = (0..100).collect()).is_err()
+        );
+        assert!(forge(&|r| r.streams[0]
+            .tcp_limits
+            .as_mut()
+            .unwrap()
+            .rwnd_limited_seconds = Some(-1.0))
+        .is_err());
+        assert!(forge(&|r| r.streams[0]
+            .tcp_limits
+            .as_mut()
+            .unwrap()
+            .delivery_rate_bits_per_second = Some(f64::INFINITY))
+        .is_err());
+        assert!(forge(&|r| r.host.cpus[0].softirq = 7.0).is_err());
+        assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
     }
 
     #[test]

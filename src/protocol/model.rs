@@ -135,6 +135,60 @@ pub struct StreamStats {
     /// up to `bytes`. Absent from older peers' frames.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<IntervalStats>,
+    /// The scheduler's account of the data thread over the window, for the
+    /// bottleneck verdict. Absent from older peers' frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<ThreadSched>,
+    /// TCP_INFO's account of what limited the stream, for the verdict.
+    /// Absent from older peers, and field by field on older kernels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_limits: Option<TcpLimits>,
+}
+
+/// A data thread as the scheduler saw it over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadSched {
+    /// Time on a CPU (/proc/thread-self/schedstat).
+    pub run_seconds: f64,
+    /// Time runnable but without a CPU: waiting behind other work on its
+    /// run queue, or held back by a cgroup CPU quota.
+    pub wait_seconds: f64,
+    /// Times it was preempted.
+    pub involuntary_switches: u64,
+    /// CPUs it was seen on (sampled in its loop), most often first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
+}
+
+/// TCP_INFO figures behind the verdict; each is `None` when the kernel
+/// does not report it (see `probe::tcpinfo` for the versions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpLimits {
+    /// Sender, over the window: time with data outstanding, of which time
+    /// stalled by the receive window, and time with the send buffer full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rwnd_limited_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sndbuf_limited_seconds: Option<f64>,
+    /// Sender, at the window's end: the latest delivery rate sample, and
+    /// whether it was application-limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_bits_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_app_limited: Option<bool>,
+    /// Sender: bytes retransmitted over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_retrans: Option<u64>,
+    /// Sender: bytes written but not yet sent, at the window's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notsent_bytes: Option<u64>,
+    /// Receiver: the space receive autotuning aims for, and its RTT estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_space_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_rtt_seconds: Option<f64>,
 }
 
 /// One interval of one stream on one side.
@@ -284,4 +338,22 @@ pub struct HostDelta {
     pub interface_interrupts: u64,
     pub softirq_net_rx: u64,
     pub softirq_net_tx: u64,
+    /// The CPUs the data threads ran on and those that took the
+    /// interface's interrupts, over the window. Absent from older peers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<CpuLoad>,
+}
+
+/// One CPU over the window (per-CPU lines of /proc/stat and columns of
+/// /proc/interrupts).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct CpuLoad {
+    pub cpu: u32,
+    /// Fractions of this CPU's time: busy in all, in hard interrupts, in
+    /// softirqs.
+    pub busy: f64,
+    pub irq: f64,
+    pub softirq: f64,
+    /// Interrupts of the probe's interface this CPU took.
+    pub interface_interrupts: u64,
 }

@@ -13,8 +13,8 @@ use super::message::{
     Hello, HelloAuth, Limits, Message, RejectReason, TestRequest, Welcome, WelcomeAuth,
 };
 use super::model::{
-    Direction, FlowDirection, HostDelta, IntervalStats, Kind, Role, SideStats, StreamStats,
-    TcpStats, UdpReceiveStats, UdpSendStats,
+    CpuLoad, Direction, FlowDirection, HostDelta, IntervalStats, Kind, Role, SideStats,
+    StreamStats, TcpLimits, TcpStats, ThreadSched, UdpReceiveStats, UdpSendStats,
 };
 use super::udp::{hello_datagram, parse_hello, UdpHeader, HEADER_LEN, HELLO_LEN};
 
@@ -158,11 +158,30 @@ prop_compose! {
             ),
             0..3,
         ),
+        sched in proptest::option::of(
+            (float(), float(), any::<u64>(), prop::collection::vec(any::<u32>(), 0..3)).prop_map(
+                |(run_seconds, wait_seconds, involuntary_switches, cpus)| ThreadSched {
+                    run_seconds, wait_seconds, involuntary_switches, cpus,
+                }
+            )
+        ),
+        tcp_limits in proptest::option::of(
+            (
+                proptest::option::of(float()),
+                proptest::option::of(float()),
+                proptest::option::of(any::<bool>()),
+                proptest::option::of(any::<u64>()),
+            ).prop_map(|(busy_seconds, rwnd_limited_seconds, delivery_rate_app_limited, bytes_retrans)| TcpLimits {
+                busy_seconds, rwnd_limited_seconds, delivery_rate_app_limited, bytes_retrans,
+                ..TcpLimits::default()
+            })
+        ),
     ) -> StreamStats {
         StreamStats {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
             receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
+            sched, tcp_limits,
         }
     }
 }
@@ -175,13 +194,19 @@ prop_compose! {
         kernel_release in text(),
         interface in proptest::option::of(text()),
         warnings in prop::collection::vec(text(), 0..3),
+        cpus in prop::collection::vec(
+            (any::<u32>(), float(), float(), any::<u64>()).prop_map(|(cpu, busy, softirq, interface_interrupts)| CpuLoad {
+                cpu, busy, irq: 0.0, softirq, interface_interrupts,
+            }),
+            0..3,
+        ),
     ) -> SideStats {
         let (interrupts, interface_interrupts, softirq_net_rx, softirq_net_tx) = counters;
         SideStats {
             streams,
             host: HostDelta {
                 cpu_utilization, cpu_user, cpu_system, interrupts,
-                interface_interrupts, softirq_net_rx, softirq_net_tx,
+                interface_interrupts, softirq_net_rx, softirq_net_tx, cpus,
             },
             kernel_release,
             interface,

@@ -12,6 +12,7 @@ mod access;
 mod cli;
 mod dashboards;
 mod deploy;
+mod diagnosis;
 mod e2e;
 mod faults;
 mod hostile;

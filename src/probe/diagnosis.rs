@@ -1,0 +1,575 @@
+//! What limited a probe: the evidence both ends gathered over the measured
+//! window, reduced to one verdict from a fixed set of labels, with the
+//! strength of every candidate. The rules are in docs/DIAGNOSIS.md; the
+//! lab test `diagnosis::` stages each bottleneck and checks them.
+//!
+//! [`diagnose`] is a pure function of [`Evidence`], so every rule is
+//! unit-tested on recorded evidence, including what the lab cannot stage
+//! (a NIC's interrupts on the receiver's CPU).
+
+use serde::Serialize;
+
+use super::spec::Kind;
+use super::stats::StreamStats;
+use crate::protocol::HostDelta;
+
+/// What limited a probe. The set is fixed: dashboards and alerts match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The probe's own `-b` cap (or the responder's clamp of it) was met.
+    RateLimit,
+    /// The sending data thread wanted a CPU for the whole window.
+    SenderCpu,
+    /// The receiving data thread wanted a CPU for the whole window.
+    ReceiverCpu,
+    /// A data thread's CPU went mostly to hard and soft interrupts.
+    SoftirqContention,
+    /// The sender had nothing to send with its send buffer full.
+    SendBuffer,
+    /// The sender was stalled by the receiver's advertised window.
+    ReceiveWindow,
+    /// The sender was limited by its congestion window: the path.
+    Network,
+    /// The evidence is not enough.
+    Unknown,
+}
+
+impl Limit {
+    /// Every label, in the order rules break ties.
+    pub const ALL: [Limit; 8] = [
+        Limit::RateLimit,
+        Limit::SenderCpu,
+        Limit::ReceiverCpu,
+        Limit::SoftirqContention,
+        Limit::SendBuffer,
+        Limit::ReceiveWindow,
+        Limit::Network,
+        Limit::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::RateLimit => "rate_limit",
+            Limit::SenderCpu => "sender_cpu",
+            Limit::ReceiverCpu => "receiver_cpu",
+            Limit::SoftirqContention => "softirq_contention",
+            Limit::SendBuffer => "send_buffer",
+            Limit::ReceiveWindow => "receive_window",
+            Limit::Network => "network",
+            Limit::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A data thread over the window, as fractions of the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ThreadEvidence {
+    /// On a CPU.
+    pub run: f64,
+    /// Runnable without a CPU (run queue, cgroup quota).
+    pub wait: f64,
+    pub involuntary_switches: u64,
+    /// The CPU it ran on most, and that CPU's share of time in hard and
+    /// soft interrupts and the interface interrupts it took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_interrupt_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_interface_interrupts: Option<u64>,
+}
+
+impl ThreadEvidence {
+    /// Time the thread wanted a CPU.
+    pub fn demand(&self) -> f64 {
+        self.run + self.wait
+    }
+}
+
+/// Everything a verdict rests on, for one direction of a probe. Fractions
+/// are of the side's window; `None` is unknown (older kernel or peer).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    pub kind: Option<Kind>,
+    pub throughput_bits_per_second: f64,
+    pub sender_throughput_bits_per_second: f64,
+    /// The paced rate both ends agreed (0: unpaced), and whether the
+    /// responder cut it down from the one asked for.
+    pub bitrate_bits_per_second: u64,
+    pub bitrate_clamped: bool,
+    /// The busiest sending and receiving data threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender: Option<ThreadEvidence>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<ThreadEvidence>,
+    /// TCP sender: time with data outstanding, stalled by the receive
+    /// window, and with a full send buffer (TCP_INFO, Linux 4.10+).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rwnd_limited: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sndbuf_limited: Option<f64>,
+    pub retransmits: u64,
+    /// Bytes retransmitted over bytes sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmit_ratio: Option<f64>,
+    /// Smoothed RTT over the minimum seen: above 1, a queue built up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_over_min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_app_limited: Option<bool>,
+    /// Receiver's receive buffer and the space autotuning aimed for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receive_buffer_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rcv_space_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_buffer_bytes: Option<u64>,
+    /// UDP: datagrams lost over sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_ratio: Option<f64>,
+}
+
+/// One candidate cause and its strength, 0..=1: the fraction of the window
+/// it held, or (rate_limit) the fraction of the cap reached.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    pub limit: Limit,
+    pub strength: f64,
+}
+
+/// The verdict on one direction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// What limited the probe, and its figure (the strength behind it).
+    pub limit: Limit,
+    pub strength: f64,
+    /// A second cause as strong as the first (within [`CLOSE`]): both are
+    /// named, rather than one guessed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub also: Option<Candidate>,
+    /// Every candidate with evidence, strongest first.
+    pub candidates: Vec<Candidate>,
+    pub evidence: Evidence,
+}
+
+/// A data thread that wanted a CPU this much of the window was CPU-bound.
+pub const CPU_SATURATED: f64 = 0.9;
+/// Time accounting (receive window, send buffer, congestion window) that
+/// held this much of the window names the cause.
+pub const MOST_OF_THE_WINDOW: f64 = 0.5;
+/// A paced probe that reached this much of its rate was held by its cap.
+pub const RATE_REACHED: f64 = 0.9;
+/// Interrupts that took this much of a data thread's CPU, and more of it
+/// than the thread itself, crowded the thread out.
+pub const INTERRUPTS_CROWD: f64 = 0.3;
+/// UDP loss above this is the path's.
+pub const UDP_LOSS: f64 = 0.01;
+/// Two causes within this strength of each other are both named.
+pub const CLOSE: f64 = 0.05;
+
+fn clamp01(x: f64) -> f64 {
+    if x.is_finite() {
+        x.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    let r = num / den;
+    (r.is_finite() && den > 0.0).then_some(r)
+}
+
+/// The busiest data thread of `streams` (by CPU demand), and its CPU's
+/// interrupt load from `host`.
+fn thread_evidence(streams: &[&StreamStats], host: &HostDelta) -> Option<ThreadEvidence> {
+    streams
+        .iter()
+        .filter_map(|s| {
+            let sched = s.sched.as_ref()?;
+            let window = s.seconds;
+            let cpu = sched.cpus.first().copied();
+            let load = cpu.and_then(|c| host.cpus.iter().find(|l| l.cpu == c));
+            Some(ThreadEvidence {
+                run: clamp01(ratio(sched.run_seconds, window)?),
+                wait: clamp01(ratio(sched.wait_seconds, window)?),
+                involuntary_switches: sched.involuntary_switches,
+                cpu,
+                cpu_interrupt_share: load.map(|l| clamp01(l.irq + l.softirq)),
+                cpu_interface_interrupts: load.map(|l| l.interface_interrupts),
+            })
+        })
+        .max_by(|a, b| a.demand().total_cmp(&b.demand()))
+}
+
+/// What one direction's streams and both sides' hosts show.
+#[allow(clippy::too_many_arguments)]
+pub fn gather(
+    kind: Kind,
+    bitrate: u64,
+    bitrate_clamped: bool,
+    senders: &[&StreamStats],
+    receivers: &[&StreamStats],
+    sender_host: &HostDelta,
+    receiver_host: &HostDelta,
+    throughput: f64,
+    sender_throughput: f64,
+    loss_ratio: Option<f64>,
+) -> Evidence {
+    let window: f64 = senders.iter().map(|s| s.seconds).sum();
+    let limits: Vec<_> = senders
+        .iter()
+        .filter_map(|s| s.tcp_limits.as_ref())
+        .collect();
+    // Unknown unless every sender reported it.
+    let summed = |f: fn(&super::stats::TcpLimits) -> Option<f64>| -> Option<f64> {
+        if limits.len() != senders.len() || limits.is_empty() {
+            return None;
+        }
+        let total: Option<f64> = limits.iter().map(|l| f(l)).sum();
+        ratio(total?, window).map(clamp01)
+    };
+    let bytes_retrans: Option<u64> = if limits.is_empty() {
+        None
+    } else {
+        limits.iter().map(|l| l.bytes_retrans).sum()
+    };
+    let sent: u64 = senders.iter().map(|s| s.bytes).sum();
+    let tcp: Vec<_> = senders.iter().filter_map(|s| s.tcp.as_ref()).collect();
+    let rtt_over_min = tcp
+        .iter()
+        .filter_map(|t| ratio(t.rtt_seconds, t.min_rtt_seconds))
+        .reduce(f64::max);
+    let receiver_limits: Vec<_> = receivers
+        .iter()
+        .filter_map(|s| s.tcp_limits.as_ref())
+        .collect();
+    Evidence {
+        kind: Some(kind),
+        throughput_bits_per_second: throughput,
+        sender_throughput_bits_per_second: sender_throughput,
+        bitrate_bits_per_second: bitrate,
+        bitrate_clamped,
+        sender: thread_evidence(senders, sender_host),
+        receiver: thread_evidence(receivers, receiver_host),
+        busy: summed(|l| l.busy_seconds),
+        rwnd_limited: summed(|l| l.rwnd_limited_seconds),
+        sndbuf_limited: summed(|l| l.sndbuf_limited_seconds),
+        retransmits: tcp.iter().map(|t| t.retransmits).sum(),
+        retransmit_ratio: bytes_retrans.and_then(|b| ratio(b as f64, sent as f64)),
+        rtt_over_min,
+        delivery_rate_app_limited: limits
+            .iter()
+            .filter_map(|l| l.delivery_rate_app_limited)
+            .reduce(|a, b| a || b),
+        receive_buffer_bytes: receivers.iter().map(|s| s.receive_buffer_bytes).max(),
+        rcv_space_bytes: receiver_limits
+            .iter()
+            .filter_map(|l| l.rcv_space_bytes)
+            .max(),
+        send_buffer_bytes: senders.iter().map(|s| s.send_buffer_bytes).max(),
+        loss_ratio,
+    }
+}
+
+/// How a side's data thread and its CPU bear on the verdict: its
+/// saturation (the thread's demand, plus the CPU's interrupt share when
+/// the thread itself held more of the CPU than interrupts did) and the
+/// interrupt share when interrupts held more of it than the thread.
+fn cpu_candidates(t: &ThreadEvidence) -> (f64, Option<f64>) {
+    let irq = t.cpu_interrupt_share.unwrap_or(0.0);
+    if irq >= INTERRUPTS_CROWD && irq >= t.run && t.demand() + irq >= CPU_SATURATED {
+        (clamp01(t.demand()), Some(irq))
+    } else if irq < t.run {
+        // The interrupt work on the thread's CPU is (mostly) this flow's
+        // own (loopback, or the thread's own softirq): the CPU was full.
+        (clamp01(t.demand() + irq), None)
+    } else {
+        (clamp01(t.demand()), None)
+    }
+}
+
+/// The verdict: see docs/DIAGNOSIS.md for each rule.
+pub fn diagnose(e: &Evidence) -> Diagnosis {
+    let mut candidates: Vec<Candidate> = Vec::new();
+    let mut push = |limit: Limit, strength: f64| {
+        candidates.push(Candidate {
+            limit,
+            strength: clamp01(strength),
+        })
+    };
+    let rate = (e.bitrate_bits_per_second > 0)
+        .then(|| e.sender_throughput_bits_per_second / e.bitrate_bits_per_second as f64);
+    if let Some(r) = rate {
+        push(Limit::RateLimit, r);
+    }
+    let (mut sender_sat, mut receiver_sat) = (0.0, 0.0);
+    let mut irq_crowd: f64 = 0.0;
+    if let Some(t) = &e.sender {
+        let (sat, irq) = cpu_candidates(t);
+        sender_sat = sat;
+        irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
+        push(Limit::SenderCpu, sat);
+    }
+    if let Some(t) = &e.receiver {
+        let (sat, irq) = cpu_candidates(t);
+        receiver_sat = sat;
+        irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
+        push(Limit::ReceiverCpu, sat);
+    }
+    if irq_crowd > 0.0 {
+        push(Limit::SoftirqContention, irq_crowd);
+    }
+    if let Some(s) = e.sndbuf_limited {
+        push(Limit::SendBuffer, s);
+    }
+    if let Some(r) = e.rwnd_limited {
+        push(Limit::ReceiveWindow, r);
+    }
+    let network = match e.kind {
+        Some(Kind::Udp) => e.loss_ratio.filter(|&l| l >= UDP_LOSS).map(|_| {
+            // A lossy path held the flow to what arrived.
+            1.0 - e.loss_ratio.unwrap_or(0.0)
+        }),
+        _ => e
+            .busy
+            .map(|b| b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0)),
+    };
+    if let Some(n) = network {
+        push(Limit::Network, n);
+    }
+    candidates.sort_by(|a, b| {
+        b.strength
+            .total_cmp(&a.strength)
+            .then(a.limit.cmp(&b.limit))
+    });
+
+    let strength_of = |l: Limit| {
+        candidates
+            .iter()
+            .find(|c| c.limit == l)
+            .map_or(0.0, |c| c.strength)
+    };
+    // Which candidates may be the verdict, by the rules' precedence: a cap
+    // the probe set itself and met explains everything else; a saturated
+    // thread explains the windows and buffers it could not keep filled or
+    // drained; then the kernel's own time accounting.
+    let mut eligible: Vec<Limit> = Vec::new();
+    if e.kind == Some(Kind::Udp) && network.is_some() {
+        // Datagrams lost on the way: whatever the sender did, the path
+        // did not carry it.
+        eligible.push(Limit::Network);
+    } else if rate.is_some_and(|r| r >= RATE_REACHED) {
+        eligible.push(Limit::RateLimit);
+    } else {
+        if sender_sat >= CPU_SATURATED {
+            eligible.push(Limit::SenderCpu);
+        }
+        if receiver_sat >= CPU_SATURATED {
+            eligible.push(Limit::ReceiverCpu);
+        }
+        if irq_crowd >= INTERRUPTS_CROWD {
+            eligible.push(Limit::SoftirqContention);
+        }
+        if eligible.is_empty() {
+            for l in [Limit::SendBuffer, Limit::ReceiveWindow, Limit::Network] {
+                if strength_of(l) >= MOST_OF_THE_WINDOW {
+                    eligible.push(l);
+                }
+            }
+        }
+    }
+    let mut ranked: Vec<Candidate> = candidates
+        .iter()
+        .filter(|c| eligible.contains(&c.limit))
+        .cloned()
+        .collect();
+    ranked.dedup_by(|a, b| a.limit == b.limit);
+    let (limit, strength, also) = match ranked.as_slice() {
+        [] => (Limit::Unknown, 0.0, None),
+        [first, rest @ ..] => {
+            let also = rest
+                .first()
+                .filter(|second| first.strength - second.strength <= CLOSE)
+                .cloned();
+            (first.limit, first.strength, also)
+        }
+    };
+    Diagnosis {
+        limit,
+        strength,
+        also,
+        candidates,
+        evidence: e.clone(),
+    }
+}
+
+impl Default for Diagnosis {
+    /// The verdict without evidence: unknown.
+    fn default() -> Diagnosis {
+        diagnose(&Evidence::default())
+    }
+}
+
+impl Diagnosis {
+    /// `receiver_cpu (94%)`, or `receiver_cpu (94%) and receive_window (91%)`.
+    pub fn headline(&self) -> String {
+        let mut s = format!("{} ({:.0}%)", self.limit, self.strength * 100.0);
+        if let Some(a) = &self.also {
+            s.push_str(&format!(" and {} ({:.0}%)", a.limit, a.strength * 100.0));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(run: f64, wait: f64, irq: f64) -> ThreadEvidence {
+        ThreadEvidence {
+            run,
+            wait,
+            involuntary_switches: 0,
+            cpu: Some(1),
+            cpu_interrupt_share: Some(irq),
+            cpu_interface_interrupts: Some(0),
+        }
+    }
+
+    fn tcp(sender: ThreadEvidence, receiver: ThreadEvidence) -> Evidence {
+        Evidence {
+            kind: Some(Kind::Tcp),
+            throughput_bits_per_second: 1e9,
+            sender_throughput_bits_per_second: 1e9,
+            sender: Some(sender),
+            receiver: Some(receiver),
+            busy: Some(1.0),
+            rwnd_limited: Some(0.0),
+            sndbuf_limited: Some(0.0),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn a_saturated_thread_is_the_limit_and_explains_a_full_window() {
+        let mut e = tcp(thread(0.3, 0.0, 0.0), thread(0.2, 0.74, 0.0));
+        e.rwnd_limited = Some(0.97);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiverCpu);
+        assert!((d.strength - 0.94).abs() < 1e-9);
+        assert_eq!(d.also, None, "{d:?}");
+        assert_eq!(d.headline(), "receiver_cpu (94%)");
+        // The full window is still shown among the candidates.
+        assert_eq!(d.candidates[0].limit, Limit::ReceiveWindow);
+    }
+
+    #[test]
+    fn two_saturated_threads_are_both_named() {
+        let d = diagnose(&tcp(thread(0.99, 0.0, 0.0), thread(0.97, 0.0, 0.0)));
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert_eq!(d.also.as_ref().map(|a| a.limit), Some(Limit::ReceiverCpu));
+        assert_eq!(d.headline(), "sender_cpu (99%) and receiver_cpu (97%)");
+    }
+
+    #[test]
+    fn a_flow_s_own_softirq_on_its_cpu_counts_as_the_thread_s() {
+        // Loopback: the receive path runs in softirq on the sender's CPU.
+        let d = diagnose(&tcp(thread(0.6, 0.0, 0.38), thread(0.5, 0.0, 0.0)));
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert!((d.strength - 0.98).abs() < 1e-9);
+    }
+
+    #[test]
+    fn interrupts_that_crowd_a_thread_out_are_softirq_contention() {
+        // Recorded from the story in issue 12: the netserver shared a CPU
+        // with the NIC's interrupts (71% of it), and ran only 27% itself.
+        let mut receiver = thread(0.27, 0.02, 0.71);
+        receiver.cpu_interface_interrupts = Some(180_000);
+        let d = diagnose(&tcp(thread(0.4, 0.0, 0.05), receiver));
+        assert_eq!(d.limit, Limit::SoftirqContention);
+        assert!((d.strength - 0.71).abs() < 1e-9);
+    }
+
+    #[test]
+    fn time_accounting_names_windows_buffers_and_the_path() {
+        let idle = || thread(0.1, 0.0, 0.0);
+        let mut e = tcp(idle(), idle());
+        e.rwnd_limited = Some(0.88);
+        assert_eq!(diagnose(&e).limit, Limit::ReceiveWindow);
+        let mut e = tcp(idle(), idle());
+        e.sndbuf_limited = Some(0.7);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::SendBuffer);
+        assert!((d.strength - 0.7).abs() < 1e-9);
+        let mut e = tcp(idle(), idle());
+        e.retransmits = 300;
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::Network);
+        // Close causes: both named.
+        let mut e = tcp(idle(), idle());
+        e.rwnd_limited = Some(0.52);
+        e.sndbuf_limited = Some(0.55);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::SendBuffer);
+        assert_eq!(d.also.map(|a| a.limit), Some(Limit::ReceiveWindow));
+    }
+
+    #[test]
+    fn a_met_cap_is_the_limit_whatever_else_the_sender_shows() {
+        let mut e = tcp(thread(0.05, 0.0, 0.0), thread(0.05, 0.0, 0.0));
+        e.bitrate_bits_per_second = 50_000_000;
+        e.sender_throughput_bits_per_second = 49_900_000.0;
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::RateLimit);
+        assert!(d.strength > 0.99);
+        // Not met: the cap was not the limit.
+        e.sender_throughput_bits_per_second = 20_000_000.0;
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+    }
+
+    #[test]
+    fn without_evidence_the_verdict_is_unknown() {
+        let d = diagnose(&Evidence::default());
+        assert_eq!(d.limit, Limit::Unknown);
+        assert!(d.candidates.is_empty());
+        // An old kernel: no time accounting, idle threads.
+        let mut e = tcp(thread(0.2, 0.0, 0.0), thread(0.2, 0.0, 0.0));
+        e.busy = None;
+        e.rwnd_limited = None;
+        e.sndbuf_limited = None;
+        assert_eq!(diagnose(&e).limit, Limit::Unknown);
+        // NaN from a broken peer does not become a verdict.
+        let mut e = tcp(thread(f64::NAN, 0.0, 0.0), thread(0.2, 0.0, 0.0));
+        e.busy = Some(f64::NAN);
+        assert_eq!(diagnose(&e).limit, Limit::Unknown);
+    }
+
+    #[test]
+    fn udp_loss_is_the_path_and_a_met_rate_the_cap() {
+        let mut e = Evidence {
+            kind: Some(Kind::Udp),
+            bitrate_bits_per_second: 100_000_000,
+            sender_throughput_bits_per_second: 99e6,
+            loss_ratio: Some(0.0),
+            sender: Some(thread(0.2, 0.0, 0.0)),
+            receiver: Some(thread(0.2, 0.0, 0.0)),
+            ..Evidence::default()
+        };
+        assert_eq!(diagnose(&e).limit, Limit::RateLimit);
+        e.sender_throughput_bits_per_second = 60e6;
+        e.loss_ratio = Some(0.05);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::Network);
+        assert!((d.strength - 0.95).abs() < 1e-9);
+    }
+}

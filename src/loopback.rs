@@ -70,6 +70,7 @@ mod tests {
             tos: None,
             affinity: None,
             interval_ms: None,
+            rr: None,
         };
         let a = crate::responder::check_limits(&r, &c).unwrap();
         assert_eq!(a.request.bitrate, 0);

@@ -199,6 +199,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         streams: Vec::new(),
         tcp: None,
         udp: None,
+        rr: None,
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),

@@ -271,7 +271,7 @@ async fn run_test(
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
         .with_intervals(spec.interval_events.clone());
     let sockets = match request.kind {
-        Kind::Tcp => {
+        Kind::Tcp | Kind::TcpRr => {
             let sockets =
                 tcp::open_streams(addr, spec.bind, &side.tcp, side.stream_count(), &token, t)
                     .await?;
@@ -340,6 +340,7 @@ async fn run_test(
         requested_seconds: plan.duration.as_secs_f64(),
         omit_seconds: plan.omit.as_secs_f64(),
         interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
+        rr: plan.rr,
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;

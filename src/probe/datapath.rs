@@ -42,6 +42,8 @@ pub struct Plan {
     pub test_id: u32,
     /// Interval reports, when asked for.
     pub interval: Option<IntervalPlan>,
+    /// A request/response test's shape: its streams run the `tcp_rr` loops.
+    pub rr: Option<crate::protocol::rr::RrParams>,
 }
 
 /// Most interval records one side keeps over all its streams. They travel
@@ -450,6 +452,7 @@ mod tests {
                 affinity: None,
                 test_id: 0,
                 interval,
+                rr: None,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

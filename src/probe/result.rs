@@ -36,6 +36,9 @@ pub struct ProbeResult {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
+    /// Request/response figures (`tcp_rr`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rr: Option<super::tcp_rr::RrSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -426,6 +429,8 @@ pub struct ProbeContext {
     pub omit_seconds: f64,
     /// The intervals' length both ends ran, when intervals were asked for.
     pub interval_seconds: Option<f64>,
+    /// The request/response shape both ends ran (`tcp_rr`).
+    pub rr: Option<crate::protocol::rr::RrParams>,
 }
 
 impl ProbeResult {
@@ -570,6 +575,9 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
+            rr: ctx.rr.map(|p| {
+                super::tcp_rr::RrSummary::combine(p, local.streams.first(), remote.streams.first())
+            }),
             local: side_summary(local),
             remote: side_summary(remote),
             clamped: Vec::new(),

@@ -197,6 +197,9 @@ pub struct TestRequest {
     /// their streams' figures by it (see `probe::datapath::interval_plan`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_ms: Option<u64>,
+    /// Request and response sizes and burst of a `tcp_rr` test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<super::rr::RrParams>,
 }
 
 impl TestRequest {
@@ -307,6 +310,7 @@ mod tests {
             tos: Some(0x10),
             affinity: None,
             interval_ms: None,
+            rr: None,
         }
     }
 

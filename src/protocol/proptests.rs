@@ -111,7 +111,7 @@ prop_compose! {
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
-            window, congestion, tos, affinity, interval_ms,
+            window, congestion, tos, affinity, interval_ms, rr: None,
         }
     }
 }
@@ -161,7 +161,7 @@ prop_compose! {
         StreamStats {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
-            receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
+            receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals, rr: None,
         }
     }
 }

@@ -288,6 +288,7 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
             tos: None,
             affinity: None,
             interval_ms: None,
+            rr: None,
         };
         s.write_all(&encode_frame(&Message::Request(request)).unwrap())
             .unwrap();

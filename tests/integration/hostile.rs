@@ -978,6 +978,7 @@ fn long_send_request(duration_ms: u64) -> TestRequest {
         tos: None,
         affinity: None,
         interval_ms: None,
+        rr: None,
     }
 }
 

@@ -21,6 +21,7 @@ mod load;
 mod loopback;
 mod reload;
 mod responder;
+mod rr;
 mod rules;
 mod serve;
 mod serve_process;

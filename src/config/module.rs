@@ -25,6 +25,9 @@ pub enum ModuleKind {
     LoopbackTcp,
     /// UDP over loopback, as [`ModuleKind::LoopbackTcp`].
     LoopbackUdp,
+    /// Request/response transactions on one TCP connection to a remote
+    /// responder: latency percentiles, transactions/s, CPU per transaction.
+    TcpRr,
 }
 
 impl ModuleKind {
@@ -33,6 +36,7 @@ impl ModuleKind {
         match self {
             ModuleKind::Tcp | ModuleKind::LoopbackTcp => Kind::Tcp,
             ModuleKind::Udp | ModuleKind::LoopbackUdp => Kind::Udp,
+            ModuleKind::TcpRr => Kind::TcpRr,
         }
     }
 
@@ -47,6 +51,7 @@ impl ModuleKind {
             ModuleKind::Udp => "udp",
             ModuleKind::LoopbackTcp => "loopback_tcp",
             ModuleKind::LoopbackUdp => "loopback_udp",
+            ModuleKind::TcpRr => "tcp_rr",
         }
     }
 }
@@ -121,6 +126,16 @@ pub struct Module {
     /// The secret read from `secret_file` at load (and at every reload).
     #[serde(skip)]
     pub secret: Option<Secret>,
+    /// tcp_rr only: request and response sizes (default 1 byte each),
+    /// transactions in flight (default 1) and TCP_NODELAY (default on).
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub request_size: Option<u32>,
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub response_size: Option<u32>,
+    #[serde(default)]
+    pub burst: Option<u32>,
+    #[serde(default)]
+    pub nodelay: Option<bool>,
 }
 
 fn default_duration() -> Duration {
@@ -155,7 +170,23 @@ impl Module {
             ipv6: false,
             secret_file: None,
             secret: None,
+            request_size: None,
+            response_size: None,
+            burst: None,
+            nodelay: None,
         }
+    }
+
+    /// The request/response shape of a `tcp_rr` module, its keys over
+    /// the engine's defaults; `None` for other kinds.
+    pub fn rr(&self) -> Option<crate::probe::spec::RrParams> {
+        let d = crate::probe::spec::DEFAULT_RR;
+        (self.kind == ModuleKind::TcpRr).then(|| crate::probe::spec::RrParams {
+            request_size: self.request_size.unwrap_or(d.request_size),
+            response_size: self.response_size.unwrap_or(d.response_size),
+            burst: self.burst.unwrap_or(d.burst),
+            nodelay: self.nodelay.unwrap_or(d.nodelay),
+        })
     }
 
     pub fn is_loopback(&self) -> bool {
@@ -203,6 +234,7 @@ impl Module {
             remote_affinity: self.remote_affinity,
             connect_timeout: self.connect_timeout,
             secret: self.secret.clone(),
+            rr: self.rr(),
             ..ProbeSpec::default()
         }
     }
@@ -244,6 +276,29 @@ impl Module {
             return Err((
                 "secret_file",
                 "does not apply to loopback kinds, whose responder lives inside this process"
+                    .to_string(),
+            ));
+        }
+        let rr_keys = [
+            ("request_size", self.request_size.is_some()),
+            ("response_size", self.response_size.is_some()),
+            ("burst", self.burst.is_some()),
+            ("nodelay", self.nodelay.is_some()),
+        ];
+        if let Some((key, _)) = rr_keys.iter().find(|(_, set)| *set) {
+            if self.kind != ModuleKind::TcpRr {
+                return Err((
+                    key,
+                    format!("applies to tcp_rr modules only, not {}", self.kind.as_str()),
+                ));
+            }
+        }
+        if self.kind == ModuleKind::TcpRr
+            && (self.streams != 1 || self.direction != ModuleDirection::Send)
+        {
+            return Err((
+                "kind",
+                "tcp_rr runs on one connection: leave streams and direction at their defaults"
                     .to_string(),
             ));
         }

@@ -427,4 +427,32 @@ mod tests {
         assert!(m.check().unwrap_err().1.contains("UDP datagram length"));
         assert_eq!(Module::new(ModuleKind::LoopbackUdp).check(), Ok(()));
     }
+
+    #[test]
+    fn a_tcp_rr_module_carries_its_shape_and_other_kinds_refuse_its_keys() {
+        let m: Module = serde_yaml::from_str(
+            "kind: tcp_rr\nrequest_size: 32k\nresponse_size: 1\nburst: 6\nnodelay: false\n",
+        )
+        .unwrap();
+        assert_eq!(m.check(), Ok(()));
+        let specs = m.specs();
+        assert_eq!(specs.len(), 1);
+        let spec = &specs[0].1;
+        assert_eq!(spec.kind, Kind::TcpRr);
+        let rr = spec.rr.unwrap();
+        assert_eq!(
+            (rr.request_size, rr.response_size, rr.burst, rr.nodelay),
+            (32768, 1, 6, false)
+        );
+        let req = spec.to_request();
+        assert_eq!(req.length, 32768);
+        assert_eq!(req.rr, Some(rr));
+        // Defaults: 1-byte messages, one in flight, Nagle off.
+        let d = Module::new(ModuleKind::TcpRr).specs()[0].1.effective_rr();
+        assert_eq!(d, crate::probe::spec::DEFAULT_RR);
+        let tcp: Module = serde_yaml::from_str("kind: tcp\nburst: 4\n").unwrap();
+        assert_eq!(tcp.check().unwrap_err().0, "burst");
+        let multi: Module = serde_yaml::from_str("kind: tcp_rr\nstreams: 2\n").unwrap();
+        assert!(multi.check().is_err());
+    }
 }

@@ -17,6 +17,7 @@ mod faults;
 mod hostile;
 mod intervals;
 mod lab;
+mod lab_rr;
 mod load;
 mod loopback;
 mod reload;

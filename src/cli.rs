@@ -155,6 +155,21 @@ pub struct ProbeArgs {
     /// UDP instead of TCP.
     #[arg(short, long)]
     udp: bool,
+    /// The kind of probe: tcp and udp are throughput (as -u); tcp_rr is
+    /// request/response transactions on one TCP connection (netperf's
+    /// TCP_RR), with -r and --burst.
+    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr"], conflicts_with = "udp")]
+    mode: Option<String>,
+    /// tcp_rr: request and response sizes in bytes, REQ,RESP (netperf's
+    /// -r; k/m suffixes; one size for both). Default 1,1.
+    #[arg(short = 'r', long = "rr-size", value_name = "REQ,RESP", value_parser = parse_rr_sizes)]
+    rr_size: Option<(u32, u32)>,
+    /// tcp_rr: transactions in flight at once on the connection (default 1).
+    #[arg(long, value_name = "N")]
+    burst: Option<u32>,
+    /// tcp_rr: leave Nagle's algorithm on (TCP_NODELAY is set by default).
+    #[arg(long)]
+    nagle: bool,
     /// Reverse: the responder sends.
     #[arg(short = 'R', long, conflicts_with = "bidir")]
     reverse: bool,
@@ -480,7 +495,7 @@ impl ProbeArgs {
             None => (None, None),
         };
         Ok(ProbeSpec {
-            kind: if self.udp { Kind::Udp } else { Kind::Tcp },
+            kind: self.kind(),
             direction: if self.bidir {
                 Direction::Bidir
             } else if self.reverse {
@@ -512,8 +527,41 @@ impl ProbeArgs {
             interval: self.interval.filter(|i| !i.is_zero()),
             interval_events: None,
             no_offload: self.no_offload,
+            rr: self.rr_params(),
         })
     }
+
+    fn kind(&self) -> Kind {
+        match self.mode.as_deref() {
+            Some("tcp_rr") => Kind::TcpRr,
+            Some("udp") => Kind::Udp,
+            _ if self.udp => Kind::Udp,
+            _ => Kind::Tcp,
+        }
+    }
+
+    /// The request/response shape -r, --burst and --nagle ask for, over
+    /// the defaults; `None` when none of them was given.
+    fn rr_params(&self) -> Option<pathprobe::probe::spec::RrParams> {
+        if self.rr_size.is_none() && self.burst.is_none() && !self.nagle {
+            return None;
+        }
+        let d = pathprobe::probe::spec::DEFAULT_RR;
+        let (request_size, response_size) =
+            self.rr_size.unwrap_or((d.request_size, d.response_size));
+        Some(pathprobe::probe::spec::RrParams {
+            request_size,
+            response_size,
+            burst: self.burst.unwrap_or(d.burst),
+            nodelay: !self.nagle,
+        })
+    }
+}
+
+/// `REQ,RESP` or one size for both, as netperf's `-r`.
+fn parse_rr_sizes(s: &str) -> Result<(u32, u32), String> {
+    let (req, resp) = s.split_once(',').unwrap_or((s, s));
+    Ok((parse_size_u32(req.trim())?, parse_size_u32(resp.trim())?))
 }
 
 // clap wants `Result<_, String>`-like errors; the library's are typed.

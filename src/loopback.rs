@@ -71,6 +71,7 @@ mod tests {
             affinity: None,
             interval_ms: None,
             no_offload: false,
+            rr: None,
         };
         let a = crate::responder::check_limits(&r, &c).unwrap();
         assert_eq!(a.request.bitrate, 0);

@@ -47,6 +47,7 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
                 );
             }
         }
+        Kind::TcpRr => {}
         Kind::Udp => {
             if let Some(u) = &d.udp {
                 let _ = write!(
@@ -191,10 +192,17 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             }
         }
     }
-    for d in &r.directions {
-        let _ = write!(out, "{:<8} ", d.direction.as_str());
-        out.push_str(&summary_line(r, d));
-        out.push('\n');
+    match &r.rr {
+        // A request/response test's headline is its transactions and
+        // their latency, not a direction's throughput.
+        Some(rr) => out.push_str(&rr_lines(rr)),
+        None => {
+            for d in &r.directions {
+                let _ = write!(out, "{:<8} ", d.direction.as_str());
+                out.push_str(&summary_line(r, d));
+                out.push('\n');
+            }
+        }
     }
     // Always shown: a figure from a cut-down test must not pass for the
     // one that was asked for.
@@ -285,6 +293,45 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             out.push_str(&evidence_table(d));
         }
     }
+    out
+}
+
+/// A `tcp_rr` result in netperf's terms: transactions per second, the
+/// latency distribution, the rate each way, and CPU per transaction.
+fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
+    let mut out = format!(
+        "tcp_rr   {} / {} bytes, burst {}: {} transactions / {:.2} sec = {:.1} trans/s; {:.4} Mbps request, {:.4} Mbps response\n",
+        rr.request_size,
+        rr.response_size,
+        rr.burst,
+        rr.transactions,
+        rr.seconds,
+        rr.transactions_per_second,
+        rr.request_bytes_per_second * 8.0 / 1e6,
+        rr.response_bytes_per_second * 8.0 / 1e6,
+    );
+    if let Some(l) = &rr.latency {
+        let us = |s: f64| s * 1e6;
+        let _ = writeln!(
+            out,
+            "latency  min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})",
+            us(l.min),
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.p999),
+            us(l.max),
+            us(l.mean)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "cpu      local {:.3} s = {:.2} us/trans, remote {:.3} s = {:.2} us/trans",
+        rr.local_cpu_seconds,
+        rr.local_service_demand_microseconds,
+        rr.remote_cpu_seconds,
+        rr.remote_service_demand_microseconds
+    );
     out
 }
 
@@ -451,6 +498,7 @@ mod tests {
             interval_seconds: None,
             bitrate: 0,
             bitrate_clamped: false,
+            rr: None,
         }
     }
 

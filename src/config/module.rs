@@ -25,6 +25,9 @@ pub enum ModuleKind {
     LoopbackTcp,
     /// UDP over loopback, as [`ModuleKind::LoopbackTcp`].
     LoopbackUdp,
+    /// Request/response transactions on one TCP connection to a remote
+    /// responder: latency percentiles, transactions/s, CPU per transaction.
+    TcpRr,
 }
 
 impl ModuleKind {
@@ -33,6 +36,7 @@ impl ModuleKind {
         match self {
             ModuleKind::Tcp | ModuleKind::LoopbackTcp => Kind::Tcp,
             ModuleKind::Udp | ModuleKind::LoopbackUdp => Kind::Udp,
+            ModuleKind::TcpRr => Kind::TcpRr,
         }
     }
 
@@ -47,6 +51,7 @@ impl ModuleKind {
             ModuleKind::Udp => "udp",
             ModuleKind::LoopbackTcp => "loopback_tcp",
             ModuleKind::LoopbackUdp => "loopback_udp",
+            ModuleKind::TcpRr => "tcp_rr",
         }
     }
 }
@@ -125,6 +130,16 @@ pub struct Module {
     /// and recvmmsg on both ends, as before offload (docs/UDP.md).
     #[serde(default = "default_offload")]
     pub offload: bool,
+    /// tcp_rr only: request and response sizes (default 1 byte each),
+    /// transactions in flight (default 1) and TCP_NODELAY (default on).
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub request_size: Option<u32>,
+    #[serde(default, deserialize_with = "quantity::opt_size_u32")]
+    pub response_size: Option<u32>,
+    #[serde(default)]
+    pub burst: Option<u32>,
+    #[serde(default)]
+    pub nodelay: Option<bool>,
 }
 
 fn default_duration() -> Duration {
@@ -163,7 +178,23 @@ impl Module {
             secret_file: None,
             secret: None,
             offload: default_offload(),
+            request_size: None,
+            response_size: None,
+            burst: None,
+            nodelay: None,
         }
+    }
+
+    /// The request/response shape of a `tcp_rr` module, its keys over
+    /// the engine's defaults; `None` for other kinds.
+    pub fn rr(&self) -> Option<crate::probe::spec::RrParams> {
+        let d = crate::probe::spec::DEFAULT_RR;
+        (self.kind == ModuleKind::TcpRr).then(|| crate::probe::spec::RrParams {
+            request_size: self.request_size.unwrap_or(d.request_size),
+            response_size: self.response_size.unwrap_or(d.response_size),
+            burst: self.burst.unwrap_or(d.burst),
+            nodelay: self.nodelay.unwrap_or(d.nodelay),
+        })
     }
 
     pub fn is_loopback(&self) -> bool {
@@ -212,6 +243,7 @@ impl Module {
             connect_timeout: self.connect_timeout,
             secret: self.secret.clone(),
             no_offload: !self.offload,
+            rr: self.rr(),
             ..ProbeSpec::default()
         }
     }
@@ -253,6 +285,29 @@ impl Module {
             return Err((
                 "secret_file",
                 "does not apply to loopback kinds, whose responder lives inside this process"
+                    .to_string(),
+            ));
+        }
+        let rr_keys = [
+            ("request_size", self.request_size.is_some()),
+            ("response_size", self.response_size.is_some()),
+            ("burst", self.burst.is_some()),
+            ("nodelay", self.nodelay.is_some()),
+        ];
+        if let Some((key, _)) = rr_keys.iter().find(|(_, set)| *set) {
+            if self.kind != ModuleKind::TcpRr {
+                return Err((
+                    key,
+                    format!("applies to tcp_rr modules only, not {}", self.kind.as_str()),
+                ));
+            }
+        }
+        if self.kind == ModuleKind::TcpRr
+            && (self.streams != 1 || self.direction != ModuleDirection::Send)
+        {
+            return Err((
+                "kind",
+                "tcp_rr runs on one connection: leave streams and direction at their defaults"
                     .to_string(),
             ));
         }
@@ -383,5 +438,33 @@ mod tests {
         };
         assert!(m.check().unwrap_err().1.contains("UDP datagram length"));
         assert_eq!(Module::new(ModuleKind::LoopbackUdp).check(), Ok(()));
+    }
+
+    #[test]
+    fn a_tcp_rr_module_carries_its_shape_and_other_kinds_refuse_its_keys() {
+        let m: Module = serde_yaml::from_str(
+            "kind: tcp_rr\nrequest_size: 32k\nresponse_size: 1\nburst: 6\nnodelay: false\n",
+        )
+        .unwrap();
+        assert_eq!(m.check(), Ok(()));
+        let specs = m.specs();
+        assert_eq!(specs.len(), 1);
+        let spec = &specs[0].1;
+        assert_eq!(spec.kind, Kind::TcpRr);
+        let rr = spec.rr.unwrap();
+        assert_eq!(
+            (rr.request_size, rr.response_size, rr.burst, rr.nodelay),
+            (32768, 1, 6, false)
+        );
+        let req = spec.to_request();
+        assert_eq!(req.length, 32768);
+        assert_eq!(req.rr, Some(rr));
+        // Defaults: 1-byte messages, one in flight, Nagle off.
+        let d = Module::new(ModuleKind::TcpRr).specs()[0].1.effective_rr();
+        assert_eq!(d, crate::probe::spec::DEFAULT_RR);
+        let tcp: Module = serde_yaml::from_str("kind: tcp\nburst: 4\n").unwrap();
+        assert_eq!(tcp.check().unwrap_err().0, "burst");
+        let multi: Module = serde_yaml::from_str("kind: tcp_rr\nstreams: 2\n").unwrap();
+        assert!(multi.check().is_err());
     }
 }

@@ -16,6 +16,7 @@ pub mod label {
     pub const RESULT: &str = "result";
     pub const REASON: &str = "reason";
     pub const SIDE: &str = "side";
+    pub const PERCENTILE: &str = "percentile";
     pub const MODE: &str = "mode";
     pub const TYPE: &str = "type";
     pub const RELEASE: &str = "release";
@@ -276,6 +277,34 @@ pub static UDP_SOCKET_DROPS: MetricDef = def(
     "pathprobe_udp_socket_dropped_packets",
     &[FLOW],
     "UDP datagrams the receiving socket dropped for lack of buffer room (SO_RXQ_OVFL) in the latest probe; part of the lost ones.",
+);
+pub static RR_LATENCY: MetricDef = def(
+    Probe,
+    Histogram,
+    "pathprobe_rr_latency_seconds",
+    &[],
+    "tcp_rr: latency of every transaction (request written to response read) of every probe since the service started, in buckets from 10 us to 10 s.",
+);
+pub static RR_LATENCY_PERCENTILE: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_latency_percentile_seconds",
+    &[PERCENTILE],
+    "tcp_rr: transaction latency of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits); for those who do not write histogram_quantile.",
+);
+pub static RR_TRANSACTIONS_RATE: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_transactions_per_second",
+    &[],
+    "tcp_rr: transactions completed per second in the latest probe.",
+);
+pub static RR_CPU_PER_TRANSACTION: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_cpu_seconds_per_transaction",
+    &[SIDE],
+    "tcp_rr: data-thread CPU (user + system) per transaction in the latest probe, on the prober (local) and the responder (remote): netperf's service demand, in seconds.",
 );
 pub static PROBE_CPU: MetricDef = def(
     Probe,
@@ -573,6 +602,10 @@ pub static ALL: &[&MetricDef] = &[
     &UDP_LOSS,
     &UDP_JITTER,
     &UDP_SOCKET_DROPS,
+    &RR_LATENCY,
+    &RR_LATENCY_PERCENTILE,
+    &RR_TRANSACTIONS_RATE,
+    &RR_CPU_PER_TRANSACTION,
     &PROBE_CPU,
     &PROBE_HOST_CPU,
     &PROBE_INTERRUPTS,
@@ -730,7 +763,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 61);
+        assert_eq!(ALL.len(), 65);
     }
 
     #[test]
@@ -797,7 +830,7 @@ pub(crate) mod tests {
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `side`, `mode`, `type`, `release`, `cause`), and must not be \
+             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), and must not be \
              `instance` or `job`, which Prometheus sets when it scrapes."
         );
     }

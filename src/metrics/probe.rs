@@ -79,6 +79,11 @@ fn render_series(
     base.push((DIRECTION, series.direction.as_str()));
     base.extend(series.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
 
+    // tcp_rr's histogram adds up every probe, and exists at 0 from the start.
+    if let Some(h) = &series.latency {
+        let (buckets, count) = h.cumulative();
+        out.add_histogram(&names::RR_LATENCY, &base, &buckets, h.sum, count);
+    }
     let mut add = |def: &'static names::MetricDef, extra: &[(&str, &str)], value: f64| {
         let mut labels = Vec::with_capacity(base.len() + extra.len());
         labels.extend_from_slice(&base);
@@ -178,6 +183,32 @@ fn render_series(
     }
 
     let Some(r) = result else { return };
+    if let Some(rr) = &r.rr {
+        add(
+            &names::RR_TRANSACTIONS_RATE,
+            &[],
+            rr.transactions_per_second,
+        );
+        if let Some(l) = &rr.latency {
+            let quantiles = [
+                ("0", l.min),
+                ("50", l.p50),
+                ("90", l.p90),
+                ("99", l.p99),
+                ("99.9", l.p999),
+                ("100", l.max),
+            ];
+            for (q, v) in quantiles {
+                add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
+            }
+        }
+        for (side, us) in [
+            ("local", rr.local_service_demand_microseconds),
+            ("remote", rr.remote_service_demand_microseconds),
+        ] {
+            add(&names::RR_CPU_PER_TRANSACTION, &[(SIDE, side)], us / 1e6);
+        }
+    }
     let sides: [(&str, &SideSummary); 2] = [("local", &r.local), ("remote", &r.remote)];
     for (side, s) in sides {
         add(

@@ -149,6 +149,54 @@ pub(crate) struct SeriesState {
     pub sent_bytes: BTreeMap<FlowDirection, u64>,
     /// Only flows that have had a TCP result, or of a TCP module.
     pub retransmits: BTreeMap<FlowDirection, u64>,
+    /// tcp_rr: every probe's transaction latencies added up.
+    pub latency: Option<LatencyHistogram>,
+}
+
+/// Transaction latencies of every probe of a series, in the buckets of
+/// [`crate::protocol::rr::LATENCY_BUCKETS`] (not cumulative; one more for
+/// above the last bound).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LatencyHistogram {
+    pub counts: Vec<u64>,
+    pub sum: f64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            counts: vec![0; crate::protocol::rr::LATENCY_BUCKETS.len() + 1],
+            sum: 0.0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Adds one probe's buckets; a peer's list of another length is cut
+    /// or padded, never allowed to grow the series.
+    fn add(&mut self, latency: &crate::protocol::rr::LatencyStats) {
+        for (c, n) in self.counts.iter_mut().zip(&latency.buckets) {
+            *c = c.saturating_add(*n);
+        }
+        if latency.sum.is_finite() && latency.sum > 0.0 {
+            self.sum += latency.sum;
+        }
+    }
+
+    /// (upper bound, cumulative count) per bucket, the total, and the sum.
+    pub fn cumulative(&self) -> (Vec<(f64, u64)>, u64) {
+        let mut total = 0u64;
+        let buckets = crate::protocol::rr::LATENCY_BUCKETS
+            .iter()
+            .zip(&self.counts)
+            .map(|(le, n)| {
+                total = total.saturating_add(*n);
+                (*le, total)
+            })
+            .collect();
+        let all = self.counts.iter().fold(0u64, |a, n| a.saturating_add(*n));
+        (buckets, all)
+    }
 }
 
 impl SeriesState {
@@ -166,6 +214,8 @@ impl SeriesState {
             } else {
                 BTreeMap::new()
             },
+            // Known from the kind, so the histogram exists at 0 from the start.
+            latency: (kind == "tcp_rr").then(LatencyHistogram::default),
         }
     }
 }
@@ -218,8 +268,18 @@ impl TargetState {
             results,
             sent_bytes,
             retransmits,
+            latency,
             ..
         } = series;
+        if let Some(l) = latest
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.rr.as_ref())
+            .and_then(|rr| rr.latency.as_ref())
+        {
+            latency.get_or_insert_with(LatencyHistogram::default).add(l);
+        }
         *results.entry(latest.result_label()).or_insert(0) += 1;
         for flow in latest.direction.flows() {
             sent_bytes.entry(*flow).or_insert(0);

@@ -209,6 +209,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         streams: Vec::new(),
         tcp: None,
         udp: None,
+        rr: None,
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
@@ -1111,6 +1112,7 @@ fn rich_scrape() -> String {
         failed("tcp", Direction::Send, T0, "refused"),
     );
     store.record_skipped(&ProbeKey::new("d", "tcp_send"), "overrun");
+    store.record(ProbeKey::new("e", "rr"), rr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_millis(3));
@@ -1191,6 +1193,7 @@ fn direct_text_matches_prometheus_text_encoder() {
         failed("udp", Direction::Bidir, T0, "timeout"),
     );
     store.record_skipped(&ProbeKey::new("d", "udp"), "overrun");
+    store.record(ProbeKey::new("e", "rr"), rr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     counters.bytes.store(u64::MAX, Ordering::Relaxed);
     let service = ServiceState::new(at(T0));
@@ -1456,4 +1459,123 @@ fn probe_output_reports_the_slot_wait_apart_from_the_duration() {
         &[]
     )
     .is_empty());
+}
+
+// ---- tcp_rr ------------------------------------------------------------------
+
+fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
+    let mut r = result(
+        Kind::TcpRr,
+        Direction::Send,
+        vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
+    );
+    r.rr = Some(crate::probe::tcp_rr::RrSummary {
+        request_size: 1,
+        response_size: 1,
+        burst: 1,
+        nodelay: true,
+        transactions: buckets.iter().sum(),
+        seconds: 5.0,
+        transactions_per_second: 20_000.0,
+        latency: Some(crate::protocol::rr::LatencyStats {
+            min: 10e-6,
+            mean: p50,
+            p50,
+            p90: 2.0 * p50,
+            p99: 4.0 * p50,
+            p999: 8.0 * p50,
+            max: 1e-3,
+            sum: 0.5,
+            buckets,
+        }),
+        local_service_demand_microseconds: 7.5,
+        remote_service_demand_microseconds: 6.25,
+        ..Default::default()
+    });
+    r
+}
+
+#[test]
+fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "rr");
+    // Registered before its first probe: the histogram is there at 0.
+    let labels = BTreeMap::new();
+    store.register(
+        key.clone(),
+        SeriesPlan {
+            kind: "tcp_rr",
+            tcp: true,
+            directions: vec![Direction::Send],
+            labels: &labels,
+            skip_reasons: &[],
+        },
+    );
+    let k = [
+        ("target", "b"),
+        ("module", "rr"),
+        ("kind", "tcp_rr"),
+        ("direction", "send"),
+    ];
+    let s = store_text(&store);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
+    assert!(find(&s, "pathprobe_rr_transactions_per_second", &k).is_empty());
+
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[1] = 90; // <= 25 us
+    b[3] = 10; // <= 100 us
+    let ok = |start, p50| {
+        outcome(
+            "tcp_rr",
+            Direction::Send,
+            start,
+            Ok(rr_result(p50, b.clone())),
+        )
+    };
+    store.record(key.clone(), ok(T0, 20e-6));
+    store.record(key.clone(), ok(T0 + 60, 30e-6));
+    let s = store_text(&store);
+    let le = |bound: &str| {
+        value(
+            &s,
+            "pathprobe_rr_latency_seconds_bucket",
+            &with(&k, &[("le", bound)]),
+        )
+    };
+    assert_eq!(le("0.00001"), 0.0);
+    assert_eq!(le("0.000025"), 180.0);
+    assert_eq!(le("0.0001"), 200.0);
+    assert_eq!(le("+Inf"), 200.0);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 200.0);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_sum", &k), 1.0);
+    // Gauges are the latest probe's.
+    let q = |q: &str| {
+        value(
+            &s,
+            "pathprobe_rr_latency_percentile_seconds",
+            &with(&k, &[("percentile", q)]),
+        )
+    };
+    assert_eq!(q("50"), 30e-6);
+    assert_eq!(q("99"), 120e-6);
+    assert_eq!(q("100"), 1e-3);
+    assert_eq!(
+        value(&s, "pathprobe_rr_transactions_per_second", &k),
+        20_000.0
+    );
+    let cpu = |side| {
+        value(
+            &s,
+            "pathprobe_rr_cpu_seconds_per_transaction",
+            &with(&k, &[("side", side)]),
+        )
+    };
+    assert_eq!(cpu("local"), 7.5e-6);
+    assert_eq!(cpu("remote"), 6.25e-6);
+}
+
+fn rr_outcome() -> ProbeOutcome {
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[2] = 5;
+    outcome("tcp_rr", Direction::Send, T0, Ok(rr_result(40e-6, b)))
 }

@@ -271,7 +271,7 @@ async fn run_test(
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
         .with_intervals(spec.interval_events.clone());
     let sockets = match request.kind {
-        Kind::Tcp => {
+        Kind::Tcp | Kind::TcpRr => {
             let sockets =
                 tcp::open_streams(addr, spec.bind, &side.tcp, side.stream_count(), &token, t)
                     .await?;
@@ -342,6 +342,7 @@ async fn run_test(
         interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
         bitrate: request.bitrate,
         bitrate_clamped: request.bitrate != asked.bitrate,
+        rr: plan.rr,
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;

@@ -44,6 +44,8 @@ pub struct Plan {
     pub interval: Option<IntervalPlan>,
     /// UDP: use GSO and GRO where the kernel has them (docs/UDP.md).
     pub offload: bool,
+    /// A request/response test's shape: its streams run the `tcp_rr` loops.
+    pub rr: Option<crate::protocol::rr::RrParams>,
 }
 
 /// Most interval records one side keeps over all its streams. They travel
@@ -512,6 +514,7 @@ mod tests {
                 test_id: 0,
                 interval,
                 offload: true,
+                rr: None,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

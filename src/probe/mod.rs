@@ -3,7 +3,7 @@
 //! - [`spec`]: what to measure ([`ProbeSpec`]).
 //! - [`client`]: the prober's control conversation with a responder.
 //! - [`side`]: one side of a test, built the same way by both ends.
-//! - [`tcp`] and [`udp`]: one file per probe kind, their data loops.
+//! - [`tcp`], [`tcp_rr`] and [`udp`]: one file per probe kind, their data loops.
 //! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
 //!   UDP pacing, UDP loss/jitter accounting, TCP_INFO.
 //! - [`verify`]: what the prober checks of a responder's replies.
@@ -19,6 +19,7 @@ pub mod side;
 pub mod spec;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_rr;
 pub mod tcpinfo;
 pub mod udp;
 pub mod udp_io;

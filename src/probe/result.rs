@@ -37,6 +37,9 @@ pub struct ProbeResult {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
+    /// Request/response figures (`tcp_rr`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rr: Option<super::tcp_rr::RrSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -467,6 +470,8 @@ pub struct ProbeContext {
     /// responder clamped it from the one asked for.
     pub bitrate: u64,
     pub bitrate_clamped: bool,
+    /// The request/response shape both ends ran (`tcp_rr`).
+    pub rr: Option<crate::protocol::rr::RrParams>,
 }
 
 impl ProbeResult {
@@ -632,6 +637,9 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
+            rr: ctx.rr.map(|p| {
+                super::tcp_rr::RrSummary::combine(p, local.streams.first(), remote.streams.first())
+            }),
             local: side_summary(local),
             remote: side_summary(remote),
             clamped: Vec::new(),

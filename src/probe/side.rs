@@ -24,7 +24,7 @@ use super::datapath::{
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
 use super::tcp::{self, apply_options, TcpOptions};
-use super::udp;
+use super::{tcp_rr, udp};
 use crate::host::{HostDelta, HostSnapshot};
 use crate::protocol::message::token_id;
 use crate::protocol::{Kind, TestRequest};
@@ -102,6 +102,7 @@ impl TestSide {
                     request.total_streams(),
                 ),
                 offload: !request.no_offload,
+                rr: request.rr.filter(|_| request.kind == Kind::TcpRr),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -131,7 +132,8 @@ impl TestSide {
     /// configure itself before connecting (every socket on the responder).
     pub fn prepare(&self, socket: &DataSocket, ipv6: bool) -> std::io::Result<()> {
         match (self.request.kind, socket) {
-            (Kind::Tcp, DataSocket::Tcp(s)) => {
+            // TCP_NODELAY of tcp_rr is set by its loops, on both ends.
+            (Kind::Tcp | Kind::TcpRr, DataSocket::Tcp(s)) => {
                 apply_options(&socket2::SockRef::from(s), &self.tcp, ipv6)
             }
             (Kind::Udp, DataSocket::Udp(s)) => {
@@ -282,6 +284,14 @@ pub fn spawn_stream(
             // the failure rather than a test short of a stream.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 match (job.socket, job.role) {
+                    // The prober asks, the responder answers: the same
+                    // stream, each end's loop in tcp_rr.rs.
+                    (DataSocket::Tcp(s), Role::Sender) if ctx.plan.rr.is_some() => {
+                        tcp_rr::ask(s, &ctx, &mut stats)
+                    }
+                    (DataSocket::Tcp(s), Role::Receiver) if ctx.plan.rr.is_some() => {
+                        tcp_rr::answer(s, &ctx, &mut stats)
+                    }
                     (DataSocket::Tcp(s), Role::Sender) => tcp::send(s, &ctx, &mut stats),
                     (DataSocket::Tcp(s), Role::Receiver) => tcp::receive(s, &ctx, &mut stats),
                     (DataSocket::Udp(s), Role::Sender) => udp::send(s, &ctx, &mut stats),
@@ -441,6 +451,7 @@ mod tests {
             affinity: Some(1),
             interval_ms: None,
             no_offload: false,
+            rr: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let p = TestSide::new(End::Prober, &request, "deadbeef00", None, ip);
@@ -473,6 +484,7 @@ mod tests {
             affinity: None,
             interval_ms: None,
             no_offload: false,
+            rr: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let side = TestSide::new(End::Responder, &request, "00", None, ip);

@@ -6,7 +6,17 @@ use std::time::Duration;
 
 use crate::auth::Secret;
 pub use crate::protocol::model::{stream_layout, Direction, FlowDirection, Kind};
+pub use crate::protocol::rr::RrParams;
 use crate::protocol::TestRequest;
+
+/// A `tcp_rr` probe's shape unless asked otherwise: netperf's TCP_RR
+/// default of 1-byte requests and responses, one at a time, Nagle off.
+pub const DEFAULT_RR: RrParams = RrParams {
+    request_size: 1,
+    response_size: 1,
+    burst: 1,
+    nodelay: true,
+};
 
 /// Default write size for TCP, as iperf3.
 pub const DEFAULT_TCP_LENGTH: u32 = 128 * 1024;
@@ -98,6 +108,9 @@ pub struct ProbeSpec {
     pub interval_events: Option<crate::probe::datapath::IntervalSink>,
     /// UDP: no GSO/GRO on either end (`--no-offload`).
     pub no_offload: bool,
+    /// Request and response sizes, burst and TCP_NODELAY of a `tcp_rr`
+    /// probe; `None` takes [`DEFAULT_RR`].
+    pub rr: Option<RrParams>,
 }
 
 impl Default for ProbeSpec {
@@ -122,6 +135,7 @@ impl Default for ProbeSpec {
             interval: None,
             interval_events: None,
             no_offload: false,
+            rr: None,
         }
     }
 }
@@ -133,17 +147,27 @@ pub struct SpecError(pub String);
 
 impl ProbeSpec {
     pub fn effective_length(&self) -> u32 {
-        self.length.unwrap_or(match self.kind {
-            Kind::Tcp => DEFAULT_TCP_LENGTH,
-            Kind::Udp => DEFAULT_UDP_LENGTH,
-        })
+        match self.kind {
+            // The responder holds the larger message to its max_length.
+            Kind::TcpRr => {
+                let rr = self.effective_rr();
+                rr.request_size.max(rr.response_size)
+            }
+            Kind::Tcp => self.length.unwrap_or(DEFAULT_TCP_LENGTH),
+            Kind::Udp => self.length.unwrap_or(DEFAULT_UDP_LENGTH),
+        }
     }
 
     pub fn effective_bitrate(&self) -> u64 {
         self.bitrate.unwrap_or(match self.kind {
-            Kind::Tcp => 0,
+            Kind::Tcp | Kind::TcpRr => 0,
             Kind::Udp => DEFAULT_UDP_BITRATE,
         })
+    }
+
+    /// The request/response shape a `tcp_rr` probe runs.
+    pub fn effective_rr(&self) -> RrParams {
+        self.rr.unwrap_or(DEFAULT_RR)
     }
 
     /// Checks the spec before anything touches the network.
@@ -182,6 +206,25 @@ impl ProbeSpec {
             Kind::Tcp if !(1..=16 << 20).contains(&len) => fail(format!(
                 "TCP buffer length must be between 1 byte and 16 MiB, got {len}"
             )),
+            Kind::TcpRr => {
+                let rr = self.effective_rr();
+                if rr.request_size == 0 || rr.response_size == 0 || len > 16 << 20 {
+                    fail(format!(
+                        "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
+                        rr.request_size, rr.response_size
+                    ))
+                } else if !(1..=crate::protocol::rr::MAX_BURST).contains(&rr.burst) {
+                    fail(format!(
+                        "burst must be between 1 and {} transactions in flight, got {}",
+                        crate::protocol::rr::MAX_BURST,
+                        rr.burst
+                    ))
+                } else if self.streams != 1 || self.direction != Direction::Send {
+                    fail("tcp_rr runs on one connection: no -P, -R or --bidir".into())
+                } else {
+                    Ok(())
+                }
+            }
             _ => Ok(()),
         }?;
         if let Some(c) = &self.congestion {
@@ -225,6 +268,7 @@ impl ProbeSpec {
             affinity: self.remote_affinity,
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
+            rr: (self.kind == Kind::TcpRr).then(|| self.effective_rr()),
         }
     }
 }

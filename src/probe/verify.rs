@@ -50,8 +50,13 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
     }
     let min_length = match agreed.kind {
         Kind::Udp => crate::protocol::udp::HELLO_LEN as u32,
-        Kind::Tcp => 1,
+        Kind::Tcp | Kind::TcpRr => 1,
     };
+    // Message sizes and burst are the test itself: a responder refuses
+    // what it will not run, it does not run another.
+    if agreed.rr != asked.rr {
+        return changed("request/response shape", &asked.rr, &agreed.rr);
+    }
     if agreed.length < min_length || agreed.length > asked.length {
         return changed("length", &asked.length, &agreed.length);
     }
@@ -407,6 +412,7 @@ mod tests {
             affinity: None,
             interval_ms: None,
             no_offload: false,
+            rr: None,
         }
     }
 
@@ -601,6 +607,7 @@ mod tests {
         // Intervals where none were asked for are refused too.
         let unasked = TestRequest {
             interval_ms: None,
+            rr: None,
             ..request.clone()
         };
         assert!(check_results(&unasked, &local, &remote)

@@ -201,6 +201,9 @@ pub struct TestRequest {
     /// history or with tools that do not use them. Older peers ignore it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_offload: bool,
+    /// Request and response sizes and burst of a `tcp_rr` test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<super::rr::RrParams>,
 }
 
 impl TestRequest {
@@ -312,6 +315,7 @@ mod tests {
             affinity: None,
             interval_ms: None,
             no_offload: false,
+            rr: None,
         }
     }
 

@@ -6,6 +6,7 @@
 //!   data-connection hello, start, results) carried inside frames.
 //! - [`model`]: the vocabulary and figures carried inside messages (test
 //!   kind, direction, each side's measurements).
+//! - [`rr`]: request/response tests' parameters and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
 //!
 //! This is the bottom layer: it imports nothing else of the crate.
@@ -19,6 +20,7 @@ pub mod message;
 pub mod model;
 #[cfg(test)]
 mod proptests;
+pub mod rr;
 pub mod udp;
 
 pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};

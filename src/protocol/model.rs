@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 pub enum Kind {
     Tcp,
     Udp,
+    /// Request/response transactions on one TCP connection (netperf's TCP_RR).
+    TcpRr,
 }
 
 /// Which way data moves, seen from the prober.
@@ -41,6 +43,7 @@ impl Kind {
         match self {
             Kind::Tcp => "tcp",
             Kind::Udp => "udp",
+            Kind::TcpRr => "tcp_rr",
         }
     }
 }
@@ -129,6 +132,9 @@ pub struct StreamStats {
     pub udp_sent: Option<UdpSendStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_received: Option<UdpReceiveStats>,
+    /// Request/response figures (`tcp_rr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<super::rr::RrStats>,
     /// Per-interval figures, when the test asked for intervals: interval
     /// `k` covers `[k * interval, (k + 1) * interval)` of this stream's
     /// window, the last one stretched to the window's end; their bytes add

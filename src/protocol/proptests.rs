@@ -111,7 +111,7 @@ prop_compose! {
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
-            window, congestion, tos, affinity, interval_ms, no_offload: false,
+            window, congestion, tos, affinity, interval_ms, no_offload: false, rr: None,
         }
     }
 }
@@ -181,7 +181,7 @@ prop_compose! {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
             receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
-            sched, tcp_limits,
+            sched, tcp_limits, rr: None,
         }
     }
 }

@@ -142,8 +142,16 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
     }
     let (min_len, ceiling) = match r.kind {
         Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
-        Kind::Tcp => (1, super::TCP_LENGTH_CEILING),
+        Kind::Tcp | Kind::TcpRr => (1, super::TCP_LENGTH_CEILING),
     };
+    if r.kind == Kind::TcpRr {
+        check_rr(r, c.max_length.clamp(min_len, ceiling))?;
+    } else if r.rr.is_some() {
+        return Err(format!(
+            "request/response sizes were given for a {} test",
+            r.kind
+        ));
+    }
     let max_len = c.max_length.clamp(min_len, ceiling);
     if r.length < min_len {
         return Err(format!(
@@ -169,6 +177,38 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
         )?;
     }
     Ok(Admission { request, clamped })
+}
+
+/// A `tcp_rr` request is run as asked or refused, under either policy:
+/// other message sizes or another burst would be another test. `length`
+/// carries the larger message, held to `max_length` as other kinds' are.
+fn check_rr(r: &TestRequest, max_len: u32) -> Result<(), String> {
+    use crate::protocol::rr::MAX_BURST;
+    let Some(rr) = r.rr else {
+        return Err("a tcp_rr test needs request and response sizes".into());
+    };
+    if rr.request_size == 0 || rr.response_size == 0 {
+        return Err("tcp_rr request and response sizes must be at least 1 byte".into());
+    }
+    let largest = rr.request_size.max(rr.response_size);
+    if largest > max_len {
+        return Err(format!(
+            "max_length: a {largest}-byte tcp_rr message exceeds this responder's maximum of {max_len} bytes"
+        ));
+    }
+    if r.length != largest {
+        return Err("a tcp_rr test's length must be its larger message size".into());
+    }
+    if rr.burst == 0 || rr.burst > MAX_BURST {
+        return Err(format!(
+            "tcp_rr burst {} is outside 1..={MAX_BURST} transactions in flight",
+            rr.burst
+        ));
+    }
+    if r.streams != 1 || r.direction != Direction::Send {
+        return Err("a tcp_rr test runs on one connection, in the send direction".into());
+    }
+    Ok(())
 }
 
 /// The algorithms the host lets any process set, or `None` when the list
@@ -223,6 +263,7 @@ mod tests {
             affinity: None,
             interval_ms: None,
             no_offload: false,
+            rr: None,
         }
     }
 

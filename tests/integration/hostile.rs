@@ -979,6 +979,7 @@ fn long_send_request(duration_ms: u64) -> TestRequest {
         affinity: None,
         interval_ms: None,
         no_offload: false,
+        rr: None,
     }
 }
 

@@ -1,0 +1,66 @@
+//! The wire vocabulary of request/response tests (`tcp_rr`): what the
+//! prober asks for ([`RrParams`]) and what each end counted ([`RrStats`]).
+//! The latency distribution travels as fixed buckets ([`LATENCY_BUCKETS`]),
+//! so that the exporter can add runs into one Prometheus histogram.
+
+use serde::{Deserialize, Serialize};
+
+/// A request/response test's shape, as netperf's `-r REQ,RESP` and `-b`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RrParams {
+    /// Bytes of each request (prober to responder).
+    pub request_size: u32,
+    /// Bytes of each response (responder to prober).
+    pub response_size: u32,
+    /// Transactions in flight at once on the connection (at least 1).
+    pub burst: u32,
+    /// TCP_NODELAY on both ends' data socket.
+    pub nodelay: bool,
+}
+
+/// Most transactions in flight a responder accepts: more only queues data
+/// in socket buffers and says nothing new about the path.
+pub const MAX_BURST: u32 = 256;
+
+/// Upper bounds, in seconds, of the latency buckets carried in
+/// [`LatencyStats::buckets`] and exported as a Prometheus histogram: 1-2.5-5
+/// steps from 10 µs to 10 s, so that loopback and intercontinental paths
+/// both land in the middle of the range.
+pub const LATENCY_BUCKETS: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What one end of a request/response connection counted over the
+/// measured window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrStats {
+    /// Transactions completed (prober) or answered (responder).
+    pub transactions: u64,
+    /// Request bytes written (prober) or read (responder).
+    pub request_bytes: u64,
+    /// Response bytes read (prober) or written (responder).
+    pub response_bytes: u64,
+    /// Per-transaction latency, from the first byte of the request written
+    /// to the last byte of its response read: the prober's only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyStats>,
+}
+
+/// A latency distribution's summary, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub min: f64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    /// Sum of every latency, for a histogram's `_sum`.
+    pub sum: f64,
+    /// Counts per bucket of [`LATENCY_BUCKETS`] (not cumulative), then one
+    /// for above the last bound.
+    #[serde(default)]
+    pub buckets: Vec<u64>,
+}

@@ -1,0 +1,169 @@
+//! tcp_rr in the lab (a -- r -- b, tbf on both of r's egress interfaces):
+//! a burst of 32 KB transactions on one connection fills both directions to
+//! tbf's truth at once, and large transactions through a slow tbf take the
+//! serialisation time tbf imposes, so the latency percentiles move by the
+//! amount the rate predicts.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::process::{Child, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab};
+
+const PORT: u16 = 5301;
+/// TCP payload per 1514-byte frame (MSS 1448 with timestamps, 66 bytes
+/// of TCP, IP and Ethernet headers), as lab.rs.
+const MSS: f64 = 1448.0;
+const FRAME_OVERHEAD: f64 = 66.0;
+
+/// `pathprobe respond` in b; killed when dropped.
+struct Responder {
+    child: Child,
+    log: std::fs::File,
+}
+
+impl Responder {
+    fn start(lab: &Lab) -> Responder {
+        let log = tempfile::tempfile().unwrap();
+        let child = lab
+            .exec_b(env!("CARGO_BIN_EXE_pathprobe"))
+            .args(["respond", "--port", &PORT.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log.try_clone().unwrap()))
+            .spawn()
+            .expect("spawning the responder");
+        let mut r = Responder { child, log };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lab.listening("b", PORT).unwrap() {
+            if let Some(status) = r.child.try_wait().unwrap() {
+                let mut s = String::new();
+                let _ = r.log.seek(SeekFrom::Start(0));
+                let _ = r.log.read_to_string(&mut s);
+                panic!("responder exited ({status}):\n{s}");
+            }
+            assert!(Instant::now() < deadline, "responder not listening");
+            thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = wait_bounded(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+/// One `tcp_rr` probe from a to b; its `rr` object.
+fn rr_probe(lab: &Lab, args: &[&str], seconds: u32) -> Value {
+    let target = lab.addr_b().to_string();
+    let mut cmd = lab.exec_a(env!("CARGO_BIN_EXE_pathprobe"));
+    cmd.args(["probe", "-J", "-p", &PORT.to_string(), "--mode", "tcp_rr"])
+        .args(["-t", &seconds.to_string()])
+        .args(args)
+        .arg(&target);
+    let out = run_bounded(&mut cmd, Duration::from_secs(u64::from(seconds) + 30))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        out.status.success(),
+        "probe {args:?} failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    v["rr"].clone()
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+/// The issue's one-connection bidirectional test: 32 KB requests and
+/// responses, 6 in flight, tbf at 100 Mbit both ways. Each direction's
+/// payload rate must be tbf's rate times MSS / frame within 3%, at once.
+#[test]
+fn tcp_rr_burst_fills_both_directions_of_a_100_mbit_path() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("tcp_rr_burst").unwrap();
+    lab.shape(100).unwrap();
+    let _r = Responder::start(&lab);
+    let rr = rr_probe(&lab, &["-O", "1", "-r", "32k,32k", "--burst", "6"], 5);
+    let truth = 100e6 * MSS / (MSS + FRAME_OVERHEAD);
+    let up = f(&rr, "request_bytes_per_second") * 8.0;
+    let down = f(&rr, "response_bytes_per_second") * 8.0;
+    eprintln!(
+        "tcp_rr 32k,32k burst 6 at tbf 100 Mbit: request {:.2} Mbit/s, response {:.2} Mbit/s (truth {:.2}: {:+.2}%, {:+.2}%), {:.0} trans/s, p50 {:.2} ms p99 {:.2} ms, service demand local {:.1} us remote {:.1} us",
+        up / 1e6,
+        down / 1e6,
+        truth / 1e6,
+        (up / truth - 1.0) * 100.0,
+        (down / truth - 1.0) * 100.0,
+        f(&rr, "transactions_per_second"),
+        f(&rr["latency"], "p50") * 1e3,
+        f(&rr["latency"], "p99") * 1e3,
+        f(&rr, "local_service_demand_microseconds"),
+        f(&rr, "remote_service_demand_microseconds"),
+    );
+    for (what, got) in [("request", up), ("response", down)] {
+        assert!(
+            (got / truth - 1.0).abs() <= 0.03,
+            "{what} direction {:.2} Mbit/s, truth {:.2}",
+            got / 1e6,
+            truth / 1e6
+        );
+    }
+}
+
+/// Latency truth: a 64 KB request and a 64 KB response, one at a time,
+/// through tbf at 10 Mbit. Each direction passes the bucket's burst at
+/// once and the rest of its frames at the rate, so a transaction takes
+/// 2 x (wire bytes - burst) / rate more than unshaped. The unshaped median
+/// is measured first, in the same lab; the shaped median must sit at
+/// unshaped + that time within 10% of the added time.
+#[test]
+fn tcp_rr_latency_moves_by_tbf_serialisation_time() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("tcp_rr_latency").unwrap();
+    let _r = Responder::start(&lab);
+    let args = ["-O", "0.5", "-r", "64k,64k"];
+    let base = f(&rr_probe(&lab, &args, 2)["latency"], "p50");
+    let rate_bps = 10e6;
+    lab.shape(10).unwrap();
+    let shaped = rr_probe(&lab, &args, 3);
+    let l = &shaped["latency"];
+    // lab.sh's bucket: max(rate x 1 ms, 16 KiB).
+    let burst = (rate_bps / 8.0 * 0.001f64).max(16384.0);
+    let bytes = 65536.0f64;
+    let frames = (bytes / MSS).ceil();
+    let wire = bytes + frames * FRAME_OVERHEAD;
+    let added = 2.0 * (wire - burst) / (rate_bps / 8.0);
+    let want = base + added;
+    eprintln!(
+        "tcp_rr 64k,64k at tbf 10 Mbit: p50 {:.2} ms (unshaped {:.3} ms + serialisation {:.2} ms = {:.2} ms predicted, {:+.1}%), p90 {:.2} ms p99 {:.2} ms min {:.2} ms",
+        f(l, "p50") * 1e3,
+        base * 1e3,
+        added * 1e3,
+        want * 1e3,
+        (f(l, "p50") / want - 1.0) * 100.0,
+        f(l, "p90") * 1e3,
+        f(l, "p99") * 1e3,
+        f(l, "min") * 1e3,
+    );
+    assert!(
+        (f(l, "p50") - want).abs() <= added * 0.10,
+        "p50 {:.3} ms, predicted {:.3} ms",
+        f(l, "p50") * 1e3,
+        want * 1e3
+    );
+    // No transaction beats the serialisation time.
+    assert!(f(l, "min") >= added * 0.95, "min {} < {added}", f(l, "min"));
+}

@@ -19,7 +19,7 @@ use ipnet::IpNet;
 use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
 use pathprobe::probe::spec::IpFamily;
-use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec};
+use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
 use pathprobe::protocol::DEFAULT_PORT;
 use pathprobe::responder::LimitPolicy;
 use pathprobe::units;
@@ -142,6 +142,10 @@ pub struct ProbeArgs {
     /// The target given as iperf3 takes it (`-c HOST`).
     #[arg(short = 'c', long, value_name = "HOST", conflicts_with_all = ["target", "loopback"])]
     client: Option<String>,
+    /// Probe a stock iperf3 server (`iperf3 -s`) at HOST, through iperf3's
+    /// own protocol; the port defaults to iperf3's, 5201.
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["target", "client", "loopback"])]
+    iperf3: Option<String>,
     /// Probe over loopback against a responder inside this process.
     #[arg(long, conflicts_with = "target")]
     pub loopback: bool,
@@ -204,9 +208,10 @@ pub struct ProbeArgs {
     /// --json-stream.
     #[arg(long, conflicts_with = "json")]
     pub json_stream: bool,
-    /// Responder port, when TARGET does not give one.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
+    /// Responder port, when TARGET does not give one [default: 5301; 5201
+    /// with --iperf3].
+    #[arg(short, long)]
+    port: Option<u16>,
     /// Seconds to wait for the connection and each control exchange.
     #[arg(long, default_value = "5", value_parser = parse_duration)]
     connect_timeout: Duration,
@@ -434,7 +439,19 @@ impl RespondArgs {
 impl ProbeArgs {
     /// The host to probe: the argument, or iperf3's `-c HOST`.
     pub fn target(&self) -> Option<&str> {
-        self.target.as_deref().or(self.client.as_deref())
+        self.target
+            .as_deref()
+            .or(self.client.as_deref())
+            .or(self.iperf3.as_deref())
+    }
+
+    /// The port to probe when the target gives none.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(if self.iperf3.is_some() {
+            pathprobe::protocol::iperf3::IPERF3_PORT
+        } else {
+            DEFAULT_PORT
+        })
     }
 
     /// Why an iperf3 flag given cannot be honoured, naming what to use.
@@ -506,6 +523,12 @@ impl ProbeArgs {
                 .map_err(|e| ProbeError::BadArgument(format!("{e:#}")))?,
             interval: self.interval.filter(|i| !i.is_zero()),
             interval_events: None,
+            wire: if self.iperf3.is_some() {
+                Wire::Iperf3
+            } else {
+                Wire::Pathprobe
+            },
+            port: None,
         })
     }
 }

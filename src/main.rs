@@ -147,7 +147,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
                 .map_err(|e| probe::ProbeError::BadArgument(e.0))?;
             pathprobe::loopback::probe_loopback(&spec, args.ipv6).await
         } else {
-            let target = Target::parse(args.target().unwrap_or_default(), args.port)?;
+            let target = Target::parse(args.target().unwrap_or_default(), args.port())?;
             probe::probe(&target, &spec).await
         }
     }

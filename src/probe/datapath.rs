@@ -42,6 +42,21 @@ pub struct Plan {
     pub test_id: u32,
     /// Interval reports, when asked for.
     pub interval: Option<IntervalPlan>,
+    /// Whose datagram header UDP streams carry.
+    pub wire: UdpWire,
+}
+
+/// The header and end-of-stream rules of a UDP stream: pathprobe's own
+/// (test id, omit flag, FIN datagrams), or iperf3's (clock and sequence
+/// only; the end is said on the control connection).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UdpWire {
+    #[default]
+    Pathprobe,
+    Iperf3 {
+        /// `--udp-counters-64bit`: a 64-bit sequence.
+        counters64: bool,
+    },
 }
 
 /// Most interval records one side keeps over all its streams. They travel
@@ -450,6 +465,7 @@ mod tests {
                 affinity: None,
                 test_id: 0,
                 interval,
+                wire: UdpWire::Pathprobe,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

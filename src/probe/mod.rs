@@ -2,6 +2,7 @@
 //!
 //! - [`spec`]: what to measure ([`ProbeSpec`]).
 //! - [`client`]: the prober's control conversation with a responder.
+//! - [`iperf3`]: the same, with a stock iperf3 server.
 //! - [`side`]: one side of a test, built the same way by both ends.
 //! - [`tcp`] and [`udp`]: one file per probe kind, their data loops.
 //! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
@@ -12,6 +13,7 @@
 pub mod accounting;
 pub mod client;
 pub mod datapath;
+pub mod iperf3;
 pub mod pacing;
 pub mod result;
 pub mod side;
@@ -26,7 +28,7 @@ use std::time::Duration;
 
 pub use client::{probe, Target};
 pub use result::ProbeResult;
-pub use spec::{Direction, FlowDirection, Kind, ProbeSpec};
+pub use spec::{Direction, FlowDirection, Kind, ProbeSpec, Wire};
 
 use crate::protocol::RejectReason;
 

@@ -101,6 +101,7 @@ impl TestSide {
                     request.duration_ms,
                     request.total_streams(),
                 ),
+                wire: Default::default(),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -118,6 +119,12 @@ impl TestSide {
     /// Sends this side's intervals to `sink` as they close.
     pub fn with_intervals(mut self, sink: Option<IntervalSink>) -> TestSide {
         self.intervals = sink;
+        self
+    }
+
+    /// Runs UDP streams with `wire`'s header (iperf3's, for its peers).
+    pub fn with_wire(mut self, wire: super::datapath::UdpWire) -> TestSide {
+        self.plan.wire = wire;
         self
     }
 

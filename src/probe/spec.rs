@@ -96,6 +96,31 @@ pub struct ProbeSpec {
     pub interval: Option<Duration>,
     /// Where the local streams' intervals go as they close (`--json-stream`).
     pub interval_events: Option<crate::probe::datapath::IntervalSink>,
+    /// Whose protocol the peer speaks: a pathprobe responder, or a stock
+    /// `iperf3 -s`.
+    pub wire: Wire,
+    /// Probe this port instead of the target's (iperf3 modules: the
+    /// target's port is its pathprobe responder's).
+    pub port: Option<u16>,
+}
+
+/// The protocol a probe speaks to its peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Wire {
+    #[default]
+    Pathprobe,
+    /// A stock iperf3 server (`iperf3 -s`), through iperf3's own protocol.
+    Iperf3,
+}
+
+impl Wire {
+    /// The `protocol` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::Pathprobe => "pathprobe",
+            Wire::Iperf3 => "iperf3",
+        }
+    }
 }
 
 impl Default for ProbeSpec {
@@ -119,6 +144,8 @@ impl Default for ProbeSpec {
             secret: None,
             interval: None,
             interval_events: None,
+            wire: Wire::Pathprobe,
+            port: None,
         }
     }
 }

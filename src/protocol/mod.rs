@@ -7,6 +7,7 @@
 //! - [`model`]: the vocabulary and figures carried inside messages (test
 //!   kind, direction, each side's measurements).
 //! - [`udp`]: the fixed header of every UDP datagram.
+//! - [`iperf3`]: iperf3's wire protocol, spoken to stock iperf3 peers.
 //!
 //! This is the bottom layer: it imports nothing else of the crate.
 //!
@@ -15,6 +16,7 @@
 //! iperf3's, can drive the same data path.
 
 pub mod frame;
+pub mod iperf3;
 pub mod message;
 pub mod model;
 #[cfg(test)]

@@ -176,13 +176,25 @@ fn render_series(
             add(&names::PROBE_INTERRUPTS, &[(SIDE, side)], v as f64);
         }
         if let Some(v) = s.interface_interrupts {
-            add(&names::PROBE_INTERFACE_INTERRUPTS, &[(SIDE, side)], v as f64);
+            add(
+                &names::PROBE_INTERFACE_INTERRUPTS,
+                &[(SIDE, side)],
+                v as f64,
+            );
         }
         if let Some(v) = s.softirq_net_rx {
-            add(&names::PROBE_SOFTIRQS, &[(SIDE, side), (TYPE, "NET_RX")], v as f64);
+            add(
+                &names::PROBE_SOFTIRQS,
+                &[(SIDE, side), (TYPE, "NET_RX")],
+                v as f64,
+            );
         }
         if let Some(v) = s.softirq_net_tx {
-            add(&names::PROBE_SOFTIRQS, &[(SIDE, side), (TYPE, "NET_TX")], v as f64);
+            add(
+                &names::PROBE_SOFTIRQS,
+                &[(SIDE, side), (TYPE, "NET_TX")],
+                v as f64,
+            );
         }
         // An unknown release (an old responder, a failed uname) would
         // make a series with an empty label, which says nothing.

@@ -174,16 +174,22 @@ pub fn server_error(code: i32, errno: i32) -> ProbeError {
     ProbeError::Rejected { reason, message }
 }
 
-async fn read_json(
-    control: &mut TcpStream,
-    t: Duration,
-    max: u32,
-) -> Result<Vec<u8>, ProbeError> {
+async fn read_json(control: &mut TcpStream, t: Duration, max: u32) -> Result<Vec<u8>, ProbeError> {
     let mut prefix = [0u8; 4];
-    timed(t, "reading the iperf3 server's results", control.read_exact(&mut prefix)).await?;
+    timed(
+        t,
+        "reading the iperf3 server's results",
+        control.read_exact(&mut prefix),
+    )
+    .await?;
     let len = check_json_len(prefix, max).map_err(|e| ProbeError::Protocol(e.to_string()))?;
     let mut body = vec![0u8; len];
-    timed(t, "reading the iperf3 server's results", control.read_exact(&mut body)).await?;
+    timed(
+        t,
+        "reading the iperf3 server's results",
+        control.read_exact(&mut body),
+    )
+    .await?;
     Ok(body)
 }
 
@@ -230,7 +236,16 @@ async fn run_test(
     getrandom::fill(&mut random).map_err(|e| ProbeError::io("cookie", std::io::Error::other(e)))?;
     let cookie = make_cookie(&random);
     write_all(&mut control, t, &cookie).await?;
-    let result = converse(&mut control, addr, local_addr, target, spec, request, &cookie).await;
+    let result = converse(
+        &mut control,
+        addr,
+        local_addr,
+        target,
+        spec,
+        request,
+        &cookie,
+    )
+    .await;
     if result.is_err() {
         // iperf3's own client says IPERF_DONE when it fails after
         // connecting, so the server ends the test at once.
@@ -268,7 +283,13 @@ async fn converse(
         Err(e) => return Err(e),
     }
     write_json(control, t, &params_for(request).encode()).await?;
-    match read_state(control, t, "waiting for the iperf3 server to create streams").await? {
+    match read_state(
+        control,
+        t,
+        "waiting for the iperf3 server to create streams",
+    )
+    .await?
+    {
         State::CreateStreams => {}
         other => {
             return Err(ProbeError::Protocol(format!(
@@ -348,9 +369,8 @@ async fn converse(
     let local = local.map_err(|e| ProbeError::io("local streams", std::io::Error::other(e)))?;
     write_json(control, t, &local_results(request, &local).encode()).await?;
     let body = read_json(control, t, MAX_RESULTS_LEN).await?;
-    let theirs = Results::decode(&body).map_err(|e| {
-        ProbeError::Protocol(format!("the iperf3 server's results: {e}"))
-    })?;
+    let theirs = Results::decode(&body)
+        .map_err(|e| ProbeError::Protocol(format!("the iperf3 server's results: {e}")))?;
     match read_state(control, t, "waiting for the iperf3 server to finish").await? {
         State::DisplayResults => {}
         other => {
@@ -440,7 +460,12 @@ fn udp_connect(s: UdpSocket, t: Duration) -> Result<UdpSocket, ProbeError> {
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => return Err(tcp::connect_error(s.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()), e)),
+            Err(e) => {
+                return Err(tcp::connect_error(
+                    s.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+                    e,
+                ))
+            }
         }
     }
     Err(ProbeError::Timeout {
@@ -522,7 +547,9 @@ pub fn remote_side(
     ] {
         // Multi-threaded iperf3 (3.16+) can use several CPUs.
         if !v.is_finite() || !(0.0..=100.0 * 1024.0).contains(&v) {
-            return Err(format!("the iperf3 server's {name} is {v}, not a percentage"));
+            return Err(format!(
+                "the iperf3 server's {name} is {v}, not a percentage"
+            ));
         }
     }
     if theirs.streams.len() > layout.len() {
@@ -535,8 +562,12 @@ pub fn remote_side(
     let n = theirs.streams.len().max(1) as f64;
     let mut streams = Vec::with_capacity(theirs.streams.len());
     for r in &theirs.streams {
-        let index = stream_index(r.id, layout.len())
-            .ok_or_else(|| format!("the iperf3 server reported stream id {}, which this test does not have", r.id))?;
+        let index = stream_index(r.id, layout.len()).ok_or_else(|| {
+            format!(
+                "the iperf3 server reported stream id {}, which this test does not have",
+                r.id
+            )
+        })?;
         let direction = layout[index];
         let role = match direction {
             FlowDirection::Send => Role::Receiver,
@@ -590,7 +621,9 @@ pub fn remote_side(
                     packets: packets.saturating_sub(omitted_packets),
                 });
             }
-            (Kind::Tcp, Role::Sender) if theirs.sender_has_retransmits == 1 && r.retransmits >= 0 => {
+            (Kind::Tcp, Role::Sender)
+                if theirs.sender_has_retransmits == 1 && r.retransmits >= 0 =>
+            {
                 s.tcp = Some(TcpStats {
                     retransmits: r.retransmits as u64,
                     ..TcpStats::default()
@@ -661,7 +694,10 @@ mod tests {
             ..request(Kind::Tcp, Direction::Receive)
         });
         let text = String::from_utf8(tcp.encode()).unwrap();
-        assert!(text.contains("\"reverse\":true") && !text.contains("bandwidth"), "{text}");
+        assert!(
+            text.contains("\"reverse\":true") && !text.contains("bandwidth"),
+            "{text}"
+        );
     }
 
     fn theirs(streams: Vec<StreamResult>) -> Results {
@@ -710,12 +746,24 @@ mod tests {
         };
         assert!(remote_side(&req, &SideStats::default(), &theirs(vec![ok.clone()])).is_ok());
         let bad = [
-            StreamResult { id: 2, ..ok.clone() },
-            StreamResult { bytes: -5, ..ok.clone() },
-            StreamResult { end_time: f64::NAN, ..ok.clone() },
+            StreamResult {
+                id: 2,
+                ..ok.clone()
+            },
+            StreamResult {
+                bytes: -5,
+                ..ok.clone()
+            },
+            StreamResult {
+                end_time: f64::NAN,
+                ..ok.clone()
+            },
         ];
         for b in bad {
-            assert!(remote_side(&req, &SideStats::default(), &theirs(vec![b.clone()])).is_err(), "{b:?}");
+            assert!(
+                remote_side(&req, &SideStats::default(), &theirs(vec![b.clone()])).is_err(),
+                "{b:?}"
+            );
         }
         let many = vec![ok.clone(); 5];
         assert!(remote_side(&req, &SideStats::default(), &theirs(many)).is_err());
@@ -730,6 +778,8 @@ mod tests {
         assert_eq!(server_error(142, 0).reason(), "auth_required");
         assert_eq!(server_error(6, 0).reason(), "rejected");
         assert_eq!(server_error(202, 98).reason(), "aborted");
-        assert!(server_error(202, 98).to_string().contains("unable to start stream listener"));
+        assert!(server_error(202, 98)
+            .to_string()
+            .contains("unable to start stream listener"));
     }
 }

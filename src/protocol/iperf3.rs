@@ -143,11 +143,23 @@ pub fn check_json_len(prefix: [u8; 4], max: u32) -> Result<usize, JsonError> {
 /// when on; a server treats them the same way.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Params {
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub tcp: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub udp: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub sctp: Option<bool>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub omit: i64,
@@ -159,15 +171,35 @@ pub struct Params {
     pub blockcount: i64,
     #[serde(default = "one", deserialize_with = "lenient_i64")]
     pub parallel: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub len: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub bandwidth: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub fqrate: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub pacing_timer: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub burst: Option<i64>,
     #[serde(
         rename = "MSS",
@@ -176,13 +208,29 @@ pub struct Params {
         deserialize_with = "opt_i64"
     )]
     pub mss: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub nodelay: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub window: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub reverse: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub bidirectional: Option<bool>,
     #[serde(
         rename = "TOS",
@@ -191,27 +239,63 @@ pub struct Params {
         deserialize_with = "opt_i64"
     )]
     pub tos: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub flowlabel: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub get_server_output: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub udp_counters_64bit: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub repeating_payload: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub zerocopy: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub dont_fragment: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub server_affinity: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authtoken: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "presence")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "presence"
+    )]
     pub mptcp: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub skip_rx_copy: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
@@ -257,11 +341,19 @@ pub struct StreamResult {
     #[serde(default, deserialize_with = "lenient_i64")]
     pub errors: i64,
     /// Absent before 3.14: then unknown.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub omitted_errors: Option<i64>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub packets: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_i64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_i64"
+    )]
     pub omitted_packets: Option<i64>,
     #[serde(default, deserialize_with = "lenient_f64")]
     pub start_time: f64,
@@ -512,7 +604,9 @@ mod tests {
         assert!(!is_cookie(&bad));
         assert!(!is_cookie(&c[..36]));
         // A pathprobe frame starts with a length, never with a cookie.
-        assert!(!is_cookie(b"\0\0\0\x20{\"type\":\"hello\",\"version\":1}...."));
+        assert!(!is_cookie(
+            b"\0\0\0\x20{\"type\":\"hello\",\"version\":1}...."
+        ));
         assert!(same_cookie(&c, &c));
         let mut other = c;
         other[0] = if c[0] == b'a' { b'b' } else { b'a' };
@@ -551,7 +645,10 @@ mod tests {
         assert!((r.streams[0].end_time - 2.000865).abs() < 1e-9);
         let again = Results::decode(&r.encode()).unwrap();
         assert_eq!(again, r);
-        assert!(Results::decode(br#"{"streams":[]}"#).is_err(), "cpu is required");
+        assert!(
+            Results::decode(br#"{"streams":[]}"#).is_err(),
+            "cpu is required"
+        );
         assert!(Results::decode(b"[]").is_err());
     }
 

@@ -16,6 +16,7 @@ mod e2e;
 mod faults;
 mod hostile;
 mod intervals;
+mod iperf3;
 mod lab;
 mod load;
 mod loopback;

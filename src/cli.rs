@@ -80,6 +80,10 @@ pub struct RespondArgs {
     /// [ipv6]:port or :port; [::] also accepts IPv4.
     #[arg(long, value_name = "ADDR", default_value = "::", value_parser = parse_listen_host)]
     listen: (IpAddr, Option<u16>),
+    /// Also answer stock iperf3 clients (`iperf3 -c HOST`) on this port,
+    /// TCP and UDP (iperf3's is 5201); off by default.
+    #[arg(long, value_name = "PORT")]
+    iperf3_port: Option<u16>,
     /// TCP and UDP port, when --listen gives none.
     #[arg(short, long)]
     port: Option<u16>,
@@ -431,6 +435,7 @@ impl RespondArgs {
             secret: read_secret(self.auth_secret_file.as_deref())?,
             allow: self.allow.clone(),
             deny: self.deny.clone(),
+            iperf3_port: self.iperf3_port,
             ..d
         })
     }

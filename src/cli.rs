@@ -19,7 +19,7 @@ use ipnet::IpNet;
 use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
 use pathprobe::probe::spec::IpFamily;
-use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec};
+use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
 use pathprobe::protocol::DEFAULT_PORT;
 use pathprobe::responder::LimitPolicy;
 use pathprobe::units;
@@ -80,6 +80,10 @@ pub struct RespondArgs {
     /// [ipv6]:port or :port; [::] also accepts IPv4.
     #[arg(long, value_name = "ADDR", default_value = "::", value_parser = parse_listen_host)]
     listen: (IpAddr, Option<u16>),
+    /// Also answer stock iperf3 clients (`iperf3 -c HOST`) on this port,
+    /// TCP and UDP (iperf3's is 5201); off by default.
+    #[arg(long, value_name = "PORT")]
+    iperf3_port: Option<u16>,
     /// TCP and UDP port, when --listen gives none.
     #[arg(short, long)]
     port: Option<u16>,
@@ -142,6 +146,10 @@ pub struct ProbeArgs {
     /// The target given as iperf3 takes it (`-c HOST`).
     #[arg(short = 'c', long, value_name = "HOST", conflicts_with_all = ["target", "loopback"])]
     client: Option<String>,
+    /// Probe a stock iperf3 server (`iperf3 -s`) at HOST, through iperf3's
+    /// own protocol; the port defaults to iperf3's, 5201.
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["target", "client", "loopback"])]
+    iperf3: Option<String>,
     /// Probe over loopback against a responder inside this process.
     #[arg(long, conflicts_with = "target")]
     pub loopback: bool,
@@ -219,9 +227,10 @@ pub struct ProbeArgs {
     /// --json-stream.
     #[arg(long, conflicts_with = "json")]
     pub json_stream: bool,
-    /// Responder port, when TARGET does not give one.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
+    /// Responder port, when TARGET does not give one [default: 5301; 5201
+    /// with --iperf3].
+    #[arg(short, long)]
+    port: Option<u16>,
     /// Seconds to wait for the connection and each control exchange.
     #[arg(long, default_value = "5", value_parser = parse_duration)]
     connect_timeout: Duration,
@@ -446,6 +455,7 @@ impl RespondArgs {
             secret: read_secret(self.auth_secret_file.as_deref())?,
             allow: self.allow.clone(),
             deny: self.deny.clone(),
+            iperf3_port: self.iperf3_port,
             ..d
         })
     }
@@ -454,7 +464,19 @@ impl RespondArgs {
 impl ProbeArgs {
     /// The host to probe: the argument, or iperf3's `-c HOST`.
     pub fn target(&self) -> Option<&str> {
-        self.target.as_deref().or(self.client.as_deref())
+        self.target
+            .as_deref()
+            .or(self.client.as_deref())
+            .or(self.iperf3.as_deref())
+    }
+
+    /// The port to probe when the target gives none.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(if self.iperf3.is_some() {
+            pathprobe::protocol::iperf3::IPERF3_PORT
+        } else {
+            DEFAULT_PORT
+        })
     }
 
     /// Why an iperf3 flag given cannot be honoured, naming what to use.
@@ -528,6 +550,12 @@ impl ProbeArgs {
             interval_events: None,
             no_offload: self.no_offload,
             rr: self.rr_params(),
+            wire: if self.iperf3.is_some() {
+                Wire::Iperf3
+            } else {
+                Wire::Pathprobe
+            },
+            port: None,
         })
     }
 

@@ -147,7 +147,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
                 .map_err(|e| probe::ProbeError::BadArgument(e.0))?;
             pathprobe::loopback::probe_loopback(&spec, args.ipv6).await
         } else {
-            let target = Target::parse(args.target().unwrap_or_default(), args.port)?;
+            let target = Target::parse(args.target().unwrap_or_default(), args.port())?;
             probe::probe(&target, &spec).await
         }
     }
@@ -196,7 +196,25 @@ async fn run_respond(section: pathprobe::config::ResponderSection) -> anyhow::Re
         "pathprobe responder listening on {} (TCP and UDP)",
         responder.local_addr()?
     );
+    let iperf3 = match section.iperf3_port {
+        Some(port) => {
+            let at = SocketAddr::new(addr.ip(), port);
+            let tcp = bind_or_ipv4(at, |a| async move { responder::bind_tcp(a) })
+                .await
+                .with_context(|| format!("cannot listen on {at} for iperf3 clients"))?;
+            let server = responder.iperf3(tcp);
+            println!(
+                "pathprobe responder answering iperf3 clients on {} (TCP and UDP)",
+                server.local_addr()?
+            );
+            Some(tokio::spawn(server.serve(shutdown_signal())))
+        }
+        None => None,
+    };
     responder.serve(shutdown_signal()).await;
+    if let Some(task) = iperf3 {
+        task.abort();
+    }
     Ok(())
 }
 

@@ -272,21 +272,25 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             out.push('\n');
         }
         for (name, side) in [("local", &r.local), ("remote", &r.remote)] {
+            let unknown = || "unknown".to_string();
+            let count = |v: Option<u64>| v.map_or_else(unknown, |v| v.to_string());
             let _ = writeln!(
                 out,
-                "  {name:<6} kernel {}, data threads {:.1}% CPU ({:.1}% user, {:.1}% sys), {} syscalls, {} ctx switches; host CPU {:.1}%, {} interrupts ({} on {}), softirq NET_RX {} NET_TX {}",
-                side.kernel_release,
+                "  {name:<6} kernel {}, data threads {:.1}% CPU ({:.1}% user, {:.1}% sys), {} syscalls, {} ctx switches; host CPU {}, {} interrupts ({} on {}), softirq NET_RX {} NET_TX {}",
+                if side.kernel_release.is_empty() { "unknown" } else { &side.kernel_release },
                 side.cpu_utilization * 100.0,
                 side.cpu_user * 100.0,
                 side.cpu_system * 100.0,
                 side.syscalls,
                 side.context_switches,
-                side.host_cpu_utilization * 100.0,
-                side.interrupts,
-                side.interface_interrupts,
+                side
+                    .host_cpu_utilization
+                    .map_or_else(unknown, |c| format!("{:.1}%", c * 100.0)),
+                count(side.interrupts),
+                count(side.interface_interrupts),
                 side.interface.as_deref().unwrap_or("?"),
-                side.softirq_net_rx,
-                side.softirq_net_tx,
+                count(side.softirq_net_rx),
+                count(side.softirq_net_tx),
             );
         }
         for d in &r.directions {

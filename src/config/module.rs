@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::quantity;
 use crate::auth::Secret;
-use crate::probe::{Direction, Kind, ProbeSpec};
+use crate::probe::{Direction, Kind, ProbeSpec, Wire};
 
 /// What a module measures, and against whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -28,16 +28,26 @@ pub enum ModuleKind {
     /// Request/response transactions on one TCP connection to a remote
     /// responder: latency percentiles, transactions/s, CPU per transaction.
     TcpRr,
+    /// TCP throughput to a stock iperf3 server (`iperf3 -s`), through
+    /// iperf3's protocol, on the module's `port` (default 5201).
+    Iperf3Tcp,
+    /// UDP throughput, loss and jitter to a stock iperf3 server.
+    Iperf3Udp,
 }
 
 impl ModuleKind {
     /// The transport the probe engine runs.
     pub fn transport(self) -> Kind {
         match self {
-            ModuleKind::Tcp | ModuleKind::LoopbackTcp => Kind::Tcp,
-            ModuleKind::Udp | ModuleKind::LoopbackUdp => Kind::Udp,
+            ModuleKind::Tcp | ModuleKind::LoopbackTcp | ModuleKind::Iperf3Tcp => Kind::Tcp,
+            ModuleKind::Udp | ModuleKind::LoopbackUdp | ModuleKind::Iperf3Udp => Kind::Udp,
             ModuleKind::TcpRr => Kind::TcpRr,
         }
+    }
+
+    /// Whether the peer is a stock iperf3 server.
+    pub fn is_iperf3(self) -> bool {
+        matches!(self, ModuleKind::Iperf3Tcp | ModuleKind::Iperf3Udp)
     }
 
     pub fn is_loopback(self) -> bool {
@@ -52,6 +62,8 @@ impl ModuleKind {
             ModuleKind::LoopbackTcp => "loopback_tcp",
             ModuleKind::LoopbackUdp => "loopback_udp",
             ModuleKind::TcpRr => "tcp_rr",
+            ModuleKind::Iperf3Tcp => "iperf3_tcp",
+            ModuleKind::Iperf3Udp => "iperf3_udp",
         }
     }
 }
@@ -140,6 +152,10 @@ pub struct Module {
     pub burst: Option<u32>,
     #[serde(default)]
     pub nodelay: Option<bool>,
+    /// iperf3 kinds only: the iperf3 server's port (default 5201); the
+    /// target's own port is its pathprobe responder's.
+    #[serde(default)]
+    pub port: Option<u16>,
 }
 
 fn default_duration() -> Duration {
@@ -182,6 +198,7 @@ impl Module {
             response_size: None,
             burst: None,
             nodelay: None,
+            port: None,
         }
     }
 
@@ -244,6 +261,15 @@ impl Module {
             secret: self.secret.clone(),
             no_offload: !self.offload,
             rr: self.rr(),
+            wire: if self.kind.is_iperf3() {
+                Wire::Iperf3
+            } else {
+                Wire::Pathprobe
+            },
+            port: self
+                .kind
+                .is_iperf3()
+                .then(|| self.port.unwrap_or(crate::protocol::iperf3::IPERF3_PORT)),
             ..ProbeSpec::default()
         }
     }
@@ -311,6 +337,32 @@ impl Module {
                     .to_string(),
             ));
         }
+        if self.port.is_some() && !self.kind.is_iperf3() {
+            return Err((
+                "port",
+                "applies to iperf3 kinds only; a responder's port is the target's".to_string(),
+            ));
+        }
+        if self.kind.is_iperf3() {
+            if self.secret_file.is_some() {
+                return Err((
+                    "secret_file",
+                    "does not apply to iperf3 kinds: a stock iperf3 server knows no pathprobe secret".to_string(),
+                ));
+            }
+            if self.remote_affinity.is_some() {
+                return Err((
+                    "remote_affinity",
+                    "does not apply to iperf3 kinds: a stock iperf3 server cannot be pinned from the prober".to_string(),
+                ));
+            }
+            if self.duration.subsec_nanos() != 0 || self.omit.subsec_nanos() != 0 {
+                return Err((
+                    "duration",
+                    "iperf3 kinds take duration and omit in whole seconds".to_string(),
+                ));
+            }
+        }
         if self.bind.is_some() && self.is_loopback() {
             return Err(("bind", "does not apply to loopback kinds".to_string()));
         }
@@ -330,6 +382,32 @@ fn fmt(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iperf3_kinds_speak_iperf3_on_their_own_port() {
+        let m: Module = serde_yaml::from_str("kind: iperf3_udp\nbitrate: 10m").unwrap();
+        let (_, spec) = &m.specs()[0];
+        assert_eq!(
+            (spec.kind, spec.wire, spec.port),
+            (Kind::Udp, Wire::Iperf3, Some(5201))
+        );
+        let m: Module = serde_yaml::from_str("kind: iperf3_tcp\nport: 7000").unwrap();
+        assert_eq!(m.specs()[0].1.port, Some(7000));
+        assert!(m.check().is_ok());
+        let native: Module = serde_yaml::from_str("kind: tcp").unwrap();
+        assert_eq!(
+            (native.specs()[0].1.wire, native.specs()[0].1.port),
+            (Wire::Pathprobe, None)
+        );
+        for bad in [
+            "kind: tcp\nport: 5201",
+            "kind: iperf3_tcp\nremote_affinity: 1",
+            "kind: iperf3_tcp\nduration: 1500ms",
+        ] {
+            let m: Module = serde_yaml::from_str(bad).unwrap();
+            assert!(m.check().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn both_runs_send_then_receive() {

@@ -83,6 +83,9 @@ pub struct ResponderSection {
     /// Client networks refused; wins over `allow`.
     #[serde(deserialize_with = "networks")]
     pub deny: Vec<IpNet>,
+    /// A second port that answers stock iperf3 clients (`iperf3 -c`),
+    /// iperf3's 5201 by convention; off when absent. See docs/SECURITY.md.
+    pub iperf3_port: Option<u16>,
 }
 
 impl Default for ResponderSection {
@@ -113,6 +116,7 @@ impl Default for ResponderSection {
             secret: None,
             allow: Vec::new(),
             deny: Vec::new(),
+            iperf3_port: None,
         }
     }
 }

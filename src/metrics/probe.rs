@@ -221,31 +221,35 @@ fn render_series(
             &[(SIDE, side), (MODE, "system")],
             s.cpu_system,
         );
-        add(
-            &names::PROBE_HOST_CPU,
-            &[(SIDE, side)],
-            s.host_cpu_utilization,
-        );
-        add(
-            &names::PROBE_INTERRUPTS,
-            &[(SIDE, side)],
-            s.interrupts as f64,
-        );
-        add(
-            &names::PROBE_INTERFACE_INTERRUPTS,
-            &[(SIDE, side)],
-            s.interface_interrupts as f64,
-        );
-        add(
-            &names::PROBE_SOFTIRQS,
-            &[(SIDE, side), (TYPE, "NET_RX")],
-            s.softirq_net_rx as f64,
-        );
-        add(
-            &names::PROBE_SOFTIRQS,
-            &[(SIDE, side), (TYPE, "NET_TX")],
-            s.softirq_net_tx as f64,
-        );
+        // A figure the peer cannot tell (a stock iperf3 server's host
+        // counters) has no series rather than a 0.
+        if let Some(v) = s.host_cpu_utilization {
+            add(&names::PROBE_HOST_CPU, &[(SIDE, side)], v);
+        }
+        if let Some(v) = s.interrupts {
+            add(&names::PROBE_INTERRUPTS, &[(SIDE, side)], v as f64);
+        }
+        if let Some(v) = s.interface_interrupts {
+            add(
+                &names::PROBE_INTERFACE_INTERRUPTS,
+                &[(SIDE, side)],
+                v as f64,
+            );
+        }
+        if let Some(v) = s.softirq_net_rx {
+            add(
+                &names::PROBE_SOFTIRQS,
+                &[(SIDE, side), (TYPE, "NET_RX")],
+                v as f64,
+            );
+        }
+        if let Some(v) = s.softirq_net_tx {
+            add(
+                &names::PROBE_SOFTIRQS,
+                &[(SIDE, side), (TYPE, "NET_TX")],
+                v as f64,
+            );
+        }
         // An unknown release (an old responder, a failed uname) would
         // make a series with an empty label, which says nothing.
         if !s.kernel_release.is_empty() {

@@ -94,7 +94,7 @@ impl Default for Target {
     }
 }
 
-async fn resolve(
+pub(crate) async fn resolve(
     target: &Target,
     bind: Option<IpAddr>,
     family: Option<IpFamily>,
@@ -144,6 +144,20 @@ async fn resolve(
 
 /// Runs one probe against `target`.
 pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, ProbeError> {
+    let moved;
+    let target = match spec.port {
+        Some(port) => {
+            moved = Target {
+                host: target.host.clone(),
+                port,
+            };
+            &moved
+        }
+        None => target,
+    };
+    if spec.wire == super::spec::Wire::Iperf3 {
+        return super::iperf3::probe(target, spec).await;
+    }
     spec.validate().map_err(|e| ProbeError::BadArgument(e.0))?;
     spec.check_local()
         .map_err(|e| ProbeError::BadArgument(e.0))?;

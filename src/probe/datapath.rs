@@ -46,6 +46,21 @@ pub struct Plan {
     pub offload: bool,
     /// A request/response test's shape: its streams run the `tcp_rr` loops.
     pub rr: Option<crate::protocol::rr::RrParams>,
+    /// Whose datagram header UDP streams carry.
+    pub wire: UdpWire,
+}
+
+/// The header and end-of-stream rules of a UDP stream: pathprobe's own
+/// (test id, omit flag, FIN datagrams), or iperf3's (clock and sequence
+/// only; the end is said on the control connection).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UdpWire {
+    #[default]
+    Pathprobe,
+    Iperf3 {
+        /// `--udp-counters-64bit`: a 64-bit sequence.
+        counters64: bool,
+    },
 }
 
 /// Most interval records one side keeps over all its streams. They travel
@@ -515,6 +530,7 @@ mod tests {
                 interval,
                 offload: true,
                 rr: None,
+                wire: UdpWire::Pathprobe,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

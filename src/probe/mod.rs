@@ -2,6 +2,7 @@
 //!
 //! - [`spec`]: what to measure ([`ProbeSpec`]).
 //! - [`client`]: the prober's control conversation with a responder.
+//! - [`iperf3`]: the same, with a stock iperf3 server.
 //! - [`side`]: one side of a test, built the same way by both ends.
 //! - [`tcp`], [`tcp_rr`] and [`udp`]: one file per probe kind, their data loops.
 //! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
@@ -13,6 +14,7 @@ pub mod accounting;
 pub mod client;
 pub mod datapath;
 pub mod diagnosis;
+pub mod iperf3;
 pub mod pacing;
 pub mod result;
 pub mod side;
@@ -29,7 +31,7 @@ use std::time::Duration;
 
 pub use client::{probe, Target};
 pub use result::ProbeResult;
-pub use spec::{Direction, FlowDirection, Kind, ProbeSpec};
+pub use spec::{Direction, FlowDirection, Kind, ProbeSpec, Wire};
 
 use crate::protocol::RejectReason;
 

@@ -302,19 +302,37 @@ pub struct SideSummary {
     pub cpu_system: f64,
     pub context_switches: u64,
     pub syscalls: u64,
-    /// Whole host, busy fraction of all CPUs (/proc/stat).
-    pub host_cpu_utilization: f64,
-    pub host_cpu_user: f64,
-    pub host_cpu_system: f64,
+    /// Whole host, busy fraction of all CPUs (/proc/stat). The host
+    /// figures are `null` where the peer cannot tell them (a stock iperf3
+    /// server): unknown, not zero.
+    pub host_cpu_utilization: Option<f64>,
+    pub host_cpu_user: Option<f64>,
+    pub host_cpu_system: Option<f64>,
     /// Hardware interrupts on the host during the window (/proc/interrupts).
-    pub interrupts: u64,
+    pub interrupts: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
     /// Interrupts of the interface that carried the probe.
-    pub interface_interrupts: u64,
-    pub softirq_net_rx: u64,
-    pub softirq_net_tx: u64,
+    pub interface_interrupts: Option<u64>,
+    pub softirq_net_rx: Option<u64>,
+    pub softirq_net_tx: Option<u64>,
+    /// Empty when unknown.
     pub kernel_release: String,
+}
+
+impl SideSummary {
+    /// Marks the host figures unknown: the peer did not report them.
+    pub fn mark_unknown_host(&mut self) {
+        self.host_cpu_utilization = None;
+        self.host_cpu_user = None;
+        self.host_cpu_system = None;
+        self.interrupts = None;
+        self.interface_interrupts = None;
+        self.softirq_net_rx = None;
+        self.softirq_net_tx = None;
+        self.interface = None;
+        self.kernel_release = String::new();
+    }
 }
 
 /// `num / den`, or 0 when that is not a finite number.
@@ -346,14 +364,14 @@ fn side_summary(side: &SideStats) -> SideSummary {
         cpu_system: ratio(system, window),
         context_switches: side.streams.iter().map(|s| s.context_switches).sum(),
         syscalls: side.streams.iter().map(|s| s.syscalls).sum(),
-        host_cpu_utilization: finite(side.host.cpu_utilization),
-        host_cpu_user: finite(side.host.cpu_user),
-        host_cpu_system: finite(side.host.cpu_system),
-        interrupts: side.host.interrupts,
+        host_cpu_utilization: Some(finite(side.host.cpu_utilization)),
+        host_cpu_user: Some(finite(side.host.cpu_user)),
+        host_cpu_system: Some(finite(side.host.cpu_system)),
+        interrupts: Some(side.host.interrupts),
         interface: side.interface.clone(),
-        interface_interrupts: side.host.interface_interrupts,
-        softirq_net_rx: side.host.softirq_net_rx,
-        softirq_net_tx: side.host.softirq_net_tx,
+        interface_interrupts: Some(side.host.interface_interrupts),
+        softirq_net_rx: Some(side.host.softirq_net_rx),
+        softirq_net_tx: Some(side.host.softirq_net_tx),
         kernel_release: side.kernel_release.clone(),
     }
 }

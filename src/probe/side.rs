@@ -103,6 +103,7 @@ impl TestSide {
                 ),
                 offload: !request.no_offload,
                 rr: request.rr.filter(|_| request.kind == Kind::TcpRr),
+                wire: Default::default(),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -120,6 +121,12 @@ impl TestSide {
     /// Sends this side's intervals to `sink` as they close.
     pub fn with_intervals(mut self, sink: Option<IntervalSink>) -> TestSide {
         self.intervals = sink;
+        self
+    }
+
+    /// Runs UDP streams with `wire`'s header (iperf3's, for its peers).
+    pub fn with_wire(mut self, wire: super::datapath::UdpWire) -> TestSide {
+        self.plan.wire = wire;
         self
     }
 

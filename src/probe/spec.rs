@@ -111,6 +111,31 @@ pub struct ProbeSpec {
     /// Request and response sizes, burst and TCP_NODELAY of a `tcp_rr`
     /// probe; `None` takes [`DEFAULT_RR`].
     pub rr: Option<RrParams>,
+    /// Whose protocol the peer speaks: a pathprobe responder, or a stock
+    /// `iperf3 -s`.
+    pub wire: Wire,
+    /// Probe this port instead of the target's (iperf3 modules: the
+    /// target's port is its pathprobe responder's).
+    pub port: Option<u16>,
+}
+
+/// The protocol a probe speaks to its peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Wire {
+    #[default]
+    Pathprobe,
+    /// A stock iperf3 server (`iperf3 -s`), through iperf3's own protocol.
+    Iperf3,
+}
+
+impl Wire {
+    /// The `protocol` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::Pathprobe => "pathprobe",
+            Wire::Iperf3 => "iperf3",
+        }
+    }
 }
 
 impl Default for ProbeSpec {
@@ -136,6 +161,8 @@ impl Default for ProbeSpec {
             interval_events: None,
             no_offload: false,
             rr: None,
+            wire: Wire::Pathprobe,
+            port: None,
         }
     }
 }

@@ -18,11 +18,12 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::accounting::UdpAccount;
-use super::datapath::{IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
+use super::datapath::{IntervalMeter, Mark, StreamContext, ThreadMeter, UdpWire, POLL_INTERVAL};
 use super::pacing::Pacer;
 use super::stats::{StreamStats, UdpSendStats};
 use super::udp_io::{self, RecvBatch, RecvMode, SendMode};
 use super::ProbeError;
+use crate::protocol::iperf3;
 use crate::protocol::udp::{
     hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
 };
@@ -156,13 +157,21 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         let flags = if meter.is_open() { 0 } else { FLAG_OMIT };
         let send_ns = realtime_ns();
         for i in 0..n {
-            UdpHeader {
-                flags,
-                test_id: plan.test_id,
-                seq: seq + i as u64,
-                send_ns,
+            let at = &mut buf[i * len..];
+            match plan.wire {
+                UdpWire::Pathprobe => UdpHeader {
+                    flags,
+                    test_id: plan.test_id,
+                    seq: seq + i as u64,
+                    send_ns,
+                }
+                .write(at),
+                // iperf3 numbers datagrams from 1 and marks no warm-up:
+                // its receiver tells the omit period by its own clock.
+                UdpWire::Iperf3 { counters64 } => {
+                    iperf3::UdpHeader::from_ns(send_ns, seq + i as u64 + 1).write(at, counters64)
+                }
             }
-            .write(&mut buf[i * len..]);
         }
         meter.syscall();
         let sent = match mode {
@@ -224,6 +233,10 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     }
     meter.finish(stats);
     record_buffers(&sock, stats);
+    if plan.wire != UdpWire::Pathprobe {
+        // iperf3's end is TEST_END on the control connection.
+        return;
+    }
     let mut fin = [0u8; HEADER_LEN];
     UdpHeader {
         flags: FLAG_FIN,
@@ -307,6 +320,10 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         if !meter.is_open() && now >= window_start {
             meter.open(now);
         }
+        if ctx.stop.is_stopped() && plan.wire != UdpWire::Pathprobe {
+            // iperf3's streams end when the control connection says so.
+            break;
+        }
         if let Some(iv) = intervals.as_mut() {
             if iv.due(now) {
                 iv.roll(now, Some(seq_next));
@@ -326,26 +343,41 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             let many = info.segment.is_some_and(|s| s < buffer.len());
             for (off, len) in udp_io::segments(buffer.len(), info.segment.unwrap_or(0)) {
                 let dgram = &buffer[off..off + len];
-                let Ok(h) = UdpHeader::parse(dgram) else {
-                    continue;
+                let (seq, send_ns, omitted) = match plan.wire {
+                    UdpWire::Pathprobe => {
+                        let Ok(h) = UdpHeader::parse(dgram) else {
+                            continue;
+                        };
+                        if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
+                            continue;
+                        }
+                        if h.flags & FLAG_FIN != 0 {
+                            sender_packets = Some(h.seq);
+                            continue;
+                        }
+                        (h.seq, h.send_ns, h.flags & FLAG_OMIT != 0)
+                    }
+                    UdpWire::Iperf3 { counters64 } => {
+                        // Shorter than a header: the connect reply, or junk.
+                        if dgram.len() < 16 {
+                            continue;
+                        }
+                        let Some(h) = iperf3::UdpHeader::parse(dgram, counters64) else {
+                            continue;
+                        };
+                        (h.seq, h.send_ns(), now < window_start)
+                    }
                 };
-                if h.test_id != plan.test_id || h.flags & FLAG_HELLO != 0 {
-                    continue;
-                }
-                if h.flags & FLAG_FIN != 0 {
-                    sender_packets = Some(h.seq);
-                    continue;
-                }
                 ctx.progress.add(dgram.len() as u64);
-                if h.flags & FLAG_OMIT != 0 {
+                if omitted {
                     continue;
                 }
                 let before = account.unique();
                 if timed {
-                    account.record(h.seq, h.send_ns, arrival);
+                    account.record(seq, send_ns, arrival);
                     timed = false;
                 } else {
-                    account.record_untimed(h.seq);
+                    account.record_untimed(seq);
                 }
                 if account.unique() > before {
                     bytes += dgram.len() as u64;
@@ -356,8 +388,8 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                         // end (the sender's clock ran ahead): they open the
                         // window.
                         iv.open(now);
-                        iv.mark_base(h.seq);
-                        seq_next = seq_next.max(h.seq.saturating_add(1));
+                        iv.mark_base(seq);
+                        seq_next = seq_next.max(seq.saturating_add(1));
                         iv.add(dgram.len() as u64, 1);
                     }
                 }

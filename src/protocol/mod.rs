@@ -8,6 +8,7 @@
 //!   kind, direction, each side's measurements).
 //! - [`rr`]: request/response tests' parameters and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
+//! - [`iperf3`]: iperf3's wire protocol, spoken to stock iperf3 peers.
 //!
 //! This is the bottom layer: it imports nothing else of the crate.
 //!
@@ -16,6 +17,7 @@
 //! iperf3's, can drive the same data path.
 
 pub mod frame;
+pub mod iperf3;
 pub mod message;
 pub mod model;
 #[cfg(test)]

@@ -15,6 +15,7 @@
 
 pub mod access;
 mod admission;
+pub mod iperf3;
 mod log;
 mod session;
 pub use crate::probe::datapath::DRAIN_GRACE;
@@ -209,6 +210,9 @@ pub struct ResponderCounters {
     pub overload: AtomicU64,
     pub bytes: AtomicU64,
     pub active_tests: AtomicU64,
+    /// Of the tests above, those with stock iperf3 clients.
+    pub iperf3_tests_succeeded: AtomicU64,
+    pub iperf3_tests_failed: AtomicU64,
 }
 
 impl ResponderCounters {

@@ -251,7 +251,7 @@ fn whole_seconds(d: Duration) -> String {
 /// The allowances a test must fit before it may take a slot: the hour's
 /// byte budget, the client's sitting out after a test that moved no data,
 /// and the client's test time in the hour. The refusal says when to retry.
-fn allowances(
+pub(super) fn allowances(
     shared: &ResponderState,
     config: &super::ResponderConfig,
     ip: std::net::IpAddr,

@@ -40,7 +40,10 @@ pub(super) fn bind_main(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// A socket for one flow: same local address and port, connected to `peer`.
-fn flow_socket(local: SocketAddr, peer: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+pub(super) fn flow_socket(
+    local: SocketAddr,
+    peer: SocketAddr,
+) -> std::io::Result<std::net::UdpSocket> {
     let sock = socket_for(local)?;
     sock.bind(&local.into())?;
     sock.connect(&peer.into())?;

@@ -17,6 +17,7 @@ mod e2e;
 mod faults;
 mod hostile;
 mod intervals;
+mod iperf3;
 mod lab;
 mod lab_rr;
 mod load;

@@ -1,0 +1,702 @@
+//! The responder's iperf3 port: answers stock `iperf3 -c` clients (3.12
+//! and later) through iperf3's own protocol, on a port of its own (5201 by
+//! convention, off unless configured; see docs/SECURITY.md for why not the
+//! responder's port).
+//!
+//! Everything but the conversation is the responder's: the allow and deny
+//! lists, the limits (always refused when exceeded: an iperf3 client cannot
+//! be told that its test was cut down), the byte budget, the per-client
+//! allowances, the host's one test slot and its counters; the data path is
+//! the one both ends of a native test run ([`TestSide`]). What iperf3
+//! cannot express is refused through iperf3's error path (SERVER_ERROR
+//! with the closest iperf3 error code, or ACCESS_DENIED for "try again
+//! later"), so that a stock client prints a message and exits non-zero.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::{normalize, LimitPolicy, ResponderCounters, ResponderState};
+use crate::probe::datapath::{DataSocket, UdpWire};
+use crate::probe::iperf3::local_results;
+use crate::probe::side::{End, TestSide};
+use crate::protocol::iperf3::{
+    check_json_len, encode_json_len, encode_server_error, errors, is_cookie, same_cookie, Params,
+    State, COOKIE_LEN, MAX_PARAMS_LEN,
+};
+use crate::protocol::{Direction, Kind, RejectReason, TestRequest};
+
+/// iperf3's "an option you are trying to set is not implemented yet".
+const IEUNIMP: i32 = 13;
+/// iperf3's "no SCTP support available".
+const IENOSCTP: i32 = 18;
+/// Longest results JSON read from a client: a few hundred bytes a stream.
+const MAX_CLIENT_RESULTS: u32 = 64 * 1024;
+/// Connections being read for their cookie at once.
+const MAX_CONNECTING: usize = 64;
+/// How long a refusal may take to write.
+const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The test in progress: its cookie, its client, and where its TCP data
+/// connections go.
+struct Active {
+    cookie: [u8; COOKIE_LEN],
+    peer: IpAddr,
+    tx: mpsc::UnboundedSender<TcpStream>,
+}
+
+/// A listener that serves stock iperf3 clients with a responder's state.
+pub struct Iperf3Server {
+    shared: Arc<ResponderState>,
+    tcp: TcpListener,
+    active: Arc<Mutex<Option<Active>>>,
+}
+
+impl super::Responder {
+    /// An iperf3 listener sharing this responder's limits, slot and counters.
+    pub fn iperf3(&self, tcp: TcpListener) -> Iperf3Server {
+        Iperf3Server {
+            shared: self.shared.clone(),
+            tcp,
+            active: Arc::default(),
+        }
+    }
+}
+
+impl Iperf3Server {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
+        let local = match self.tcp.local_addr() {
+            Ok(a) => a,
+            Err(_) => return,
+        };
+        let connecting = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTING));
+        let mut tasks = tokio::task::JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.tcp.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let Ok(permit) = connecting.clone().try_acquire_owned() else {
+                            ResponderCounters::inc(&self.shared.counters.overload);
+                            continue;
+                        };
+                        let (shared, active) = (self.shared.clone(), self.active.clone());
+                        tasks.spawn(async move {
+                            connection(stream, normalize(peer), local, shared, active, permit).await;
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "iperf3 accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        tasks.shutdown().await;
+    }
+}
+
+/// Writes `bytes` and closes, within a short bound.
+async fn refuse_with(mut stream: TcpStream, bytes: &[u8]) {
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+        let _ = stream.write_all(bytes).await;
+        let _ = stream.shutdown().await;
+        // Read what the client sent, so that closing does not reset the
+        // connection under the reply.
+        let mut buf = [0u8; 1024];
+        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    shared: Arc<ResponderState>,
+    active: Arc<Mutex<Option<Active>>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let config = shared.config();
+    let counters = &shared.counters;
+    if !config.access.permits(peer.ip()) {
+        counters.reject(RejectReason::Denied);
+        tracing::debug!(%peer, "iperf3 client refused by the allow/deny lists");
+        refuse_with(stream, &encode_server_error(errors::IEAUTHTEST, 0)).await;
+        return;
+    }
+    let mut cookie = [0u8; COOKIE_LEN];
+    match tokio::time::timeout(config.first_message_timeout, stream.read_exact(&mut cookie)).await {
+        Err(_) => {
+            ResponderCounters::inc(&counters.timeouts);
+            tracing::debug!(%peer, "iperf3 connection sent no cookie");
+            return;
+        }
+        Ok(Err(_)) => {
+            ResponderCounters::inc(&counters.protocol_errors);
+            tracing::debug!(%peer, "iperf3 connection closed inside its cookie");
+            return;
+        }
+        Ok(Ok(_)) => {}
+    }
+    drop(permit);
+    // A data connection of the test in progress, or a client told busy.
+    enum Seen {
+        Data(mpsc::UnboundedSender<TcpStream>),
+        Busy,
+        Free,
+    }
+    let seen = match active.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        Some(a) if a.peer == peer.ip() && same_cookie(&a.cookie, &cookie) => {
+            Seen::Data(a.tx.clone())
+        }
+        Some(_) => Seen::Busy,
+        None => Seen::Free,
+    };
+    match seen {
+        Seen::Data(tx) => {
+            let _ = tx.send(stream);
+            return;
+        }
+        Seen::Busy => {
+            ResponderCounters::inc(&counters.rejected_busy);
+            refuse_with(stream, &[State::AccessDenied.byte()]).await;
+            return;
+        }
+        Seen::Free => {}
+    }
+    if !is_cookie(&cookie) {
+        ResponderCounters::inc(&counters.protocol_errors);
+        tracing::debug!(%peer, "iperf3 connection opened with no cookie");
+        return;
+    }
+    if config.secret.is_some() {
+        // iperf3's RSA authentication is not implemented: with a secret,
+        // only authenticated pathprobe probers are served.
+        counters.reject(RejectReason::AuthRequired);
+        refuse_with(stream, &encode_server_error(errors::IEAUTHTEST, 0)).await;
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    session(stream, peer, local, cookie, &shared, &active).await;
+}
+
+/// How a session ended, for the counters.
+enum Outcome {
+    Done,
+    Failed(&'static str),
+}
+
+async fn session(
+    mut control: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    cookie: [u8; COOKIE_LEN],
+    shared: &ResponderState,
+    active: &Mutex<Option<Active>>,
+) {
+    let config = shared.config();
+    let counters = &shared.counters;
+    let t = config.idle_timeout;
+    if control
+        .write_all(&[State::ParamExchange.byte()])
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let params = match read_params(&mut control, t).await {
+        Ok(p) => p,
+        Err(ParamsError::Timeout) => {
+            ResponderCounters::inc(&counters.timeouts);
+            tracing::info!(%peer, "iperf3 client sent no parameters");
+            return;
+        }
+        Err(ParamsError::Closed) => {
+            ResponderCounters::inc(&counters.protocol_errors);
+            return;
+        }
+        Err(ParamsError::Bad(why)) => {
+            ResponderCounters::inc(&counters.protocol_errors);
+            tracing::info!(%peer, %why, "iperf3 client's parameters refused");
+            refuse_with(control, &encode_server_error(errors::IERECVPARAMS, 0)).await;
+            return;
+        }
+    };
+    let request = match to_request(&params, &config) {
+        Ok(r) => r,
+        Err((code, why)) => {
+            counters.reject(RejectReason::Limit);
+            tracing::info!(%peer, %why, "iperf3 test refused");
+            refuse_with(control, &encode_server_error(code, 0)).await;
+            return;
+        }
+    };
+    let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
+    // Allowances and the slot: every "not now" is iperf3's "busy, try
+    // again later".
+    if let Err((reason, message)) = super::session::allowances(shared, &config, peer.ip(), planned)
+    {
+        counters.reject(reason);
+        tracing::info!(%peer, %message, "iperf3 test refused");
+        refuse_with(control, &[State::AccessDenied.byte()]).await;
+        return;
+    }
+    let Ok(slot) = shared.try_claim(peer.ip(), Instant::now() + planned) else {
+        ResponderCounters::inc(&counters.rejected_busy);
+        refuse_with(control, &[State::AccessDenied.byte()]).await;
+        return;
+    };
+    if shared
+        .admit_client(peer.ip(), config.max_tests_per_client_per_minute)
+        .is_err()
+    {
+        drop(slot);
+        counters.reject(RejectReason::RateLimited);
+        refuse_with(control, &[State::AccessDenied.byte()]).await;
+        return;
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    *active.lock().unwrap_or_else(|p| p.into_inner()) = Some(Active {
+        cookie,
+        peer: peer.ip(),
+        tx,
+    });
+    struct Clear<'a>(&'a Mutex<Option<Active>>);
+    impl Drop for Clear<'_> {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+    let _clear = Clear(active);
+    let began = Instant::now();
+    let outcome = run(
+        &mut control,
+        peer,
+        local,
+        &params,
+        &request,
+        rx,
+        shared,
+        &slot,
+    )
+    .await;
+    drop(slot);
+    match outcome {
+        Outcome::Done => {
+            ResponderCounters::inc(&counters.tests_succeeded);
+            ResponderCounters::inc(&counters.iperf3_tests_succeeded);
+            tracing::info!(
+                %peer,
+                protocol = "iperf3",
+                kind = %request.kind,
+                direction = %request.direction,
+                duration_seconds = format!("{:.3}", began.elapsed().as_secs_f64()),
+                "test done"
+            );
+        }
+        Outcome::Failed(why) => {
+            ResponderCounters::inc(&counters.tests_failed);
+            ResponderCounters::inc(&counters.iperf3_tests_failed);
+            tracing::info!(%peer, protocol = "iperf3", error = why, "test failed");
+        }
+    }
+}
+
+enum ParamsError {
+    Timeout,
+    Closed,
+    Bad(String),
+}
+
+async fn read_params(control: &mut TcpStream, t: Duration) -> Result<Params, ParamsError> {
+    let read = async {
+        let mut prefix = [0u8; 4];
+        control
+            .read_exact(&mut prefix)
+            .await
+            .map_err(|_| ParamsError::Closed)?;
+        let len =
+            check_json_len(prefix, MAX_PARAMS_LEN).map_err(|e| ParamsError::Bad(e.to_string()))?;
+        let mut body = vec![0u8; len];
+        control
+            .read_exact(&mut body)
+            .await
+            .map_err(|_| ParamsError::Closed)?;
+        Params::decode(&body).map_err(|e| ParamsError::Bad(e.to_string()))
+    };
+    tokio::time::timeout(t, read)
+        .await
+        .map_err(|_| ParamsError::Timeout)?
+}
+
+/// The test a client's parameters ask for, held to the responder's limits
+/// (refused, never cut down), or the iperf3 error code to refuse it with.
+pub fn to_request(
+    p: &Params,
+    config: &super::ResponderConfig,
+) -> Result<TestRequest, (i32, String)> {
+    let unsupported = |what: &str| Err((IEUNIMP, format!("{what} is not supported")));
+    if p.sctp.is_some() {
+        return Err((IENOSCTP, "SCTP is not supported".into()));
+    }
+    if p.mptcp.is_some() {
+        return unsupported("MPTCP");
+    }
+    if p.mss.is_some_and(|m| m > 0) {
+        return unsupported("setting the MSS (-M)");
+    }
+    if p.authtoken.is_some() {
+        return Err((
+            errors::IEAUTHTEST,
+            "iperf3 authentication is not supported".into(),
+        ));
+    }
+    let kind = if p.is_udp() { Kind::Udp } else { Kind::Tcp };
+    let direction = match (p.bidirectional.is_some(), p.reverse.is_some()) {
+        (true, _) => Direction::Bidir,
+        (false, true) => Direction::Receive,
+        _ => Direction::Send,
+    };
+    if !(1..=128).contains(&p.parallel) {
+        return Err((errors::IENUMSTREAMS, format!("{} streams", p.parallel)));
+    }
+    let streams = p.parallel as u32;
+    if p.omit < 0 || p.time < 0 || p.omit > 3600 || p.time > 86_400 {
+        return Err((errors::IEDURATION, "time or omit out of range".into()));
+    }
+    let max_ms = config.max_duration.as_millis() as u64;
+    let omit_ms = p.omit as u64 * 1000;
+    // -n/-k without -t: the client ends the test; it runs at most as long
+    // as the responder allows.
+    let duration_ms = match p.time {
+        0 => max_ms.saturating_sub(omit_ms).max(1),
+        t => t as u64 * 1000,
+    };
+    let length = match (p.len, kind) {
+        (Some(l), _) if l > 0 && l <= i64::from(u32::MAX) => l as u32,
+        (Some(_), Kind::Udp) => return Err((errors::IEUDPBLOCKSIZE, "bad length".into())),
+        (Some(_), Kind::Tcp | Kind::TcpRr) => {
+            return Err((errors::IEBLOCKSIZE, "bad length".into()))
+        }
+        (None, Kind::Tcp | Kind::TcpRr) => 128 * 1024,
+        (None, Kind::Udp) => 1460,
+    };
+    if kind == Kind::Udp && !(16..=65_507).contains(&length) {
+        return Err((
+            errors::IEUDPBLOCKSIZE,
+            format!("datagrams of {length} bytes"),
+        ));
+    }
+    let per_stream = p.bandwidth.unwrap_or(0);
+    if per_stream < 0 {
+        return Err((errors::IETOTALRATE, "negative rate".into()));
+    }
+    let request = TestRequest {
+        kind,
+        direction,
+        duration_ms,
+        omit_ms,
+        streams,
+        bitrate: (per_stream as u64).saturating_mul(u64::from(streams)),
+        length,
+        window: match p.window {
+            Some(w) if w > 0 => Some(w.min(i64::from(u32::MAX)) as u32),
+            _ => None,
+        },
+        congestion: p.congestion.clone(),
+        tos: match p.tos {
+            Some(t) if (1..=255).contains(&t) => Some(t as u8),
+            Some(0) | None => None,
+            Some(_) => return Err((IEUNIMP, "TOS out of range".into())),
+        },
+        affinity: None,
+        interval_ms: None,
+        no_offload: false,
+        rr: None,
+    };
+    // An iperf3 client cannot be told of a cut-down test, so any limit
+    // refuses it, with the code whose message names it best.
+    let refusing = super::ResponderConfig {
+        limit_policy: LimitPolicy::Refuse,
+        ..config.clone()
+    };
+    let admitted = super::check_limits(&request, &refusing).map_err(|m| {
+        let code = if m.starts_with("max_duration") || m.starts_with("duration") {
+            errors::IEDURATION
+        } else if m.starts_with("max_streams") {
+            errors::IENUMSTREAMS
+        } else if m.contains("bitrate") {
+            errors::IETOTALRATE
+        } else if m.starts_with("max_length") {
+            match kind {
+                Kind::Udp => errors::IEUDPBLOCKSIZE,
+                Kind::Tcp | Kind::TcpRr => errors::IEBLOCKSIZE,
+            }
+        } else if m.starts_with("max_window") {
+            errors::IEBUFSIZE
+        } else {
+            IEUNIMP
+        };
+        (code, m)
+    })?;
+    Ok(admitted.request)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    control: &mut TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    params: &Params,
+    request: &TestRequest,
+    mut rx: mpsc::UnboundedReceiver<TcpStream>,
+    shared: &ResponderState,
+    slot: &super::SlotGuard<'_>,
+) -> Outcome {
+    let t = shared.config().idle_timeout;
+    let counters = &shared.counters;
+    let counters64 = params.udp_counters_64bit.is_some();
+    let side = TestSide::new(End::Responder, request, "", None, peer.ip())
+        .with_wire(UdpWire::Iperf3 { counters64 });
+    let total = side.stream_count();
+    // UDP flows arrive on the iperf3 port's UDP side, bound before the
+    // client is told to open them.
+    let udp_main = match request.kind {
+        Kind::Udp => match super::udp::bind_main(local) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(%local, error = %e, "cannot bind the iperf3 UDP port");
+                let _ = control
+                    .write_all(&encode_server_error(
+                        errors::IESTREAMLISTEN,
+                        e.raw_os_error().unwrap_or(0),
+                    ))
+                    .await;
+                return Outcome::Failed("UDP port unavailable");
+            }
+        },
+        Kind::Tcp | Kind::TcpRr => None,
+    };
+    if control
+        .write_all(&[State::CreateStreams.byte()])
+        .await
+        .is_err()
+    {
+        return Outcome::Failed("client gone");
+    }
+    let mut sockets: BTreeMap<u32, DataSocket> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + t;
+    let collect = async {
+        for id in 0..total as u32 {
+            let socket = match &udp_main {
+                None => {
+                    let s = tokio::time::timeout_at(deadline, rx.recv()).await.ok()??;
+                    let s = s.into_std().ok()?;
+                    crate::probe::tcp::prepare_blocking(&s).ok()?;
+                    DataSocket::Tcp(s)
+                }
+                Some(main) => loop {
+                    let mut buf = [0u8; 64];
+                    let (n, from) = tokio::time::timeout_at(deadline, main.recv_from(&mut buf))
+                        .await
+                        .ok()?
+                        .ok()?;
+                    // Flows only from the control connection's host: UDP
+                    // is never sent anywhere else.
+                    if normalize(from).ip() != peer.ip() {
+                        ResponderCounters::inc(&counters.udp_ignored);
+                        continue;
+                    }
+                    let sock = super::udp::flow_socket(local, from).ok()?;
+                    let _ = sock.send(&crate::protocol::iperf3::udp_reply_for(&buf[..n.min(4)]));
+                    break DataSocket::Udp(sock);
+                },
+            };
+            sockets.insert(id, socket);
+        }
+        Some(())
+    };
+    let mut byte = [0u8; 1];
+    let collected = tokio::select! {
+        c = collect => c.is_some(),
+        _ = control.read(&mut byte) => false,
+    };
+    drop(udp_main);
+    if !collected {
+        ResponderCounters::inc(&counters.timeouts);
+        return Outcome::Failed("data streams did not arrive");
+    }
+    let ipv6 = local.is_ipv6();
+    for socket in sockets.values() {
+        if side.prepare(socket, ipv6).is_err() {
+            let _ = control
+                .write_all(&encode_server_error(errors::IESETCONGESTION, 0))
+                .await;
+            return Outcome::Failed("socket options");
+        }
+    }
+    // iperf3's receiver stops counting at TEST_END: shutting the read side
+    // wakes a reader held by its low-water mark at once, so that its
+    // window ends with the test, not a poll later.
+    let readers: Vec<std::net::TcpStream> = sockets
+        .values()
+        .filter_map(|s| match s {
+            DataSocket::Tcp(t) => t.try_clone().ok(),
+            DataSocket::Udp(_) => None,
+        })
+        .collect();
+    let running = match side.spawn(sockets) {
+        Ok(r) => r,
+        Err(_) => return Outcome::Failed("stream threads"),
+    };
+    let stop = running.stop.clone();
+    if control
+        .write_all(&[State::TestStart.byte(), State::TestRunning.byte()])
+        .await
+        .is_err()
+    {
+        return Outcome::Failed("client gone");
+    }
+    slot.started(Instant::now() + Duration::from_millis(request.omit_ms + request.duration_ms));
+    // The client owns the clock: its TEST_END ends the test. Its going
+    // away, or silence past the planned end, ends it too.
+    let limit = Duration::from_millis(request.omit_ms + request.duration_ms)
+        + crate::probe::datapath::DRAIN_GRACE
+        + t;
+    let watch = async {
+        let r = tokio::time::timeout(limit, control.read_u8()).await;
+        stop.stop();
+        for s in &readers {
+            let _ = s.shutdown(std::net::Shutdown::Read);
+        }
+        match r {
+            Ok(Ok(b)) if State::from_byte(b) == State::TestEnd => Ok(()),
+            Ok(Ok(b)) if State::from_byte(b) == State::ClientTerminate => Err("client terminated"),
+            Ok(Ok(_)) => Err("unexpected state from the client"),
+            Ok(Err(_)) => Err("client vanished during the test"),
+            Err(_) => Err("no TEST_END from the client"),
+        }
+    };
+    let (stats, ended) = tokio::join!(running.finish(), watch);
+    if let Err(why) = ended {
+        if why == "no TEST_END from the client" {
+            ResponderCounters::inc(&counters.timeouts);
+        }
+        return Outcome::Failed(why);
+    }
+    let Ok(stats) = stats else {
+        return Outcome::Failed("data path failed");
+    };
+    shared.spend(stats.streams.iter().map(|s| s.bytes).sum());
+    let exchange = async {
+        control
+            .write_all(&[State::ExchangeResults.byte()])
+            .await
+            .ok()?;
+        let mut prefix = [0u8; 4];
+        control.read_exact(&mut prefix).await.ok()?;
+        let len = check_json_len(prefix, MAX_CLIENT_RESULTS).ok()?;
+        let mut theirs = vec![0u8; len];
+        control.read_exact(&mut theirs).await.ok()?;
+        let mut ours = local_results(request, &stats);
+        if params.get_server_output.is_some() {
+            ours.server_output_text = Some(server_output(request, &stats));
+        }
+        let body = ours.encode();
+        let mut msg = encode_json_len(body.len()).to_vec();
+        msg.extend_from_slice(&body);
+        msg.push(State::DisplayResults.byte());
+        control.write_all(&msg).await.ok()?;
+        // IPERF_DONE, then close.
+        let done = control.read_u8().await.ok()?;
+        (State::from_byte(done) == State::IperfDone).then_some(())
+    };
+    match tokio::time::timeout(t, exchange).await {
+        Ok(Some(())) => Outcome::Done,
+        Ok(None) => {
+            ResponderCounters::inc(&counters.protocol_errors);
+            Outcome::Failed("results exchange failed")
+        }
+        Err(_) => {
+            ResponderCounters::inc(&counters.timeouts);
+            Outcome::Failed("results exchange timed out")
+        }
+    }
+}
+
+/// The server's report for `--get-server-output`: what this side
+/// measured, one line per stream, in iperf3's units.
+fn server_output(request: &TestRequest, stats: &crate::probe::stats::SideStats) -> String {
+    let mut out = format!(
+        "pathprobe responder {}: {} {} test\n",
+        env!("CARGO_PKG_VERSION"),
+        request.kind,
+        request.direction
+    );
+    for s in &stats.streams {
+        let role = match s.role {
+            Some(crate::protocol::Role::Sender) => "sender",
+            _ => "receiver",
+        };
+        let rate = crate::probe::result::ratio(s.bytes as f64 * 8.0, s.seconds);
+        out.push_str(&format!(
+            "[{:>3}] 0.00-{:.2} sec {} bytes {:.2} Mbits/sec {role}\n",
+            crate::probe::iperf3::stream_id(s.id as usize),
+            s.seconds,
+            s.bytes,
+            rate / 1e6
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(json: &str) -> Params {
+        Params::decode(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn parameters_become_the_test_or_iperf3s_error() {
+        let c = super::super::ResponderConfig::default();
+        let r = to_request(
+            &params(r#"{"udp":true,"time":3,"omit":1,"parallel":2,"len":1400,"bandwidth":1000000,"bidirectional":true}"#),
+            &c,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.kind, r.direction, r.streams),
+            (Kind::Udp, Direction::Bidir, 2)
+        );
+        assert_eq!(
+            (r.duration_ms, r.omit_ms, r.length, r.bitrate),
+            (3000, 1000, 1400, 2_000_000)
+        );
+        let code = |j: &str| to_request(&params(j), &c).unwrap_err().0;
+        assert_eq!(code(r#"{"tcp":true,"time":600}"#), errors::IEDURATION);
+        assert_eq!(code(r#"{"tcp":true,"parallel":64}"#), errors::IENUMSTREAMS);
+        assert_eq!(code(r#"{"sctp":true}"#), IENOSCTP);
+        assert_eq!(code(r#"{"tcp":true,"MSS":1000}"#), IEUNIMP);
+        assert_eq!(code(r#"{"udp":true,"len":8}"#), errors::IEUDPBLOCKSIZE);
+        assert_eq!(code(r#"{"tcp":true,"len":99999999}"#), errors::IEBLOCKSIZE);
+        assert_eq!(code(r#"{"tcp":true,"authtoken":"x"}"#), errors::IEAUTHTEST);
+        // -n/-k without -t: up to the responder's longest.
+        let n = to_request(&params(r#"{"tcp":true,"time":0,"num":1000}"#), &c).unwrap();
+        assert_eq!(n.duration_ms, 60_000);
+    }
+}

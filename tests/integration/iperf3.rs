@@ -1,0 +1,386 @@
+//! pathprobe against the real iperf3 binary (Debian's, 3.12 in CI), in both
+//! roles: `pathprobe probe --iperf3` against a stock `iperf3 -s`, and (see
+//! the responder tests below) a stock `iperf3 -c` against pathprobe.
+//!
+//! Each case compares what both sides report: the stock server's own `-J`
+//! report against the figures pathprobe shows for it. The iperf3 protocol
+//! passes each side's counts to the other, so the server's received bytes
+//! must be exactly what pathprobe shows as received, and what pathprobe
+//! received can be no more than the server says it sent.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::lab::{run_bounded, wait_bounded};
+use crate::common::turn;
+
+fn have_iperf3() -> bool {
+    let ok = Command::new("iperf3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("iperf3 is not installed: skipping (CI installs it)");
+    }
+    ok
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A one-off stock iperf3 server with a JSON report (`-s -1 -J`).
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new("iperf3")
+            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning iperf3 -s");
+        // Bounded wait for the listener: connecting would start a test.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !listening(port) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "iperf3 -s did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, port }
+    }
+
+    /// The server's `-J` report, once it has served its one test.
+    fn report(mut self) -> Value {
+        let status = wait_bounded(&mut self.child, Duration::from_secs(20)).unwrap();
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(status.is_some(), "iperf3 -s -1 did not exit: {out}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 -J: {e}: {out}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether something listens on 127.0.0.1:`port` (from /proc, without
+/// connecting).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && format!("{} ", f[1]).ends_with(&want) && f[3] == "0A"
+        })
+}
+
+fn pathprobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+}
+
+/// Runs `pathprobe probe --iperf3` with `args` and returns its `-J` document.
+fn probe(port: u16, args: &[&str]) -> Value {
+    let out = run_bounded(
+        pathprobe()
+            .args([
+                "probe",
+                "-J",
+                "--iperf3",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .args(args),
+        Duration::from_secs(40),
+    )
+    .unwrap();
+    let text = out.stdout.clone();
+    assert!(out.status.success(), "{args:?}: {text}\n{}", out.stderr);
+    serde_json::from_str(&text).unwrap()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+fn direction<'a>(r: &'a Value, d: &str) -> &'a Value {
+    r["directions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["direction"] == d)
+        .unwrap_or_else(|| panic!("no {d} direction in {r}"))
+}
+
+/// The server's count must be what pathprobe shows for it, exactly; the
+/// receiver's no more than the sender's, and most of it.
+fn check_tcp(r: &Value, srv: &Value, dir: &str) {
+    let d = direction(r, dir);
+    let (received, sent) = (u(&d["bytes"]), u(&d["sender_bytes"]));
+    let end = &srv["end"];
+    let bidir = r["direction"] == "bidir";
+    match (dir, bidir) {
+        ("send", _) => assert_eq!(u(&end["sum_received"]["bytes"]), received, "{dir}"),
+        ("receive", false) => assert_eq!(u(&end["sum_sent"]["bytes"]), sent, "{dir}"),
+        (_, true) => assert_eq!(u(&end["sum_sent_bidir_reverse"]["bytes"]), sent, "{dir}"),
+        _ => unreachable!(),
+    }
+    // A stock server freezes its count when it reads TEST_END, and may
+    // still have its socket buffer's worth on the way; pathprobe counts
+    // what arrives until the server closes.
+    let slack = if dir == "receive" { 16 << 20 } else { 0 };
+    assert!(
+        received <= sent + slack,
+        "{dir}: received {received} > sent {sent}"
+    );
+    assert!(
+        received as f64 >= sent as f64 * 0.8,
+        "{dir}: received {received} of {sent}"
+    );
+    assert!(received > 1 << 20, "{dir}: {received} bytes is no test");
+}
+
+#[test]
+fn tcp_matrix_against_a_stock_server() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    for (args, dirs, streams) in [
+        (vec!["-P", "1"], vec!["send"], 1),
+        (vec!["-P", "4"], vec!["send"], 4),
+        (vec!["-R"], vec!["receive"], 1),
+        (vec!["--bidir"], vec!["send", "receive"], 2),
+        (vec!["-O", "1", "-R"], vec!["receive"], 1),
+    ] {
+        let srv = Server::start(&[]);
+        let mut a = vec!["-t", "1"];
+        a.extend(&args);
+        let r = probe(srv.port, &a);
+        let report = srv.report();
+        assert_eq!(r["streams"].as_array().unwrap().len(), streams, "{args:?}");
+        for d in dirs {
+            eprintln!("{args:?} {d}");
+            check_tcp(&r, &report, d);
+        }
+        // The server's CPU comes from its results; what it cannot tell is
+        // unknown, never zero.
+        let remote = &r["remote"];
+        assert!(
+            remote["cpu_utilization"].as_f64().unwrap() > 0.0,
+            "{args:?}: {remote}"
+        );
+        for unknown in ["interrupts", "softirq_net_rx", "host_cpu_utilization"] {
+            assert!(remote[unknown].is_null(), "{unknown}: {remote}");
+        }
+        assert_eq!(remote["kernel_release"], "", "{remote}");
+        if args.contains(&"-O") {
+            assert_eq!(r["omit_seconds"], 1.0);
+        }
+    }
+}
+
+#[test]
+fn udp_at_a_set_rate_against_a_stock_server() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    for reverse in [false, true] {
+        let srv = Server::start(&[]);
+        let mut a = vec!["-u", "-b", "20m", "-l", "1400", "-t", "1"];
+        if reverse {
+            a.push("-R");
+        }
+        let r = probe(srv.port, &a);
+        let report = srv.report();
+        let sum = &report["end"][if reverse { "sum_sent" } else { "sum_received" }];
+        let d = direction(&r, if reverse { "receive" } else { "send" });
+        let udp = &d["udp"];
+        // 20 Mbit/s of 1400-byte datagrams for a second: ~1786.
+        let sent = u(&udp["packets_sent"]);
+        assert!((1500..=2100).contains(&sent), "{reverse}: {sent} sent");
+        if reverse {
+            // The server sent; pathprobe counted what arrived.
+            assert_eq!(u(&sum["packets"]), sent, "{report}");
+            assert_eq!(u(&d["sender_bytes"]), u(&sum["bytes"]));
+            assert!(u(&udp["packets_received"]) <= sent);
+        } else {
+            // The server's own loss and bytes are the ones shown.
+            assert_eq!(u(&d["bytes"]), u(&sum["bytes"]), "{report}");
+            assert_eq!(u(&udp["packets_sent"]), sent);
+            let jitter = udp["jitter_seconds"].as_f64().unwrap();
+            let theirs = sum["jitter_ms"].as_f64().unwrap() / 1e3;
+            assert!((jitter - theirs).abs() < 1e-6, "{jitter} vs {theirs}");
+        }
+        // Loopback at 20 Mbit/s loses next to nothing.
+        assert!(udp["loss_ratio"].as_f64().unwrap() < 0.02, "{udp}");
+    }
+}
+
+#[test]
+fn a_busy_stock_server_is_busy() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let srv = Server::start(&[]);
+    let port = srv.port.to_string();
+    // A stock client holds the server for a few seconds, paced so that it
+    // costs the machine little.
+    let mut holder = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port, "-t", "4", "-b", "10m"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let out = run_bounded(
+        pathprobe().args([
+            "probe",
+            "-J",
+            "--iperf3",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+        ]),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "busy", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("busy"),
+        "{v}"
+    );
+    let _ = wait_bounded(&mut holder, Duration::from_secs(20));
+}
+
+/// A fake iperf3 server that runs the conversation up to the results,
+/// then answers with `results` (a length prefix and body, raw).
+fn hostile_server(results: Vec<u8>) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().unwrap();
+        control
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut cookie = [0u8; 37];
+        control.read_exact(&mut cookie).unwrap();
+        control.write_all(&[9]).unwrap();
+        let mut len = [0u8; 4];
+        control.read_exact(&mut len).unwrap();
+        let mut params = vec![0u8; u32::from_be_bytes(len) as usize];
+        control.read_exact(&mut params).unwrap();
+        control.write_all(&[10]).unwrap();
+        let (mut data, _) = listener.accept().unwrap();
+        data.read_exact(&mut cookie).unwrap();
+        let drain = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            while matches!(data.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        control.write_all(&[1, 2]).unwrap();
+        let mut end = [0u8; 1];
+        control.read_exact(&mut end).unwrap();
+        assert_eq!(end[0], 4, "TEST_END");
+        control.write_all(&[13]).unwrap();
+        control.read_exact(&mut len).unwrap();
+        let mut theirs = vec![0u8; u32::from_be_bytes(len) as usize];
+        control.read_exact(&mut theirs).unwrap();
+        let _ = control.write_all(&results);
+        let _ = control.write_all(&[14]);
+        let mut rest = Vec::new();
+        let _ = control.read_to_end(&mut rest);
+        drop(control);
+        let _ = drain.join();
+    });
+    (port, handle)
+}
+
+#[test]
+fn a_hostile_servers_results_are_refused() {
+    let _turn = turn::shared();
+    let blob = |s: &str| {
+        let mut b = (s.len() as u32).to_be_bytes().to_vec();
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    for (results, want) in [
+        // A length the prober will not allocate.
+        (vec![0xFF, 0xFF, 0xFF, 0xFF], "over the limit"),
+        // More bytes received than were sent.
+        (
+            blob(
+                r#"{"cpu_util_total":1,"cpu_util_user":0,"cpu_util_system":1,"sender_has_retransmits":-1,"streams":[{"id":1,"bytes":99999999999999,"retransmits":-1,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":0.5}]}"#,
+            ),
+            "bytes",
+        ),
+        // A stream the test does not have.
+        (
+            blob(
+                r#"{"cpu_util_total":1,"cpu_util_user":0,"cpu_util_system":1,"sender_has_retransmits":-1,"streams":[{"id":2,"bytes":1,"retransmits":-1,"jitter":0,"errors":0,"packets":0}]}"#,
+            ),
+            "stream id 2",
+        ),
+        (blob("not json"), "results"),
+    ] {
+        let (port, server) = hostile_server(results);
+        let out = run_bounded(
+            pathprobe().args([
+                "probe",
+                "-J",
+                "--iperf3",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "1",
+                "-b",
+                "10m",
+            ]),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{want}");
+        let v: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(v["error"]["reason"], "protocol_error", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{want}: {v}"
+        );
+        server.join().unwrap();
+    }
+}

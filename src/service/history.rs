@@ -179,7 +179,7 @@ fn nan(x: Option<f64>) -> f64 {
 impl Point {
     /// The entry for one finished probe.
     pub fn from_outcome(o: &ProbeOutcome) -> Point {
-        let mut p = Point::empty(unix(o.started), o.direction);
+        let mut p = Point::new(unix(o.started), o.direction);
         match &o.result {
             Ok(r) => {
                 let flow = |d: FlowDirection| {
@@ -212,7 +212,8 @@ impl Point {
         p
     }
 
-    fn empty(timestamp: f64, direction: Direction) -> Point {
+    /// An entry of one probe at `timestamp` with no figures yet.
+    pub fn new(timestamp: f64, direction: Direction) -> Point {
         Point {
             timestamp,
             bucket_start: f64::NAN,
@@ -333,7 +334,7 @@ impl Point {
         if !s.timestamp_seconds.is_finite() || s.timestamp_seconds < 0.0 || s.samples == 0 {
             return None;
         }
-        let mut p = Point::empty(s.timestamp_seconds, s.direction);
+        let mut p = Point::new(s.timestamp_seconds, s.direction);
         p.samples = s.samples;
         p.failures = s.failures.min(s.samples);
         p.bucket_start = s
@@ -813,7 +814,7 @@ mod tests {
     }
 
     fn point(t: f64, bps: f64, kernel: &str) -> Point {
-        let mut p = Point::empty(t, Direction::Send);
+        let mut p = Point::new(t, Direction::Send);
         p.throughput = bps;
         p.send = bps;
         p.local_kernel = text(kernel);
@@ -868,7 +869,7 @@ mod tests {
         // the clock moves past full resolution.
         h.record_point(&key(), "tcp", point(t0, 1e9, "a"), at(t0));
         h.record_point(&key(), "tcp", point(t0 + 60.0, 3e9, "a"), at(t0 + 60.0));
-        let mut f = Point::empty(t0 + 120.0, Direction::Send);
+        let mut f = Point::new(t0 + 120.0, Direction::Send);
         f.failures = 1;
         f.reason = text("refused");
         h.record_point(&key(), "tcp", f, at(t0 + 120.0));

@@ -24,3 +24,4 @@ mod responder;
 mod rules;
 mod serve;
 mod serve_process;
+mod web;

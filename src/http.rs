@@ -67,6 +67,12 @@ pub trait App: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// The landing page's HTML.
     fn landing_page(&self) -> String;
+    /// The status page and its API (`/`, `/path`, `/kernels`, `/fleet`,
+    /// `/api/v1/history`): status, content type and body, or `None` to
+    /// fall back to [`App::landing_page`] at `/` and 404 elsewhere.
+    fn web(&self, _path: &str, _query: Option<&str>) -> Option<(u16, &'static str, String)> {
+        None
+    }
     /// HTTP connections served at once; a further one is closed at accept.
     fn max_connections(&self) -> usize {
         256
@@ -151,6 +157,12 @@ async fn handle<A: App>(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
+    if matches!(req.method(), &Method::GET | &Method::HEAD) {
+        if let Some((status, content_type, body)) = app.web(&path, req.uri().query()) {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return Ok(response(status, content_type, body));
+        }
+    }
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET | &Method::HEAD, "/metrics") => {
             response(StatusCode::OK, metrics::CONTENT_TYPE, app.metrics())

@@ -18,6 +18,7 @@ pub mod module;
 mod quantity;
 pub mod sections;
 pub mod target;
+pub mod web;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -38,6 +39,7 @@ pub use sections::{
     SchedulerConfig,
 };
 pub use target::{check_label_name, TargetConfig, LOOPBACK_TARGET_NAME};
+pub use web::WebSection;
 
 /// The configuration used when `--config.file` is not given: the responder,
 /// and loopback TCP and UDP probes every minute.
@@ -59,6 +61,8 @@ pub struct Config {
     pub discovery: DiscoveryConfig,
     pub host_metrics: HostMetricsConfig,
     pub http: HttpSection,
+    /// `web:` the status page and its history.
+    pub web: WebSection,
     /// The directory relative file_sd paths are taken from: the config
     /// file's own, or the working directory for text without a file.
     #[serde(skip)]
@@ -154,6 +158,7 @@ impl Config {
         self.responder.check().map_err(|e| at("responder", e))?;
         self.scheduler.check().map_err(|e| at("scheduler", e))?;
         self.http.check().map_err(|e| at("http", e))?;
+        self.web.check().map_err(|e| at("web", e))?;
         for (name, module) in &self.modules {
             if !valid_module_name(name) {
                 return Err(ConfigError::invalid(

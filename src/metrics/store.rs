@@ -395,6 +395,19 @@ impl ResultStore {
             .collect()
     }
 
+    /// The latest outcome of `key` in each direction, for its page.
+    pub fn latest_of(&self, key: &ProbeKey) -> Vec<ProbeOutcome> {
+        self.lock()
+            .get(key)
+            .map(|t| {
+                t.directions
+                    .values()
+                    .filter_map(|s| s.latest.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The keys that have a result or a skipped run.
     pub fn keys(&self) -> Vec<ProbeKey> {
         self.lock().keys().cloned().collect()

@@ -186,6 +186,24 @@ impl App for ServiceApp {
         self.0.ready.load(Ordering::Relaxed)
     }
 
+    fn web(&self, path: &str, query: Option<&str>) -> Option<(u16, &'static str, String)> {
+        let s = &self.0;
+        if !super::web::ROUTES.contains(&path) {
+            return None;
+        }
+        let config = s.config();
+        let jobs = s.web_jobs.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let view = super::web::View {
+            config: &config,
+            history: &s.history,
+            store: &s.store,
+            jobs: &jobs,
+            host: &s.hostname,
+            now: SystemTime::now(),
+        };
+        super::web::handle(&view, path, query).map(|r| (r.status, r.content_type, r.body))
+    }
+
     fn landing_page(&self) -> String {
         let mut rows = String::new();
         let now = SystemTime::now();

@@ -8,10 +8,12 @@
 #![warn(missing_docs)]
 
 mod app;
+pub mod history;
 pub mod jobs;
 pub mod mesh;
 mod probe_access;
 pub mod runner;
+pub mod web;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -89,6 +91,12 @@ pub struct ServiceContext {
     slot: Arc<HostSlot>,
     /// `/probe` requests running now, held to `http.probe_max_concurrent`.
     probes_running: std::sync::atomic::AtomicUsize,
+    /// Every job's recent results, for the status page.
+    pub history: Arc<history::History>,
+    /// The jobs of the schedule in force, as the status page lists them.
+    pub web_jobs: RwLock<Arc<Vec<web::JobInfo>>>,
+    /// This host's name, for the page.
+    pub hostname: String,
 }
 
 impl ServiceContext {
@@ -110,6 +118,32 @@ impl ServiceContext {
         rx.await
             .map_err(|_| "the service is shutting down".to_string())?
     }
+}
+
+/// What the status page lists of `jobs`: their first probe is due at the
+/// scheduler's phase for them, counted from the service's start.
+fn web_jobs(
+    jobs: &[crate::scheduler::Job<ProbeJob>],
+    started: SystemTime,
+    seed: &str,
+) -> Vec<web::JobInfo> {
+    let now = SystemTime::now();
+    jobs.iter()
+        .map(|j| {
+            let interval = j.interval.max(Duration::from_millis(100));
+            let mut due = started + crate::scheduler::phase(&j.key, seed, interval);
+            while due < now {
+                due += interval;
+            }
+            web::JobInfo {
+                key: crate::metrics::ProbeKey::new(j.key.target.clone(), j.key.module.clone()),
+                kind: j.payload.module.kind.as_str(),
+                interval: j.interval,
+                host: j.payload.endpoint.as_ref().map(|e| e.host.clone()),
+                first_due: due,
+            }
+        })
+        .collect()
 }
 
 fn scheduler_config(c: &Config) -> SchedulerConfig {
@@ -135,6 +169,22 @@ pub async fn run(
     let store = Arc::new(ResultStore::new());
     let state = Arc::new(ServiceState::new(SystemTime::now()));
     let host_metrics = Arc::new(HostMetrics::new(config.host_metrics.irq_pattern.as_str())?);
+    let started = SystemTime::now();
+    let history = Arc::new(history::History::new(history::Retention::from(&config.web)));
+    // A history file that is not ours is refused, and not written over:
+    // it may be something else the path was mistyped for.
+    let history_path = config.web.history_path(&config.base_dir).and_then(|path| {
+        match history.load(&path, started) {
+            Ok(n) => {
+                tracing::info!(path = %path.display(), entries = n, "history read back");
+                Some(path)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "history file refused: starting with an empty history, and not saving it there (move the file away, or set web.history_file elsewhere)");
+                None
+            }
+        }
+    });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -174,6 +224,7 @@ pub async fn run(
     let runner = Arc::new(ProbeRunner {
         store: store.clone(),
         state: state.clone(),
+        history: history.clone(),
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
@@ -190,6 +241,17 @@ pub async fn run(
         reload_tx,
         slot: state.host_slot(),
         probes_running: Default::default(),
+        history: history.clone(),
+        web_jobs: RwLock::new(Arc::new(Vec::new())),
+        hostname: crate::host::hostname(),
+    });
+    let saver = history_path.map(|path| {
+        tokio::spawn(history::save_periodically(
+            history.clone(),
+            path,
+            config.web.history_save_interval,
+            stopped(stop_rx.clone()),
+        ))
     });
 
     let http_addr = listeners.http.local_addr()?;
@@ -208,6 +270,7 @@ pub async fn run(
         &current.base_dir,
     );
     let mut last_notes = Vec::new();
+    let sched_cfg_seed = crate::host::hostname();
     let mut apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
                      cfg: &Config,
                      discovery: &mut Discovery| {
@@ -252,6 +315,10 @@ pub async fn run(
             .collect();
         // Removed targets stop, and their series go with them.
         store.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        history.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        history.set_retention(history::Retention::from(&cfg.web), SystemTime::now());
+        *shared.web_jobs.write().unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(web_jobs(&jobs, started, &sched_cfg_seed));
         jobs::register(&store, &jobs);
         tracing::info!(
             jobs = jobs.len(),
@@ -307,6 +374,10 @@ pub async fn run(
     discovery.stop().await;
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
+    if let Some(t) = saver {
+        // The last save, at shutdown.
+        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
     if let Some(t) = responder_task {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }

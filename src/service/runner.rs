@@ -98,11 +98,14 @@ pub struct ProbeRunner {
     pub store: Arc<ResultStore>,
     /// Counts skipped runs and scheduling lag.
     pub state: Arc<ServiceState>,
+    /// Every job's recent results, for the status page.
+    pub history: Arc<super::history::History>,
 }
 
 impl Runner<ProbeJob> for ProbeRunner {
     fn attempt(&self, job: &Job<ProbeJob>) -> BoxFuture<Attempt> {
         let store = self.store.clone();
+        let history = self.history.clone();
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
         let payload = job.payload.clone();
         Box::pin(async move {
@@ -116,6 +119,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                         tracing::info!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
                     }
                 }
+                history.record(&key, &o, SystemTime::now());
                 store.record(key.clone(), o);
             }
             match busy {
@@ -135,21 +139,20 @@ impl Runner<ProbeJob> for ProbeRunner {
         if why == Skip::Timeout {
             let reason = "timeout";
             for (direction, _) in job.payload.module.specs() {
-                self.store.record(
-                    key.clone(),
-                    ProbeOutcome {
-                        kind: job.payload.module.kind.as_str().to_string(),
-                        direction,
-                        labels: job.payload.labels.clone(),
-                        started: SystemTime::now(),
-                        duration: Duration::ZERO,
-                        slot_wait: None,
-                        result: Err(ProbeFailure {
-                            reason,
-                            message: format!("run {}", why.as_str()),
-                        }),
-                    },
-                );
+                let outcome = ProbeOutcome {
+                    kind: job.payload.module.kind.as_str().to_string(),
+                    direction,
+                    labels: job.payload.labels.clone(),
+                    started: SystemTime::now(),
+                    duration: Duration::ZERO,
+                    slot_wait: None,
+                    result: Err(ProbeFailure {
+                        reason,
+                        message: format!("run {}", why.as_str()),
+                    }),
+                };
+                self.history.record(&key, &outcome, SystemTime::now());
+                self.store.record(key.clone(), outcome);
             }
         }
     }

@@ -28,3 +28,4 @@ mod rr;
 mod rules;
 mod serve;
 mod serve_process;
+mod web;

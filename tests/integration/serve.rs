@@ -178,7 +178,7 @@ async fn serve_probes_and_exports() {
     let (status, page) = http(run.http, "GET", "/").await;
     assert_eq!(status, 200);
     assert!(
-        page.contains("<td>peer</td>") && page.contains("/metrics"),
+        page.contains(">peer</a>") && page.contains("/metrics"),
         "{page}"
     );
     assert_eq!(http(run.http, "GET", "/-/healthy").await.0, 200);

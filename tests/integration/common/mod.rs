@@ -6,6 +6,7 @@
 //! ([`promql`]), the dashboards' queries ([`dashboards`]), and which tests
 //! may run side by side ([`turn`]).
 
+pub mod browser;
 pub mod dashboards;
 pub mod http;
 pub mod lab;

@@ -1,0 +1,219 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::*;
+use crate::probe::Direction;
+use crate::service::history::{Point, Retention};
+
+fn at(s: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs_f64(s)
+}
+
+struct Fixture {
+    config: Config,
+    history: History,
+    store: ResultStore,
+    jobs: Vec<JobInfo>,
+    now: SystemTime,
+}
+
+fn job(target: &str, module: &str, kind: &'static str, host: Option<&str>) -> JobInfo {
+    JobInfo {
+        key: ProbeKey::new(target, module),
+        kind,
+        interval: Duration::from_secs(60),
+        host: host.map(String::from),
+        first_due: at(2e9 + 30.0),
+    }
+}
+
+fn fixture() -> Fixture {
+    let now = at(2e9);
+    let history = History::new(Retention::default());
+    let evil = ProbeKey::new("<script>alert(1)</script>", "tcp");
+    for i in 0..30 {
+        let t = 2e9 - 3600.0 + i as f64 * 60.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = 1e9;
+        p.send = 1e9;
+        p.local_kernel = Some("6.1".into());
+        p.remote_kernel = Some(if i < 10 { "<b>5.10</b>" } else { "6.6" }.into());
+        history.record_point(&evil, "tcp", p, at(t));
+    }
+    let mut f = point(2e9 - 10.0, Direction::Send);
+    f.failures = 1;
+    f.reason = Some("refused".into());
+    history.record_point(&ProbeKey::new("down", "tcp"), "tcp", f, now);
+    Fixture {
+        config: Config::default(),
+        history,
+        store: ResultStore::new(),
+        jobs: vec![
+            job("<script>alert(1)</script>", "tcp", "tcp", Some("<script>")),
+            job("down", "tcp", "tcp", Some("10.0.0.9")),
+            job("fresh", "tcp", "tcp", Some("10.0.0.10")),
+        ],
+        now,
+    }
+}
+
+fn point(t: f64, d: Direction) -> Point {
+    let mut p = Point::from_outcome(&crate::metrics::ProbeOutcome {
+        kind: "tcp".into(),
+        direction: d,
+        labels: Default::default(),
+        started: at(t),
+        duration: Duration::ZERO,
+        slot_wait: None,
+        result: Err(crate::metrics::ProbeFailure {
+            reason: "x",
+            message: String::new(),
+        }),
+    });
+    p.failures = 0;
+    p.reason = None;
+    p
+}
+
+impl Fixture {
+    fn get(&self, path: &str, query: Option<&str>) -> Reply {
+        let view = View {
+            config: &self.config,
+            history: &self.history,
+            store: &self.store,
+            jobs: &self.jobs,
+            host: "host<1>",
+            now: self.now,
+        };
+        handle(&view, path, query).expect("a route of ours")
+    }
+}
+
+#[test]
+fn every_name_from_config_or_a_peer_is_escaped() {
+    let f = fixture();
+    for (path, q) in [
+        ("/", None),
+        (
+            "/path",
+            Some("target=%3Cscript%3Ealert(1)%3C%2Fscript%3E&module=tcp"),
+        ),
+        ("/kernels", None),
+        ("/fleet", None),
+    ] {
+        let r = f.get(path, q);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        // The only script element is the page's own.
+        assert_eq!(r.body.matches("<script").count(), 1, "{path}: {}", r.body);
+        assert!(r.body.contains("&lt;script&gt;"), "{path}");
+        assert!(!r.body.contains("<b>5.10"), "{path}");
+        assert!(!r.body.contains("host<1>"), "{path}");
+    }
+}
+
+#[test]
+fn overview_puts_failures_first_and_says_when_the_first_probe_is_due() {
+    let f = fixture();
+    let body = f.get("/", None).body;
+    let down = body.find("data-target=\"down\"").unwrap();
+    let evil = body.find("data-target=\"&lt;script&gt;").unwrap();
+    assert!(down < evil);
+    assert!(body.contains("class=\"card fail\" data-target=\"down\""));
+    assert!(body.contains("failed (refused)"), "{body}");
+    assert!(
+        body.contains("no results yet, first probe by <time data-ts=\"2000000030\">in 30 s</time>")
+    );
+    assert!(body.contains("data-points=\"30\""));
+    // Filtered and paged.
+    let body = f.get("/", Some("q=fre")).body;
+    assert!(body.contains("data-target=\"fresh\"") && !body.contains("data-target=\"down\""));
+    assert_eq!(f.get("/", Some("page=9")).status, 404);
+}
+
+#[test]
+fn path_page_marks_the_peer_kernel_change() {
+    let f = fixture();
+    let r = f.get(
+        "/path",
+        Some("target=%3Cscript%3Ealert(1)%3C%2Fscript%3E&module=tcp"),
+    );
+    // One marker per chart (throughput, retransmits, RTT, CPU).
+    assert_eq!(r.body.matches("class=\"kmark\"").count(), 4, "{}", r.body);
+    assert!(r.body.contains("peer kernel &lt;b&gt;5.10&lt;/b&gt; → 6.6"));
+    assert!(r.body.contains("data-name=\"send\" data-points=\"30\""));
+}
+
+#[test]
+fn hostile_queries_are_refused_not_served() {
+    let f = fixture();
+    let long = "a".repeat(5000);
+    let cases = [
+        ("/", format!("q={long}"), 414),
+        ("/", "page=0".to_string(), 400),
+        ("/", "page=-1".to_string(), 400),
+        ("/", "page=99999999999999999999999".to_string(), 400),
+        ("/", "nosuch=1".to_string(), 400),
+        ("/", "q=a&q=b".to_string(), 400),
+        ("/path", String::new(), 400),
+        ("/path", "target=nosuch&module=tcp".to_string(), 404),
+        ("/api/v1/history", "since=NaN".to_string(), 400),
+        ("/api/v1/history", "since=-4".to_string(), 400),
+        ("/api/v1/history", "since=5x".to_string(), 400),
+        ("/api/v1/history", "since=inf".to_string(), 400),
+        (
+            "/api/v1/history",
+            "since=99999999999999999999999999h".to_string(),
+            200,
+        ),
+        ("/api/v1/history", "limit=0".to_string(), 400),
+        ("/api/v1/history", "limit=1001".to_string(), 400),
+        (
+            "/api/v1/history",
+            "target=%FF%FE&module=%00".to_string(),
+            404,
+        ),
+        (
+            "/api/v1/history",
+            format!("target={}", "b".repeat(1025)),
+            400,
+        ),
+    ];
+    for (path, q, want) in cases {
+        let r = f.get(path, Some(&q));
+        assert_eq!(r.status, want, "{path}?{}: {}", trunc(&q, 80), r.body);
+    }
+}
+
+#[test]
+fn api_answers_with_the_probe_json_names() {
+    let f = fixture();
+    let r = f.get("/api/v1/history", Some("target=down&module=tcp"));
+    assert_eq!(r.status, 200);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["jobs_total"], 1);
+    let s = &v["jobs"][0]["samples"][0];
+    assert_eq!(s["reason"], "refused");
+    assert_eq!(s["failures"], 1);
+    let all: serde_json::Value =
+        serde_json::from_str(&f.get("/api/v1/history", None).body).unwrap();
+    assert_eq!(all["jobs_total"], 3);
+    let evil = &all["jobs"][0];
+    assert_eq!(evil["samples"].as_array().unwrap().len(), 30);
+    assert_eq!(evil["samples"][0]["throughput_bits_per_second"], 1e9);
+    assert_eq!(evil["samples"][0]["remote_kernel_release"], "<b>5.10</b>");
+    // since= as a duration back from now.
+    let recent: serde_json::Value =
+        serde_json::from_str(&f.get("/api/v1/history", Some("since=40m&limit=1")).body).unwrap();
+    assert_eq!(recent["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(recent["jobs"][0]["samples"].as_array().unwrap().len(), 10);
+}
+
+#[test]
+fn relative_times_read_as_words() {
+    assert_eq!(relative(3.0), "just now");
+    assert_eq!(relative(42.0), "42 s ago");
+    assert_eq!(relative(180.0), "3 min ago");
+    assert_eq!(relative(-30.0), "in 30 s");
+    assert_eq!(relative(7200.0), "2 h ago");
+    assert_eq!(fmt_bps(5.4e9), "5.40 Gbit/s");
+    assert_eq!(fmt_bps(950e6), "950 Mbit/s");
+}

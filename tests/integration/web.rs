@@ -1,0 +1,355 @@
+//! The status page in a real browser: `serve` starts with a history seeded
+//! through the library (a file it reads back), runs one real probe per
+//! job, and headless Chromium loads every page. The rendered DOM is
+//! checked (points per chart, kernel-release markers, the failing path,
+//! the `<script>` target as text, the page's script having run with no
+//! console error), and screenshots (kept under target/web-screenshots/)
+//! are checked for drawn charts.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pathprobe::metrics::ProbeKey;
+use pathprobe::probe::Direction;
+use pathprobe::service::history::{History, Point, Retention};
+
+use crate::common::browser::{self, Image};
+use crate::common::serve::InProcess;
+
+const EVIL: &str = "<script>alert(1)</script>";
+const H: f64 = 3600.0;
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+fn at(s: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs_f64(s)
+}
+
+/// A day of history, one probe every 10 min: the TCP path to the peer
+/// named `<script>` drops from 5.4 to 2.9 Gbit/s when this host's kernel
+/// goes from 2.6.12 to the release it runs now (the seed case of the
+/// kernel view); `broken` was fine until now; loopback UDP is clean.
+fn seed(path: &Path) {
+    let h = History::new(Retention::default());
+    let now = unix(SystemTime::now());
+    let release = pathprobe::host::kernel_release();
+    for i in 0..144 {
+        let t = now - 24.0 * H + 300.0 + i as f64 * 600.0;
+        let old = t < now - 12.0 * H;
+        let mut p = Point::new(t, Direction::Send);
+        p.throughput = if old { 5.4e9 } else { 2.9e9 };
+        p.send = p.throughput;
+        p.retransmits = (i % 7) as f64;
+        p.rtt = 0.0003 + (i % 5) as f64 * 1e-5;
+        p.local_cpu = 0.6;
+        p.remote_cpu = 0.4;
+        p.local_kernel = Some(if old { "2.6.12" } else { release.as_str() }.into());
+        p.remote_kernel = Some(release.as_str().into());
+        h.record_point(&ProbeKey::new(EVIL, "tcp"), "tcp", p.clone(), at(t));
+        p.local_kernel = Some(release.as_str().into());
+        p.throughput = 1e9;
+        p.send = 1e9;
+        h.record_point(&ProbeKey::new("broken", "tcp"), "tcp", p, at(t));
+        let mut u = Point::new(t, Direction::Send);
+        u.throughput = 5e7;
+        u.send = 5e7;
+        u.loss = if i % 20 == 0 { 0.002 } else { 0.0 };
+        u.jitter = 2e-5 + (i % 3) as f64 * 1e-5;
+        u.local_cpu = 0.1;
+        u.remote_cpu = 0.1;
+        u.local_kernel = Some(release.as_str().into());
+        u.remote_kernel = Some(release.as_str().into());
+        h.record_point(
+            &ProbeKey::new("loopback", "lo_udp"),
+            "loopback_udp",
+            u,
+            at(t),
+        );
+    }
+    h.save(path, SystemTime::now()).unwrap();
+}
+
+fn api(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// Entries of `job` (from the API) the page's 24 h window shows with
+/// `field`.
+fn with_field(job: &serde_json::Value, field: &str, from: f64) -> usize {
+    job["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["timestamp_seconds"].as_f64().unwrap() >= from && s.get(field).is_some())
+        .count()
+}
+
+fn screenshots_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/web-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+async fn dom(url: String) -> browser::Run {
+    tokio::task::spawn_blocking(move || browser::dom(&url))
+        .await
+        .unwrap()
+}
+
+/// The `data-points` of the series named `name` in the first chart that
+/// has one.
+fn points_of(dom: &str, name: &str) -> usize {
+    let tag = format!("data-name=\"{name}\" data-points=\"");
+    let at = dom.find(&tag).unwrap_or_else(|| panic!("no series {name}"));
+    let rest = &dom[at + tag.len()..];
+    rest[..rest.find('"').unwrap()].parse().unwrap()
+}
+
+#[test]
+fn console_errors_are_seen() {
+    // The scanner must catch a broken script, or its silence below means
+    // nothing.
+    if !browser::available() {
+        eprintln!("skipped: chromium is not installed");
+        return;
+    }
+    let r = browser::dom("data:text/html,<p>x</p><script>nosuchfunction()</script>");
+    assert_eq!(r.console_errors.len(), 1, "{:?}", r.console_errors);
+    assert!(r.console_errors[0].contains("nosuchfunction"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_pages_render_history_in_a_real_browser() {
+    if !browser::available() {
+        eprintln!("skipped: chromium is not installed");
+        return;
+    }
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.json");
+    seed(&history);
+    let start = unix(SystemTime::now());
+    let run = InProcess::start(&format!(
+        r#"
+modules:
+  tcp: {{kind: tcp, duration: 300ms}}
+  lo_udp: {{kind: loopback_udp, duration: 300ms, bitrate: 50M}}
+targets:
+  - {{name: "{EVIL}", address: "PEER", modules: [tcp], interval: 24h}}
+  - {{name: broken, address: "127.0.0.1:1", modules: [tcp], interval: 24h}}
+  - {{modules: [lo_udp], interval: 24h}}
+web: {{history_file: "{}"}}
+"#,
+        history.display()
+    ))
+    .await;
+    let base = format!("http://{}", run.http);
+
+    // Each job runs once right away, then not for a day: wait for those
+    // runs, after which the history holds still.
+    let all = loop {
+        let (status, body) = run.request("GET", "/api/v1/history").await;
+        assert_eq!(status, 200, "{body}");
+        let v = api(&body);
+        let ran = v["jobs"].as_array().unwrap().iter().all(|j| {
+            j["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["timestamp_seconds"].as_f64().unwrap() >= start - 1.0)
+        });
+        if ran && v["jobs_total"] == 3 {
+            break v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the jobs' first probes did not all come: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let job = |t: &str| {
+        all["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["target"] == t)
+            .unwrap()
+            .clone()
+    };
+    let (evil, broken, lo) = (job(EVIL), job("broken"), job("loopback"));
+    // The seeded day, downsampled, plus the real probe.
+    let seeded = evil["samples"].as_array().unwrap().len();
+    assert!((80..=120).contains(&seeded), "{seeded}");
+    assert_eq!(
+        broken["samples"].as_array().unwrap().last().unwrap()["reason"],
+        "refused"
+    );
+    let from = unix(SystemTime::now()) - 24.0 * H;
+
+    // Overview: the failing path first and highlighted, the <script>
+    // target as text, one sparkline point per entry with a figure.
+    let r = dom(format!("{base}/")).await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let d = &r.dom;
+    assert!(
+        d.contains("class=\"card fail\" data-target=\"broken\""),
+        "{d}"
+    );
+    assert!(d.contains("failed (refused)"), "{d}");
+    assert!(d.find("data-target=\"broken\"") < d.find("data-target=\"&lt;script&gt;"));
+    assert!(
+        d.contains("&lt;script&gt;alert(1)&lt;/script&gt;</a>"),
+        "{d}"
+    );
+    assert_eq!(
+        d.matches("<script").count(),
+        1,
+        "only the page's own script: {d}"
+    );
+    let spark = format!(
+        "class=\"spark\" viewBox=\"0 0 240 40\" width=\"240\" height=\"40\" data-points=\"{}\"",
+        with_field(&evil, "throughput_bits_per_second", from)
+    );
+    assert!(d.contains(&spark), "{spark}\n{d}");
+    // The script ran: it gives every time its local form as a title.
+    assert!(
+        d.contains("<time data-ts=\"") && d.contains("\" title=\""),
+        "{d}"
+    );
+    assert!(
+        d.contains("just now</time>") || d.contains(" ago</time>"),
+        "{d}"
+    );
+
+    // The TCP path: points per chart, and this host's kernel change
+    // marked on each of its four charts.
+    let path = format!(
+        "{base}/path?target={}&module=tcp",
+        pathprobe::service::web::url(EVIL)
+    );
+    let r = dom(path.clone()).await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let d = &r.dom;
+    assert_eq!(
+        points_of(d, "send"),
+        with_field(&evil, "send_throughput_bits_per_second", from)
+    );
+    assert_eq!(
+        points_of(d, "retransmits"),
+        with_field(&evil, "retransmits", from)
+    );
+    assert_eq!(points_of(d, "RTT"), with_field(&evil, "rtt_seconds", from));
+    assert_eq!(d.matches("class=\"kmark\"").count(), 4, "{d}");
+    let change = format!(
+        "this host kernel 2.6.12 → {}",
+        pathprobe::host::kernel_release()
+    );
+    assert!(d.contains(&change), "{change}\n{d}");
+    assert!(d.contains("class=\"detail\""), "the latest -v detail: {d}");
+    assert_eq!(d.matches("<script").count(), 1);
+
+    // The UDP loopback path: loss and jitter, no kernel change.
+    let r = dom(format!("{base}/path?target=loopback&module=lo_udp")).await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    assert_eq!(
+        points_of(&r.dom, "loss"),
+        with_field(&lo, "loss_ratio", from)
+    );
+    assert_eq!(
+        points_of(&r.dom, "jitter"),
+        with_field(&lo, "jitter_seconds", from)
+    );
+    assert!(!r.dom.contains("class=\"kmark\""));
+
+    // The kernel view: the seed case, 5.4 → 2.9 Gbit/s, -46 %.
+    let r = dom(format!("{base}/kernels")).await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let d = &r.dom;
+    assert!(d.contains("data-release=\"2.6.12\""), "{d}");
+    assert!(d.contains("5.40 Gbit/s"), "{d}");
+    assert!(d.contains("-46 % vs previous"), "{d}");
+    assert!(d.contains("(loopback)"), "{d}");
+
+    // The fleet view: this host's row to its two peers.
+    let r = dom(format!("{base}/fleet")).await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let d = &r.dom;
+    assert!(d.contains("to 2 peers"), "{d}");
+    assert!(d.contains("class=\"fail reason\""), "{d}");
+    assert!(d.contains("href=\"http://127.0.0.1:9813/\""), "{d}");
+    assert!(!d.contains(">loopback<"), "{d}");
+
+    // Screenshots: the chart areas (found by their background) have the
+    // series and the marker drawn in them.
+    let shots = screenshots_dir();
+    for (name, url, min_regions) in [
+        // The cards stand in one row: their sparklines make one area.
+        ("overview.png", format!("{base}/"), 1),
+        ("path.png", path, 4),
+    ] {
+        let file = shots.join(name);
+        let f = file.clone();
+        let r = tokio::task::spawn_blocking(move || browser::screenshot(&url, &f, 1100, 1500))
+            .await
+            .unwrap();
+        assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+        let img = Image::read(&file);
+        let regions = img.regions([243, 246, 249]);
+        assert!(
+            regions.len() >= min_regions,
+            "{name}: chart areas {regions:?}"
+        );
+        for reg in regions.iter().take(min_regions) {
+            let blue = img.count_near(*reg, [42, 111, 176], 40);
+            assert!(blue > 30, "{name}: nothing drawn in {reg:?} ({blue} px)");
+        }
+        if name == "path.png" {
+            let purple = img.count_near(regions[0], [122, 63, 176], 40);
+            assert!(purple > 10, "no kernel marker drawn ({purple} px)");
+        }
+    }
+
+    // At shutdown the history is saved, the real probes with it, and reads
+    // back.
+    run.shutdown().await;
+    let back = History::new(Retention::default());
+    let n = back.load(&history, SystemTime::now()).unwrap();
+    assert!(n > seeded, "{n}");
+    assert!(started.elapsed() < Duration::from_secs(240));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_history_file_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("not-ours.json");
+    std::fs::write(&history, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let run = InProcess::start(&format!(
+        "modules: {{lo: {{kind: loopback_tcp, duration: 200ms}}}}\ntargets: [{{modules: [lo]}}]\n\
+         web: {{history_file: \"{}\", history_save_interval: 1s}}\n",
+        history.display()
+    ))
+    .await;
+    // The service runs, probes, and keeps its history in memory.
+    let start = Instant::now();
+    loop {
+        let (status, body) = run.request("GET", "/api/v1/history").await;
+        assert_eq!(status, 200);
+        if api(&body)["jobs"][0]["samples"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    run.shutdown().await;
+    // Past a save interval and a shutdown, the file is as it was.
+    assert_eq!(
+        std::fs::read_to_string(&history).unwrap(),
+        "root:x:0:0:root:/root:/bin/bash\n"
+    );
+}

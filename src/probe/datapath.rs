@@ -441,7 +441,7 @@ impl ThreadMeter {
     /// Counts one syscall of the data loop, sampling the CPU now and then.
     pub fn syscall(&mut self) {
         self.syscalls += 1;
-        if self.syscalls % CPU_SAMPLE_EVERY == 0 && self.opened.is_some() {
+        if self.syscalls.is_multiple_of(CPU_SAMPLE_EVERY) && self.opened.is_some() {
             self.sample_cpu();
         }
     }

@@ -166,6 +166,13 @@ pub const CPU_SATURATED: f64 = 0.9;
 /// Time accounting (receive window, send buffer, congestion window) that
 /// held this much of the window names the cause.
 pub const MOST_OF_THE_WINDOW: f64 = 0.5;
+/// The kernel books only part of a window- or buffer-limited flow's time
+/// as rwnd- or sndbuf-limited (the rest of each round trip, with the window
+/// in flight, is plain busy): staged, a receive window far below the path's
+/// bandwidth-delay product read 0.47-0.61 and a send buffer 0.47, where
+/// tbf and random drops read below 0.01. This much names the cause, ahead
+/// of the congestion window.
+pub const WINDOW_OR_BUFFER: f64 = 0.25;
 /// A paced probe that reached this much of its rate was held by its cap.
 pub const RATE_REACHED: f64 = 0.9;
 /// Interrupts that took this much of a data thread's CPU, and more of it
@@ -381,11 +388,14 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
             eligible.push(Limit::SoftirqContention);
         }
         if eligible.is_empty() {
-            for l in [Limit::SendBuffer, Limit::ReceiveWindow, Limit::Network] {
-                if strength_of(l) >= MOST_OF_THE_WINDOW {
+            for l in [Limit::SendBuffer, Limit::ReceiveWindow] {
+                if strength_of(l) >= WINDOW_OR_BUFFER {
                     eligible.push(l);
                 }
             }
+        }
+        if eligible.is_empty() && strength_of(Limit::Network) >= MOST_OF_THE_WINDOW {
+            eligible.push(Limit::Network);
         }
     }
     let mut ranked: Vec<Candidate> = candidates
@@ -511,6 +521,13 @@ mod tests {
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::SendBuffer);
         assert!((d.strength - 0.7).abs() < 1e-9);
+        // What the lab measured for a receive window far below the
+        // bandwidth-delay product: the kernel booked the rest as busy.
+        let mut e = tcp(idle(), idle());
+        e.rwnd_limited = Some(0.487);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiveWindow);
+        assert_eq!(d.candidates[0].limit, Limit::Network, "{d:?}");
         let mut e = tcp(idle(), idle());
         e.retransmits = 300;
         let d = diagnose(&e);

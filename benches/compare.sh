@@ -18,6 +18,7 @@
 #                            with ./configure && make when no binary is found
 #   ROUNDS=N                 runs per tool and test, median shown (default 3)
 #   VETH=0                   skip the namespace comparison
+#   PORT=N                   first of the three server ports (default 25301)
 #
 # Needs: cargo, iperf3, python3; root for the veth part.
 set -euo pipefail
@@ -72,14 +73,20 @@ trap 'exit 130' INT TERM
 # Servers for one environment: ENV_NAME, ADDR, and a prefix that runs a
 # command in the server's namespace (empty on loopback). `ip netns exec`
 # execs the command, so $! is the server itself (its CPU is read by pid).
+PORT=${PORT:-25301}
+export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2))
 start_servers() {
   local addr=$1; shift
-  "$@" "$PP" respond --listen "$addr" --port 15301 >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
-  "$@" iperf3 -s -B "$addr" -p 15201 >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
+  "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
+  "$@" iperf3 -s -B "$addr" -p "$PORT_IP" >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
   if [ -n "$IP_NEW" ]; then
-    "$@" "$IP_NEW" -s -B "$addr" -p 15202 >/dev/null 2>&1 & pids+=($!); export PID_IPN=$!
+    "$@" "$IP_NEW" -s -B "$addr" -p "$PORT_IPN" >/dev/null 2>&1 & pids+=($!); export PID_IPN=$!
   fi
   sleep 1
+  # A server that could not listen (a port in use) has exited by now.
+  for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_IPN in use? set PORT=)"
+  done
 }
 stop_servers() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -115,7 +122,7 @@ def run(cmd, server_pid):
     return json.loads(out.stdout), c1 - c0, s1 - s0
 
 def pathprobe(args):
-    d, c, s = run([PP, "probe", "-J", "-t", T, "-p", "15301"] + args + [ADDR], os.environ["PID_PP"])
+    d, c, s = run([PP, "probe", "-J", "-t", T, "-p", os.environ["PORT_PP"]] + args + [ADDR], os.environ["PID_PP"])
     u = d.get("udp") or {}
     mode = f'{u.get("send_mode", "")}/{u.get("receive_mode", "")}' if u else ""
     if u.get("packets_coalesced"):
@@ -149,11 +156,11 @@ print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
 print(f"{'test':<24} {'tool':<22} {'Gbit/s':>7} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
 for name, pa, ia, udp in tests:
     tools = [("pathprobe", lambda: pathprobe(pa))]
-    tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", 15201, os.environ["PID_IP"], ia, udp)))
+    tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", os.environ["PORT_IP"], os.environ["PID_IP"], ia, udp)))
     if IP_NEW:
         extra = ["--gsro"] if udp else []
         label = "iperf3 3.21" + (" --gsro" if udp else "")
-        tools.append((label, lambda: iperf3(IP_NEW, 15202, os.environ["PID_IPN"], ia + extra, udp)))
+        tools.append((label, lambda: iperf3(IP_NEW, os.environ["PORT_IPN"], os.environ["PID_IPN"], ia + extra, udp)))
     results = {t: [] for t, _ in tools}
     for _ in range(ROUNDS):
         for t, f in tools:

@@ -233,3 +233,49 @@ async fn tcp_bitrate_paces_the_sender_without_overrunning_the_time() {
         r.duration_seconds
     );
 }
+
+/// Offload is used by default on loopback (this kernel has GSO and GRO),
+/// and `no_offload` turns it off on both ends; every datagram is accounted
+/// either way, and GSO sends reach the GRO socket whole, coalesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_offload_modes_are_reported_and_can_be_turned_off() {
+    let (addr, _, _stop) = responder::start(ResponderConfig::default()).await;
+    for no_offload in [false, true] {
+        for direction in [Direction::Send, Direction::Receive] {
+            let spec = ProbeSpec {
+                kind: Kind::Udp,
+                direction,
+                duration: Duration::from_millis(500),
+                // 1 Gbit/s: 8 datagrams per send (docs/UDP.md).
+                bitrate: Some(1_000_000_000),
+                length: Some(1400),
+                window: Some(8 << 20),
+                no_offload,
+                ..ProbeSpec::default()
+            };
+            let r = probe::probe(&Target::from_addr(addr), &spec).await.unwrap();
+            let u = r.udp.unwrap();
+            let what = format!("{direction:?} no_offload={no_offload}: {u:?}");
+            let (send, receive) = if no_offload {
+                ("sendmmsg", "recvmmsg")
+            } else {
+                ("gso", "gro")
+            };
+            assert_eq!(u.send_mode, Some(send), "{what}");
+            assert_eq!(u.receive_mode, Some(receive), "{what}");
+            assert_eq!(
+                u.packets_received + u.packets_lost,
+                u.packets_sent,
+                "{what}"
+            );
+            assert!(u.packets_received > 0, "{what}");
+            if no_offload {
+                assert_eq!(u.packets_coalesced, 0, "{what}");
+            } else {
+                // A send of 8 arrives as one buffer of 8, unless the
+                // sender fell behind its pacer and sent fewer at once.
+                assert!(u.packets_coalesced > 0, "{what}");
+            }
+        }
+    }
+}

@@ -4,7 +4,10 @@
 //!
 //!     cargo bench --bench serve_scale
 //!
-//! Prints figures; it asserts nothing, as timings depend on the machine.
+//! Prints figures; it asserts nothing about time, as timings depend on the
+//! machine. It does assert the history's memory bound: 1000 jobs with a
+//! full default history (24 h of a probe a minute) add at most
+//! [`HISTORY_BOUND_MIB`] to the resident set.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -14,8 +17,64 @@ use std::time::{Duration, Instant, SystemTime};
 use pathprobe::loopback::probe_loopback;
 use pathprobe::metrics::{HostMetrics, ProbeKey, ProbeOutcome, ResultStore, ServiceState};
 use pathprobe::probe::{Direction, Kind, ProbeSpec};
+use pathprobe::service::history::{History, Point, Retention};
+use std::time::UNIX_EPOCH;
 
 const TARGETS: usize = 1000;
+/// The stated bound: the budget of docs/WEB.md, 72 KiB per job at most.
+const HISTORY_BOUND_MIB: f64 = 72.0;
+
+fn self_rss_kib() -> u64 {
+    rss_kib(std::process::id())
+}
+
+/// A full day of history, one probe a minute, for `TARGETS` jobs named
+/// as `serve_process` names them, recorded as the clock moves.
+fn full_history() -> History {
+    let h = History::new(Retention::default());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let release = pathprobe::host::kernel_release();
+    for i in 0..TARGETS {
+        let key = ProbeKey::new(format!("peer{i:04}"), "tcp");
+        for m in 0..1440 {
+            let t = now - 86400.0 + 30.0 + m as f64 * 60.0;
+            let mut p = Point::new(t, Direction::Send);
+            p.throughput = 9.4e9 + (m % 17) as f64 * 1e6;
+            p.send = p.throughput;
+            p.retransmits = (m % 5) as f64;
+            p.rtt = 2e-4;
+            p.local_cpu = 0.4;
+            p.remote_cpu = 0.3;
+            p.local_kernel = Some(release.as_str().into());
+            p.remote_kernel = Some(release.as_str().into());
+            h.record_point(&key, "tcp", p, UNIX_EPOCH + Duration::from_secs_f64(t));
+        }
+    }
+    h
+}
+
+fn history_memory() -> History {
+    let before = self_rss_kib();
+    let t = Instant::now();
+    let h = full_history();
+    let took = t.elapsed();
+    let grown = (self_rss_kib() - before) as f64 / 1024.0;
+    println!(
+        "history: {TARGETS} jobs x 24 h at one probe a minute: {} entries ({:.0} per job), RSS +{grown:.1} MiB ({:.1} KiB per job; bound {HISTORY_BOUND_MIB} MiB), filled in {:.1} s",
+        h.len(),
+        h.len() as f64 / TARGETS as f64,
+        grown * 1024.0 / TARGETS as f64,
+        took.as_secs_f64()
+    );
+    assert!(
+        grown <= HISTORY_BOUND_MIB,
+        "history over its memory bound: {grown:.1} MiB"
+    );
+    h
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -83,11 +142,15 @@ fn render_from_store() {
 }
 
 fn get(addr: SocketAddr) -> (f64, usize) {
+    get_path(addr, "/metrics")
+}
+
+fn get_path(addr: SocketAddr, path: &str) -> (f64, usize) {
     let t = Instant::now();
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut body = Vec::new();
@@ -118,10 +181,15 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-fn serve_process() {
+fn serve_process(history: History) {
     let dir = tempfile::tempdir().unwrap();
-    let mut yaml = String::from(
-        "responder: {listen: \"127.0.0.1:0\"}\nscheduler: {default_interval: 1h}\nmodules:\n  tcp: {kind: tcp, duration: 1s}\ntargets:\n",
+    // The service starts with a full day of history for every target.
+    let history_file = dir.path().join("history.json");
+    history.save(&history_file, SystemTime::now()).unwrap();
+    drop(history);
+    let mut yaml = format!(
+        "responder: {{listen: \"127.0.0.1:0\"}}\nscheduler: {{default_interval: 1h}}\nweb: {{history_file: \"{}\"}}\nmodules:\n  tcp: {{kind: tcp, duration: 1s}}\ntargets:\n",
+        history_file.display()
     );
     for i in 0..TARGETS {
         // Nothing listens on port 1: every probe fails at once, so the
@@ -184,6 +252,29 @@ fn serve_process() {
         median(scrapes.iter().map(|s| s.0).collect()),
         size as f64 / (1024.0 * 1024.0)
     );
+    // The status page and its API at 1000 jobs with a full history.
+    for path in [
+        "/",
+        "/?q=peer09&page=1",
+        "/path?target=peer0500&module=tcp",
+        "/kernels",
+        "/kernels?page=20",
+        "/fleet",
+        "/api/v1/history?target=peer0500&module=tcp",
+        "/api/v1/history?since=1h&limit=100",
+    ] {
+        let runs: Vec<(f64, usize)> = (0..20).map(|_| get_path(addr, path)).collect();
+        let worst = runs.iter().map(|r| r.0).fold(0.0, f64::max);
+        println!(
+            "page {path}: {:.1} ms median, {worst:.1} ms worst of 20, {:.0} KiB",
+            median(runs.iter().map(|r| r.0).collect()),
+            runs[0].1 as f64 / 1024.0
+        );
+    }
+    println!(
+        "serve RSS after the page requests: {:.1} MiB",
+        rss_kib(pid) as f64 / 1024.0
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -207,6 +298,7 @@ fn get_ok(addr: SocketAddr) -> bool {
 }
 
 fn main() {
+    let history = history_memory();
     render_from_store();
-    serve_process();
+    serve_process(history);
 }

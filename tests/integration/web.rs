@@ -284,14 +284,14 @@ web: {{history_file: "{}"}}
     // Screenshots: the chart areas (found by their background) have the
     // series and the marker drawn in them.
     let shots = screenshots_dir();
-    for (name, url, min_regions) in [
+    for (name, url, min_regions, (w, h)) in [
         // The cards stand in one row: their sparklines make one area.
-        ("overview.png", format!("{base}/"), 1),
-        ("path.png", path, 4),
+        ("overview.png", format!("{base}/"), 1, (900, 400)),
+        ("path.png", path, 4, (780, 1000)),
     ] {
         let file = shots.join(name);
         let f = file.clone();
-        let r = tokio::task::spawn_blocking(move || browser::screenshot(&url, &f, 1100, 1500))
+        let r = tokio::task::spawn_blocking(move || browser::screenshot(&url, &f, w, h))
             .await
             .unwrap();
         assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);

@@ -180,9 +180,9 @@ fn card(
         info.kind
     );
     let Some(j) = j else {
-        let _ = write!(
+        let _ = writeln!(
             s,
-            "<div class=\"when\">no results yet, first probe by {}</div></div>\n",
+            "<div class=\"when\">no results yet, first probe by {}</div></div>",
             time_tag(super::unix(info.first_due), now)
         );
         return;

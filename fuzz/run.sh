@@ -18,7 +18,7 @@ cd "$(dirname "$0")"
 budget=${1:-60}
 shift $(( $# > 0 ? 1 : 0 ))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(control_frame udp_header config file_sd sealed_frame)
+[ ${#targets[@]} -gt 0 ] || targets=(control_frame udp_header config file_sd sealed_frame iperf3_control)
 
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build >/dev/null || { echo "cargo fuzz build failed" >&2; exit 2; }

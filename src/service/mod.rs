@@ -215,6 +215,14 @@ pub async fn run(
             state.host_slot(),
         )?;
         tracing::info!(addr = %r.local_addr()?, "responder listening");
+        if let Some(port) = config.responder.iperf3_port {
+            let at = std::net::SocketAddr::new(config.responder.listen.ip(), port);
+            let tcp = crate::responder::bind_tcp(at)
+                .with_context(|| format!("cannot listen on {at} for iperf3 clients"))?;
+            let server = r.iperf3(tcp);
+            tracing::info!(addr = %at, "answering iperf3 clients");
+            tokio::spawn(server.serve(stopped(stop_rx.clone())));
+        }
         responder_handle = Some(r.handle());
         responder_task = Some(tokio::spawn(r.serve(stopped(stop_rx.clone()))));
     }

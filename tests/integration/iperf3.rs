@@ -384,3 +384,289 @@ fn a_hostile_servers_results_are_refused() {
         server.join().unwrap();
     }
 }
+
+// ---- The other role: stock `iperf3 -c` against pathprobe's responder. ----
+
+use pathprobe::responder::{bind, bind_tcp, Responder, ResponderConfig, ResponderCounters};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A responder with an iperf3 port, in a runtime of its own; stops when
+/// dropped.
+struct Pathprobe {
+    port: u16,
+    counters: Arc<ResponderCounters>,
+    _rt: tokio::runtime::Runtime,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Pathprobe {
+    fn start(config: ResponderConfig) -> Pathprobe {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (port, counters) = rt.block_on(async {
+            let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            let r = Responder::new(tcp, udp, config).unwrap();
+            // A port free for both TCP and UDP: the responder's own pair.
+            let (probe_tcp, probe_udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            let at = probe_tcp.local_addr().unwrap();
+            drop((probe_tcp, probe_udp));
+            let server = r.iperf3(bind_tcp(at).unwrap());
+            let counters = r.counters();
+            tokio::spawn(async move {
+                let stop = async {
+                    let _ = rx.await;
+                };
+                tokio::select! {
+                    _ = r.serve(std::future::pending()) => {}
+                    _ = server.serve(stop) => {}
+                }
+            });
+            (at.port(), counters)
+        });
+        Pathprobe {
+            port,
+            counters,
+            _rt: rt,
+            _stop: tx,
+        }
+    }
+}
+
+/// Runs a stock `iperf3 -c` against `port`; its exit code, and its stdout
+/// and stderr together.
+fn stock_client(port: u16, args: &[&str]) -> (Option<i32>, String) {
+    let out = run_bounded(
+        Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &port.to_string()])
+            .args(args),
+        Duration::from_secs(40),
+    )
+    .unwrap();
+    (out.status.code(), format!("{}{}", out.stdout, out.stderr))
+}
+
+fn stock_json(port: u16, args: &[&str]) -> Value {
+    let mut a = vec!["-J"];
+    a.extend(args);
+    let (code, out) = stock_client(port, &a);
+    assert_eq!(code, Some(0), "{args:?}: {out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn stock_clients_against_the_responder() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig::default());
+    for args in [
+        vec!["-P", "1"],
+        vec!["-P", "4"],
+        vec!["-R"],
+        vec!["--bidir"],
+        vec!["-O", "1", "-Z"],
+        vec!["-u", "-b", "20m", "-l", "1400"],
+        vec!["-u", "-b", "20m", "-l", "1400", "-R"],
+        vec!["-u", "-b", "10m", "--udp-counters-64bit"],
+    ] {
+        let mut a = vec!["-t", "1"];
+        a.extend(&args);
+        let v = stock_json(p.port, &a);
+        let end = &v["end"];
+        let udp = args.contains(&"-u");
+        // The client's view of both sides, from the results exchange:
+        // the receiver has at most what the sender sent, and most of it.
+        let pairs: Vec<(&str, &str)> = if udp {
+            vec![("sum", "sum")]
+        } else if args.contains(&"--bidir") {
+            // 3.12's -J leaves the reverse half's receiver sum at 0; the
+            // sender's must show the responder sent.
+            assert!(
+                u(&end["sum_sent_bidir_reverse"]["bytes"]) > 100_000,
+                "{end}"
+            );
+            vec![("sum_sent", "sum_received")]
+        } else {
+            vec![("sum_sent", "sum_received")]
+        };
+        for (tx, rx) in pairs {
+            let sent = u(&end[tx]["bytes"]);
+            let received = if udp {
+                // Received: what was sent less what the receiver lost.
+                let s = &end["sum"];
+                let lost = u(&s["lost_packets"]);
+                sent - lost * 1400.min(sent)
+            } else {
+                u(&end[rx]["bytes"])
+            };
+            assert!(sent > 100_000, "{args:?}: {sent} sent");
+            assert!(
+                received <= sent + (16 << 20),
+                "{args:?}: {received} of {sent}"
+            );
+            assert!(
+                received as f64 >= sent as f64 * 0.8,
+                "{args:?}: {received} of {sent}"
+            );
+        }
+        if udp {
+            assert!(
+                end["sum"]["lost_percent"].as_f64().unwrap() < 2.0,
+                "{args:?}: {end}"
+            );
+        }
+        if args.contains(&"-P") && args.contains(&"4") {
+            assert_eq!(end["streams"].as_array().unwrap().len(), 4);
+        }
+    }
+    // --get-server-output: the responder's own report comes back.
+    let (code, out) = stock_client(p.port, &["-t", "1", "--get-server-output"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("pathprobe responder") && out.contains("receiver"),
+        "{out}"
+    );
+    assert_eq!(p.counters.iperf3_tests_succeeded.load(Ordering::Relaxed), 9);
+    assert_eq!(p.counters.iperf3_tests_failed.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn what_the_responder_refuses_the_stock_client_says() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig {
+        max_streams: 4,
+        ..ResponderConfig::default()
+    });
+    for (args, want) in [
+        (vec!["-t", "600"], "test duration too long"),
+        (vec!["-P", "8"], "number of parallel streams too large"),
+        (vec!["-M", "1000"], "not implemented"),
+        (vec!["--sctp"], "no SCTP support"),
+    ] {
+        let (code, out) = stock_client(p.port, &args);
+        assert_eq!(code, Some(1), "{args:?}: {out}");
+        assert!(out.contains(want), "{args:?}: {out}");
+    }
+    // With a secret set, iperf3 clients are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secret");
+    std::fs::write(&path, "a shared secret of sixteen bytes or more\n").unwrap();
+    let secret = pathprobe::auth::Secret::from_file(&path).unwrap();
+    let s = Pathprobe::start(ResponderConfig {
+        secret: Some(secret),
+        ..ResponderConfig::default()
+    });
+    let (code, out) = stock_client(s.port, &["-t", "1"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("test authorization failed"), "{out}");
+    // Busy: a second client while a test runs.
+    let port = p.port.to_string();
+    let mut holder = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port, "-t", "3", "-b", "10m"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, out) = stock_client(p.port, &["-t", "1"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the server is busy running a test"), "{out}");
+    let _ = wait_bounded(&mut holder, Duration::from_secs(20));
+}
+
+#[test]
+fn broken_iperf3_clients_end_within_the_timeouts_and_are_counted() {
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig {
+        idle_timeout: Duration::from_secs(1),
+        first_message_timeout: Duration::from_millis(500),
+        ..ResponderConfig::default()
+    });
+    let connect = || {
+        let s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let cookie = b"abcdefghijklmnopqrstuvwxyz2345672345\0";
+    let ended = |mut s: std::net::TcpStream| {
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "not closed in time"
+        );
+        rest
+    };
+    let c = &p.counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    // A short cookie, then silence: the first-message timeout.
+    let mut s = connect();
+    s.write_all(b"abc").unwrap();
+    ended(s);
+    // A short cookie, then gone.
+    let mut s = connect();
+    s.write_all(b"abc").unwrap();
+    drop(s);
+    // A cookie and never the parameters: asked for them, then the idle timeout.
+    let mut s = connect();
+    s.write_all(cookie).unwrap();
+    assert_eq!(ended(s), [9]);
+    // Garbage after the cookie: iperf3's IERECVPARAMS.
+    let mut s = connect();
+    s.write_all(cookie).unwrap();
+    s.write_all(b"\0\0\0\x05notjs").unwrap();
+    let rest = ended(s);
+    assert_eq!(rest[..2], [9, 0xFE], "{rest:?}");
+    assert_eq!(i32::from_be_bytes(rest[2..6].try_into().unwrap()), 114);
+    // An oversized length: refused before reading it.
+    let mut s = connect();
+    s.write_all(cookie).unwrap();
+    s.write_all(&[0x7F, 0xFF, 0xFF, 0xFF]).unwrap();
+    assert_eq!(ended(s)[..2], [9, 0xFE]);
+    // A client that vanishes mid-test.
+    let mut s = connect();
+    s.write_all(cookie).unwrap();
+    let params = br#"{"tcp":true,"time":10,"parallel":1,"len":131072}"#;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    s.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(params).unwrap();
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b[0], 10, "CREATE_STREAMS");
+    let mut d = connect();
+    d.write_all(cookie).unwrap();
+    let mut two = [0u8; 2];
+    s.read_exact(&mut two).unwrap();
+    assert_eq!(two, [1, 2]);
+    d.write_all(&vec![0u8; 1 << 20]).unwrap();
+    drop(s);
+    drop(d);
+    // Everything has ended within the timeouts, each counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while get(&c.iperf3_tests_failed) < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&c.iperf3_tests_failed), 1, "the vanished client's test");
+    assert!(
+        get(&c.timeouts) >= 2,
+        "short cookie and no params: {}",
+        get(&c.timeouts)
+    );
+    assert!(get(&c.protocol_errors) >= 3, "{}", get(&c.protocol_errors));
+    assert_eq!(get(&c.active_tests), 0, "the slot is free again");
+    // And the next client is served.
+    if have_iperf3() {
+        let (code, out) = stock_client(p.port, &["-t", "1"]);
+        assert_eq!(code, Some(0), "{out}");
+    }
+}

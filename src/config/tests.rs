@@ -180,10 +180,10 @@ fn full_fixture_reads_every_key() {
 #[test]
 fn invalid_fixtures_give_exact_messages() {
     let cases = [
-        ("bad_unknown_field.yml", "bad_unknown_field.yml:7:5: modules.tcp: unknown field `durations`, expected one of `kind`, `duration`, `omit`, `streams`, `direction`, `bitrate`, `length`, `window`, `congestion`, `tos`, `affinity`, `remote_affinity`, `bind`, `connect_timeout`, `timeout`, `ipv6`, `secret_file`"),
+        ("bad_unknown_field.yml", "bad_unknown_field.yml:7:5: modules.tcp: unknown field `durations`, expected one of `kind`, `duration`, `omit`, `streams`, `direction`, `bitrate`, `length`, `window`, `congestion`, `tos`, `affinity`, `remote_affinity`, `bind`, `connect_timeout`, `timeout`, `ipv6`, `secret_file`, `request_size`, `response_size`, `burst`, `nodelay`"),
         ("bad_unknown_section.yml", "bad_unknown_section.yml:1:1: unknown field `module`, expected one of `responder`, `scheduler`, `modules`, `targets`, `discovery`, `host_metrics`, `http`"),
         ("bad_duration.yml", "bad_duration.yml:4:15: modules.tcp.duration: invalid duration \"5 parsecs\": expected a number with an optional ms, s, m or h suffix (e.g. 250ms, 30s, 5m)"),
-        ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown variant `icmp`, expected one of `tcp`, `udp`, `loopback_tcp`, `loopback_udp`"),
+        ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown variant `icmp`, expected one of `tcp`, `udp`, `loopback_tcp`, `loopback_udp`, `tcp_rr`"),
         ("bad_rate.yml", "bad_rate.yml:4:14: modules.udp.bitrate: invalid rate \"fast\": expected a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)"),
         ("bad_syntax.yml", "bad_syntax.yml:4:4: did not find expected key, while parsing a block mapping at line 2 column 3"),
         ("bad_listen.yml", "bad_listen.yml:2:11: responder.listen: invalid listen address \"localhost:5301\": expected an IP address and port: ip:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:5301 or [::]:5301"),
@@ -194,8 +194,8 @@ fn invalid_fixtures_give_exact_messages() {
         ("bad_streams.yml", "bad_streams.yml:4:14: modules.tcp.streams: must be between 1 and 128, got 0"),
         ("bad_dns_no_names.yml", "bad_dns_no_names.yml:5:14: discovery.dns[0].names: lists no names"),
         ("bad_srv_port.yml", "bad_srv_port.yml:6:13: discovery.dns[0].port: SRV records carry their own port; `port` applies to A and AAAA only"),
-        ("bad_reserved_label.yml", "bad_reserved_label.yml:6:19: targets[0].labels.job: \"job\" cannot be a target label: Prometheus sets it when it scrapes; pick another name (pathprobe's: target, module, kind, direction, result, reason, flow, side, mode, type, release; Prometheus': instance, job)"),
-        ("bad_reserved_label_flow.yml", "bad_reserved_label_flow.yml:7:13: targets[0].labels.flow: \"flow\" cannot be a target label: pathprobe sets it itself; pick another name (pathprobe's: target, module, kind, direction, result, reason, flow, side, mode, type, release; Prometheus': instance, job)"),
+        ("bad_reserved_label.yml", "bad_reserved_label.yml:6:19: targets[0].labels.job: \"job\" cannot be a target label: Prometheus sets it when it scrapes; pick another name (pathprobe's: target, module, kind, direction, result, reason, flow, percentile, side, mode, type, release; Prometheus': instance, job)"),
+        ("bad_reserved_label_flow.yml", "bad_reserved_label_flow.yml:7:13: targets[0].labels.flow: \"flow\" cannot be a target label: pathprobe sets it itself; pick another name (pathprobe's: target, module, kind, direction, result, reason, flow, percentile, side, mode, type, release; Prometheus': instance, job)"),
         ("bad_loopback_with_address.yml", "bad_loopback_with_address.yml:5:15: targets[0].modules[0]: \"lo\" is a loopback module, which probes this host itself and ignores the address; list it in a target without an address"),
         ("bad_missing_address.yml", "bad_missing_address.yml:5:5: targets[0].address: missing, and module \"tcp\" probes a remote peer; only targets whose modules are all loopback kinds may leave it out"),
         ("bad_port_twice.yml", "bad_port_twice.yml:5:11: targets[0].port: 7000 contradicts the port in address \"db1:6000\"; give the port once"),

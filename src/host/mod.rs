@@ -12,6 +12,7 @@
 mod error;
 mod iface;
 mod interrupts;
+mod netdev;
 mod percpu;
 mod snapshot;
 mod snmp;
@@ -23,6 +24,7 @@ mod uname;
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs, is_local_address};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+pub use netdev::{parse_net_dev, read_net_dev, NetDevCounters};
 pub use snapshot::{HostDelta, HostSnapshot};
 pub use snmp::{parse_snmp, read_snmp, SnmpCounters};
 pub use softirqs::{parse_softirqs, read_softirqs};

@@ -130,6 +130,7 @@ impl HostSnapshot {
             interface_interrupts,
             softirq_net_rx: later.softirq_net_rx.saturating_sub(self.softirq_net_rx),
             softirq_net_tx: later.softirq_net_tx.saturating_sub(self.softirq_net_tx),
+            interface_bytes: None,
         }
     }
 }
@@ -182,6 +183,7 @@ mod tests {
                 interface_interrupts: 560 + 900,
                 softirq_net_rx: 1200,
                 softirq_net_tx: 10,
+                interface_bytes: None,
             }
         );
     }

@@ -11,6 +11,7 @@
 
 pub mod accounting;
 pub mod client;
+pub mod cross;
 pub mod datapath;
 pub mod pacing;
 pub mod result;

@@ -284,6 +284,10 @@ pub struct SideSummary {
     pub softirq_net_rx: u64,
     pub softirq_net_tx: u64,
     pub kernel_release: String,
+    /// What the interface moved during the window beyond this test's own
+    /// bytes (cross traffic); absent on loopback and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_traffic: Option<crate::protocol::model::InterfaceBytes>,
 }
 
 /// `num / den`, or 0 when that is not a finite number.
@@ -324,6 +328,7 @@ fn side_summary(side: &SideStats) -> SideSummary {
         softirq_net_rx: side.host.softirq_net_rx,
         softirq_net_tx: side.host.softirq_net_tx,
         kernel_release: side.kernel_release.clone(),
+        cross_traffic: side.host.interface_bytes,
     }
 }
 

@@ -225,4 +225,24 @@ pub struct HostDelta {
     pub interface_interrupts: u64,
     pub softirq_net_rx: u64,
     pub softirq_net_tx: u64,
+    /// The test's interface over the window: all it moved, and what of it
+    /// was not this test's (cross traffic). Absent for loopback, when the
+    /// interface is unknown, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_bytes: Option<InterfaceBytes>,
+}
+
+/// Bytes an interface moved during a test's window (/proc/net/dev), and
+/// the part beyond the test's own traffic on this side: its payload plus,
+/// for every segment or datagram, full headers (TCP with timestamps, UDP;
+/// Ethernet, IP) and, for TCP, one ACK per data segment the other way. The
+/// allowance is an upper bound of the test's own bytes, so that a quiet
+/// interface reads 0 other traffic, and other traffic is, if anything,
+/// under-counted (by at most the headers: about 4% of the test's bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterfaceBytes {
+    pub received: u64,
+    pub sent: u64,
+    pub other_received: u64,
+    pub other_sent: u64,
 }

@@ -10,6 +10,7 @@ mod common;
 
 mod access;
 mod cli;
+mod cross_traffic;
 mod dashboards;
 mod deploy;
 mod e2e;
@@ -19,6 +20,7 @@ mod intervals;
 mod lab;
 mod load;
 mod loopback;
+mod mesh_lab;
 mod reload;
 mod responder;
 mod rules;

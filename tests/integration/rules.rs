@@ -715,6 +715,13 @@ const NAIVE: &[Naive] = &[
         expr: None,
         for_: Some("0s"),
     },
+    // A mesh's busy answers are planned rests, retried next cycle.
+    Naive {
+        alert: "PathprobeProbeFailing",
+        quiet_test: "probe failing stays quiet in a mesh",
+        expr: Some("pathprobe_probe_success == 0"),
+        for_: None,
+    },
     Naive {
         alert: "PathprobeUDPLossHigh",
         quiet_test: "udp loss stays quiet",

@@ -204,6 +204,8 @@ mod tests {
     use super::*;
     use std::collections::{BTreeSet, HashMap};
 
+    type Member = (usize, usize);
+
     fn plan(sizes: &[usize]) -> GroupPlan {
         let groups = sizes
             .iter()
@@ -227,7 +229,7 @@ mod tests {
             let p = plan(&sizes);
             let g = sizes.len();
             for cycle in 0..3u64 {
-                let mut inside: HashMap<((usize, usize), (usize, usize)), usize> = HashMap::new();
+                let mut inside: HashMap<(Member, Member), usize> = HashMap::new();
                 let mut between: HashMap<(usize, usize), usize> = HashMap::new();
                 for k in 0..p.slots() {
                     let mut busy = BTreeSet::new();

@@ -7,8 +7,9 @@
 //! its packets. How many packets the interface counted for it depends on
 //! the driver: one per wire segment, or one per GSO/GRO packet of up to
 //! 64 KiB (veth, many virtual NICs). So the headers are allowed for on the
-//! smaller of the test's segments (its bytes over the MSS; for TCP, the
-//! other way, one ACK per data segment at most) and the packets the
+//! smaller of the test's segments (its bytes over the MSS, plus TCP
+//! retransmissions; for TCP, the other way, one ACK per data segment at
+//! most, with SACK options) and the packets the
 //! interface counted in all. A quiet interface then reads 0 other traffic;
 //! other traffic is, if anything, under-counted by its own headers (about
 //! 4% of it at MTU 1500).
@@ -19,6 +20,10 @@ use crate::protocol::model::{InterfaceBytes, Role, StreamStats};
 /// Ethernet + IP + TCP with the timestamp option.
 const TCP_HEADERS_V4: u64 = 14 + 20 + 32;
 const TCP_HEADERS_V6: u64 = 14 + 40 + 32;
+/// An ACK's headers at most: TCP with 40 bytes of options (timestamps and
+/// SACK blocks, as ACKs carry during loss recovery).
+const ACK_HEADERS_V4: u64 = 14 + 20 + 60;
+const ACK_HEADERS_V6: u64 = 14 + 40 + 60;
 /// Ethernet + IP + UDP.
 const UDP_HEADERS_V4: u64 = 14 + 20 + 8;
 const UDP_HEADERS_V6: u64 = 14 + 40 + 8;
@@ -53,10 +58,10 @@ impl Own {
 /// This side's own traffic over the window, as (received, sent), from its
 /// streams' figures.
 pub fn own_traffic(streams: &[StreamStats], ipv6: bool) -> (Own, Own) {
-    let (tcp_h, udp_h) = if ipv6 {
-        (TCP_HEADERS_V6, UDP_HEADERS_V6)
+    let (tcp_h, ack_h, udp_h) = if ipv6 {
+        (TCP_HEADERS_V6, ACK_HEADERS_V6, UDP_HEADERS_V6)
     } else {
-        (TCP_HEADERS_V4, UDP_HEADERS_V4)
+        (TCP_HEADERS_V4, ACK_HEADERS_V4, UDP_HEADERS_V4)
     };
     let (mut received, mut sent) = (Own::default(), Own::default());
     for s in streams {
@@ -81,7 +86,11 @@ pub fn own_traffic(streams: &[StreamStats], ipv6: bool) -> (Own, Own) {
                     .map_or(MAX_MSS, |m| m.min(MAX_MSS));
                 let segments = s.bytes.div_ceil(mss);
                 data.add(s.bytes, segments, tcp_h);
-                reverse.add(0, segments, tcp_h);
+                // Retransmitted segments are the test's own bytes too
+                // (the sender's TCP_INFO count over the window).
+                let retrans = s.tcp.as_ref().map_or(0, |t| t.retransmits);
+                data.add(retrans.saturating_mul(mss), retrans, tcp_h);
+                reverse.add(0, segments.saturating_add(retrans), ack_h);
             }
         }
     }
@@ -152,7 +161,7 @@ mod tests {
             Own {
                 payload: 0,
                 packets: 1000,
-                header: 66
+                header: 94
             }
         );
         // The receiver of the same, over IPv6, without an MSS of its own.
@@ -170,9 +179,15 @@ mod tests {
             Own {
                 payload: 0,
                 packets: 1000,
-                header: 86
+                header: 114
             }
         );
+        // Retransmitted segments are the sender's own bytes too.
+        let mut lossy = tcp(Role::Sender, 1_428_000, 1448);
+        lossy.tcp.as_mut().unwrap().retransmits = 10;
+        let (r, s) = own_traffic(&[lossy], false);
+        assert_eq!((s.payload, s.packets), (1_428_000 + 14_280, 1010));
+        assert_eq!(r.packets, 1010);
         // UDP: 100 datagrams, nothing back.
         let u = StreamStats {
             role: Some(Role::Sender),

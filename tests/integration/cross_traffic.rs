@@ -88,8 +88,8 @@ fn cross_traffic_beside_a_probe_is_told_apart_from_its_own() {
     for side in ["local", "remote"] {
         for way in ["other_received", "other_sent"] {
             let o = other(&quiet, side, way);
-            // ARP, the odd control message: far below 0.1% of the test.
-            assert!(o < bytes / 1000, "{side} {way}: {o} of {bytes}\n{quiet:#}");
+            // ARP, the control connection: below 1% of the test.
+            assert!(o < bytes / 100, "{side} {way}: {o} of {bytes}\n{quiet:#}");
         }
     }
 
@@ -124,7 +124,7 @@ fn cross_traffic_beside_a_probe_is_told_apart_from_its_own() {
     // Nothing came the other way but the probe's own ACKs.
     let back = other(&busy, "local", "other_received");
     assert!(
-        back < bytes / 1000,
+        back < bytes / 100,
         "local other_received: {back}\n{busy:#}"
     );
     eprintln!(

@@ -559,14 +559,14 @@ fn five_host_figures() {
     let random = std::env::var("PATHPROBE_MESH_MODE").is_ok_and(|m| m == "random");
     let old_binary = std::env::var_os("PATHPROBE_MESH_BIN").is_some();
     let (n, rate) = (5, 200);
-    let scheduler = if !random {
-        "{default_interval: 1m}".to_string()
-    } else if old_binary {
-        "{default_interval: 1m}".to_string()
+    // An older binary has no scheduler.mesh: its own scheduler is the
+    // random-phase one.
+    let scheduler = if random && !old_binary {
+        "{default_interval: 1m, mesh: {planned: false}}"
     } else {
-        "{default_interval: 1m, mesh: {planned: false}}".to_string()
+        "{default_interval: 1m}"
     };
-    let mut m = Mesh::new(n, rate, |names| mesh_yaml(names, &scheduler));
+    let mut m = Mesh::new(n, rate, |names| mesh_yaml(names, scheduler));
     for i in 0..n {
         m.start(i);
     }

@@ -123,10 +123,7 @@ fn cross_traffic_beside_a_probe_is_told_apart_from_its_own() {
     }
     // Nothing came the other way but the probe's own ACKs.
     let back = other(&busy, "local", "other_received");
-    assert!(
-        back < bytes / 100,
-        "local other_received: {back}\n{busy:#}"
-    );
+    assert!(back < bytes / 100, "local other_received: {back}\n{busy:#}");
     eprintln!(
         "cross traffic: quiet {:?}, with {} Mbit/s of iperf3 {:?} (expected {expected:.0})",
         quiet["local"]["cross_traffic"],

@@ -477,8 +477,9 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
                 !metric.contains(':'),
                 "{name} reads {metric}, which no rule records"
             );
-            // Only a serve in mesh mode has these; they must be defined.
-            if metric.starts_with("pathprobe_mesh_") {
+            // Only a serve in mesh mode has these, and the failure reason
+            // only after a failed probe; they must be defined.
+            if metric.starts_with("pathprobe_mesh_") || metric == "pathprobe_probe_failure_info" {
                 assert!(
                     pathprobe::metrics::names::find(&metric).is_some(),
                     "{name} reads {metric}, which pathprobe does not define"

@@ -2,7 +2,8 @@
 //! code) beside today's random-phase scheduler, and prints collisions,
 //! coverage and each host's share of time in tests.
 //!
-//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000).
+//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000);
+//! `mesh_sim --groups [N...]` (default 10 100 1000 10000) the grouped plan.
 //!
 //! The model, per host: a clock off by up to ±50 ms; a test occupies its
 //! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
@@ -20,6 +21,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
+use pathprobe::mesh::groups::GroupPlan;
 use pathprobe::mesh::{MeshParams, Plan};
 
 /// xorshift64*: reproducible runs.
@@ -203,6 +205,84 @@ fn mesh(n: usize, cycles: u64, churn: bool, rng: &mut Rng) -> (Plan, Figures) {
     (first, f)
 }
 
+/// The grouped plan (`pathprobe::mesh::groups`) of `n` hosts in groups of
+/// `size`, over `cycles` cycles: collisions, the longest gap of a directed
+/// pair inside a group, of a directed pair of groups, and shares.
+fn grouped(n: usize, size: usize, cycles: u64, rng: &mut Rng) -> (GroupPlan, Figures, f64, f64) {
+    let groups: Vec<Vec<String>> = (0..n.div_ceil(size))
+        .map(|g| {
+            (g * size..((g + 1) * size).min(n))
+                .map(|i| format!("h{i:05}"))
+                .collect()
+        })
+        .collect();
+    let plan = GroupPlan::new(groups, params());
+    let skew: Vec<f64> = (0..n).map(|_| (rng.unit() * 2.0 - 1.0) * SKEW).collect();
+    let cycle = plan.cycle().as_secs_f64();
+    let period = plan.period().as_secs_f64();
+    let horizon = cycle * cycles as f64;
+    let index = |(g, m): (usize, usize)| g * size + m;
+    let mut tests = Vec::new();
+    for c in 0..cycles {
+        for k in 0..plan.slots() {
+            for t in plan.tests(c, k) {
+                let (p, q) = (index(t.prober), index(t.target));
+                tests.push(Test {
+                    start: cycle * c as f64 + period * k as f64 + GUARD - skew[p],
+                    prober: p as u32,
+                    target: q as u32,
+                });
+            }
+        }
+    }
+    tests.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let mut until = vec![f64::MIN; n];
+    let mut busy_time = vec![0.0; n];
+    let mut f = Figures::default();
+    // Last clean measurement and longest gap, per directed pair inside a
+    // group and per directed pair of groups.
+    let mut inside: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
+    let mut between: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
+    for t in &tests {
+        f.tests += 1;
+        let (p, q) = (t.prober as usize, t.target as usize);
+        if until[p] > t.start || until[q] > t.start {
+            f.busy += 1;
+            continue;
+        }
+        until[p] = t.start + RUN + SETUP_USED;
+        until[q] = t.start + RUN + SETUP_USED;
+        busy_time[p] += RUN + SETUP_USED;
+        busy_time[q] += RUN + SETUP_USED;
+        let e = if p / size == q / size {
+            inside.entry((t.prober, t.target)).or_insert((0.0, 0.0))
+        } else {
+            between.entry((p / size, q / size)).or_insert((0.0, 0.0))
+        };
+        e.1 = e.1.max(t.start - e.0);
+        e.0 = t.start;
+    }
+    let gap = |m: &mut dyn Iterator<Item = &(f64, f64)>| {
+        m.map(|(l, g)| g.max(horizon - l)).fold(0.0, f64::max)
+    };
+    let g = plan.groups().len();
+    let pairs_inside: usize = plan.groups().iter().map(|m| m.len() * (m.len() - 1)).sum();
+    let cov_inside = if inside.len() < pairs_inside {
+        f64::INFINITY
+    } else {
+        gap(&mut inside.values())
+    };
+    let cov_between = if between.len() < g * (g - 1) {
+        f64::INFINITY
+    } else {
+        gap(&mut between.values())
+    };
+    let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
+    f.share_max = shares.iter().cloned().fold(0.0, f64::max);
+    f.share_mean = shares.iter().sum::<f64>() / n as f64;
+    (plan, f, cov_inside, cov_between)
+}
+
 fn fnv(a: u32, b: u32) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for x in a.to_le_bytes().iter().chain(b.to_le_bytes().iter()) {
@@ -294,7 +374,60 @@ fn pct(a: u64, b: u64) -> f64 {
     }
 }
 
+fn minutes(s: f64) -> String {
+    if s.is_finite() {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        "some pair never measured".to_string()
+    }
+}
+
+/// `--groups N...`: the grouped plan, groups of about √N hosts (10 for
+/// 100, 32 for 1,000, 100 for 10,000), beside the full mesh's cycle.
+fn groups_table(sizes: &[usize]) {
+    println!(
+        "tcp 1+5 s, slot {} s, budget 50%, clock skew ±{} ms; groups of about √N hosts",
+        RUN + SETUP + GUARD,
+        SKEW * 1000.0
+    );
+    println!("| N | groups × size | cycle (full mesh) | cycle (groups) | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | a host to another group | share in tests, mean / max |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for &n in sizes {
+        let size = ((n as f64).sqrt().round() as usize).max(2);
+        let cycles = if n >= 10000 { 2 } else { 4 };
+        let full = Plan::new((0..n).map(|i| format!("h{i:05}")).collect(), params());
+        let (plan, f, inside, between) = grouped(n, size, cycles, &mut rng);
+        println!(
+            "| {n} | {} × {size} | {} | {} | {} | {} ({:.2}%) | {} | {} | every {size} cycles = {} | {:.0}% / {:.0}% |",
+            plan.groups().len(),
+            minutes(full.cycle().as_secs_f64()),
+            minutes(plan.cycle().as_secs_f64()),
+            f.tests,
+            f.busy,
+            pct(f.busy, f.tests),
+            minutes(inside),
+            minutes(between),
+            minutes(plan.cycle().as_secs_f64() * size as f64),
+            f.share_mean * 100.0,
+            f.share_max * 100.0
+        );
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--groups") {
+        let sizes: Vec<usize> = std::env::args()
+            .skip(2)
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        groups_table(if sizes.is_empty() {
+            &[10, 100, 1000, 10000]
+        } else {
+            &sizes
+        });
+        return;
+    }
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

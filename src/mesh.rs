@@ -24,6 +24,8 @@
 
 use std::time::Duration;
 
+pub mod groups;
+
 /// What a plan is computed from, besides the members.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeshParams {

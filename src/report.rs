@@ -292,6 +292,18 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 count(side.softirq_net_rx),
                 count(side.softirq_net_tx),
             );
+            if let Some(c) = &side.cross_traffic {
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                let _ = writeln!(
+                    out,
+                    "  {name:<6} cross traffic on {}: {:.3} MiB received, {:.3} MiB sent beyond this test's own (the interface moved {:.3} MiB in, {:.3} MiB out)",
+                    side.interface.as_deref().unwrap_or("?"),
+                    mib(c.other_received),
+                    mib(c.other_sent),
+                    mib(c.received),
+                    mib(c.sent),
+                );
+            }
         }
         for d in &r.directions {
             out.push_str(&evidence_table(d));

@@ -253,6 +253,11 @@ pub struct MeshScheduleConfig {
     /// keeps a fleet within milliseconds; a second covers a bad day.
     #[serde(deserialize_with = "quantity::duration")]
     pub guard: Duration,
+    /// Follow the plan (the default). `false` runs a mesh on the plain
+    /// random-phase scheduler instead, the way pathprobe did before the
+    /// plan: for comparison only (the host slot still keeps one test per
+    /// host, so collisions become `busy` answers).
+    pub planned: bool,
 }
 
 impl Default for MeshScheduleConfig {
@@ -261,6 +266,7 @@ impl Default for MeshScheduleConfig {
             budget: 0.5,
             setup: Duration::from_secs(4),
             guard: Duration::from_secs(1),
+            planned: true,
         }
     }
 }

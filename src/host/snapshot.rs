@@ -152,6 +152,7 @@ impl HostSnapshot {
             softirq_net_rx: later.softirq_net_rx.saturating_sub(self.softirq_net_rx),
             softirq_net_tx: later.softirq_net_tx.saturating_sub(self.softirq_net_tx),
             cpus: self.cpu_loads(later),
+            interface_bytes: None,
         }
     }
 
@@ -262,6 +263,7 @@ mod tests {
                 softirq_net_rx: 1200,
                 softirq_net_tx: 10,
                 cpus: Vec::new(),
+                interface_bytes: None,
             }
         );
     }

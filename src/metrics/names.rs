@@ -576,6 +576,22 @@ pub static MESH_MEMBERS: MetricDef = def(
     "Hosts in the mesh plan in force, this one included (mesh mode only).",
 );
 
+pub static PROBE_LAST_SUCCESS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_last_success_timestamp_seconds",
+    &[],
+    "Unix time at which the newest successful probe of this series ended, 0 before the first: for one directed pair (this host and the target, the way the direction says), time() minus this is the age of its newest result. In mesh mode that age stays below about one pathprobe_mesh_cycle_seconds.",
+);
+
+pub static PROBE_CROSS_TRAFFIC: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_cross_traffic_bytes",
+    &[SIDE, TYPE],
+    "Bytes the interface carrying the latest probe received (type=\"received\") or sent (type=\"sent\") during its measured window beyond the probe's own, on this host (side=\"local\") or the responder's (side=\"remote\"): other traffic sharing the NIC, which makes the figure suspect. The probe's own bytes are allowed for with full headers on every segment and an ACK per segment, so a quiet interface reads 0. Absent on loopback and from responders that do not report it.",
+);
+
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
@@ -643,6 +659,8 @@ pub static ALL: &[&MetricDef] = &[
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_MEMBERS,
+    &PROBE_LAST_SUCCESS,
+    &PROBE_CROSS_TRAFFIC,
 ];
 
 /// Looks a metric up by its full name.
@@ -763,7 +781,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 65);
+        assert_eq!(ALL.len(), 67);
     }
 
     #[test]

@@ -98,6 +98,12 @@ fn render_series(
         .is_some_and(|r| !r.clamped.is_empty());
     add(&names::PROBE_CLAMPED, &[], if clamped { 1.0 } else { 0.0 });
     if counters == Counters::Include {
+        // 0 before the first success: time() minus it is then "never".
+        add(
+            &names::PROBE_LAST_SUCCESS,
+            &[],
+            series.newest_success.map_or(0.0, unix_seconds),
+        );
         for (result, n) in &series.results {
             add(&names::PROBES, &[(RESULT, result)], *n as f64);
         }
@@ -248,6 +254,18 @@ fn render_series(
                 &names::PROBE_SOFTIRQS,
                 &[(SIDE, side), (TYPE, "NET_TX")],
                 v as f64,
+            );
+        }
+        if let Some(c) = &s.cross_traffic {
+            add(
+                &names::PROBE_CROSS_TRAFFIC,
+                &[(SIDE, side), (TYPE, "received")],
+                c.other_received as f64,
+            );
+            add(
+                &names::PROBE_CROSS_TRAFFIC,
+                &[(SIDE, side), (TYPE, "sent")],
+                c.other_sent as f64,
             );
         }
         // An unknown release (an old responder, a failed uname) would

@@ -143,6 +143,8 @@ pub(crate) struct SeriesState {
     pub labels: BTreeMap<String, String>,
     /// `None` until the first probe of this direction ends.
     pub latest: Option<ProbeOutcome>,
+    /// When the newest successful probe ended; `None` before the first.
+    pub newest_success: Option<SystemTime>,
     /// Probes by result label; `success` is always present so that a
     /// success ratio can be computed from the first probe on.
     pub results: BTreeMap<&'static str, u64>,
@@ -207,6 +209,7 @@ impl SeriesState {
             direction,
             labels,
             latest: None,
+            newest_success: None,
             results: BTreeMap::from([("success", 0)]),
             sent_bytes: flows.iter().map(|f| (*f, 0)).collect(),
             retransmits: if tcp {
@@ -264,6 +267,9 @@ impl TargetState {
         series.labels.clone_from(&outcome.labels);
         series.direction = outcome.direction;
         let latest = series.latest.insert(outcome);
+        if latest.result.is_ok() {
+            series.newest_success = Some(latest.ended());
+        }
         let SeriesState {
             results,
             sent_bytes,

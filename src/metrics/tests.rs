@@ -120,6 +120,12 @@ fn side(release: &str, user: f64, system: f64) -> SideSummary {
         softirq_net_rx: Some(800),
         softirq_net_tx: Some(300),
         kernel_release: release.into(),
+        cross_traffic: Some(crate::protocol::model::InterfaceBytes {
+            received: 2_000_000,
+            sent: 60_000_000,
+            other_received: 1000,
+            other_sent: 500_000,
+        }),
     }
 }
 

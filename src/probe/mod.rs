@@ -12,6 +12,7 @@
 
 pub mod accounting;
 pub mod client;
+pub mod cross;
 pub mod datapath;
 pub mod diagnosis;
 pub mod iperf3;

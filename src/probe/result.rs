@@ -318,6 +318,10 @@ pub struct SideSummary {
     pub softirq_net_tx: Option<u64>,
     /// Empty when unknown.
     pub kernel_release: String,
+    /// What the interface moved during the window beyond this test's own
+    /// bytes (cross traffic); absent on loopback and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_traffic: Option<crate::protocol::model::InterfaceBytes>,
 }
 
 impl SideSummary {
@@ -373,6 +377,7 @@ fn side_summary(side: &SideStats) -> SideSummary {
         softirq_net_rx: Some(side.host.softirq_net_rx),
         softirq_net_tx: Some(side.host.softirq_net_tx),
         kernel_release: side.kernel_release.clone(),
+        cross_traffic: side.host.interface_bytes,
     }
 }
 

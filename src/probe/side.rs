@@ -64,6 +64,9 @@ pub struct TestSide {
     /// The interface that carries traffic to the peer, and its IRQs.
     pub interface: Option<String>,
     irqs: Vec<String>,
+    /// Whether the peer is IPv6 (the header sizes of cross-traffic
+    /// accounting).
+    ipv6: bool,
     /// Where this side's intervals go as they close (the prober's
     /// `--json-stream`); the responder's travel in its results only.
     pub intervals: Option<IntervalSink>,
@@ -114,6 +117,7 @@ impl TestSide {
             layout: stream_layout(request.direction, request.streams),
             interface,
             irqs,
+            ipv6: peer.to_canonical().is_ipv6(),
             intervals: None,
         }
     }
@@ -179,7 +183,13 @@ impl TestSide {
             });
         }
         let expected = jobs.len();
-        let run = SideRun::spawn(jobs, self.plan.clone(), self.irqs.clone(), self.intervals)?;
+        let mut run = SideRun::spawn(jobs, self.plan.clone(), self.irqs.clone(), self.intervals)?;
+        // Loopback carries both ends of the test: nothing to tell apart.
+        run.counted = self
+            .interface
+            .clone()
+            .filter(|i| i != "lo")
+            .map(|i| (i, self.ipv6));
         Ok(RunningSide {
             stop: run.stop.clone(),
             progress: run.progress.clone(),
@@ -324,6 +334,9 @@ pub struct SideRun {
     pub progress: Progress,
     plan: Plan,
     irqs: Vec<String>,
+    /// The interface whose bytes are compared with the test's own, and
+    /// whether the peer is IPv6.
+    counted: Option<(String, bool)>,
     /// Filled by the stream threads.
     pub warnings: Warnings,
 }
@@ -364,6 +377,7 @@ impl SideRun {
             progress,
             plan,
             irqs,
+            counted: None,
             warnings,
         })
     }
@@ -376,6 +390,7 @@ impl SideRun {
         let window_start = start + self.plan.omit;
         tokio::time::sleep_until(window_start.into()).await;
         let before = HostSnapshot::take(&self.irqs).ok();
+        let iface_before = self.interface_counters();
         let deadline = window_start + self.plan.duration + grace;
         let mut results = Vec::with_capacity(self.streams.len());
         for mut rx in std::mem::take(&mut self.streams) {
@@ -393,12 +408,22 @@ impl SideRun {
             results.extend(got);
         }
         let after = HostSnapshot::take(&self.irqs).ok();
+        let iface_after = self.interface_counters();
         let mut host: HostDelta = match (before, after) {
             (Some(b), Some(a)) => b.delta(&a),
             _ => Default::default(),
         };
         keep_relevant_cpus(&mut host, &results);
+        if let (Some(b), Some(a), Some((_, ipv6))) = (iface_before, iface_after, &self.counted) {
+            host.interface_bytes = Some(super::cross::interface_bytes(b, a, &results, *ipv6));
+        }
         (results, host)
+    }
+
+    /// The counted interface's counters now, if readable.
+    fn interface_counters(&self) -> Option<crate::host::NetDevCounters> {
+        let (name, _) = self.counted.as_ref()?;
+        crate::host::read_net_dev(name).ok().flatten()
     }
 }
 

@@ -348,6 +348,11 @@ pub struct HostDelta {
     /// interface's interrupts, over the window. Absent from older peers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<CpuLoad>,
+    /// The test's interface over the window: all it moved, and what of it
+    /// was not this test's (cross traffic). Absent for loopback, when the
+    /// interface is unknown, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_bytes: Option<InterfaceBytes>,
 }
 
 /// One CPU over the window (per-CPU lines of /proc/stat and columns of
@@ -362,4 +367,19 @@ pub struct CpuLoad {
     pub softirq: f64,
     /// Interrupts of the probe's interface this CPU took.
     pub interface_interrupts: u64,
+}
+
+/// Bytes an interface moved during a test's window (/proc/net/dev), and
+/// the part beyond the test's own traffic on this side: its payload plus,
+/// for every segment or datagram, full headers (TCP with timestamps, UDP;
+/// Ethernet, IP) and, for TCP, one ACK per data segment the other way. The
+/// allowance is an upper bound of the test's own bytes, so that a quiet
+/// interface reads 0 other traffic, and other traffic is, if anything,
+/// under-counted (by at most the headers: about 4% of the test's bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterfaceBytes {
+    pub received: u64,
+    pub sent: u64,
+    pub other_received: u64,
+    pub other_sent: u64,
 }

@@ -207,6 +207,7 @@ prop_compose! {
             host: HostDelta {
                 cpu_utilization, cpu_user, cpu_system, interrupts,
                 interface_interrupts, softirq_net_rx, softirq_net_tx, cpus,
+                interface_bytes: None,
             },
             kernel_release,
             interface,

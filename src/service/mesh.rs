@@ -141,7 +141,7 @@ pub fn notes(
     is_local: impl Fn(&Target) -> bool + Copy,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    if config.discovery.mesh {
+    if config.discovery.mesh && config.scheduler.mesh.planned {
         let (plan, me, _) = plan(config, discovered, is_local);
         out.push(format!("mesh schedule: {}", plan.describe()));
         let asked = requested_interval(config, discovered);

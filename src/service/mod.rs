@@ -296,9 +296,7 @@ pub async fn run(
             }
             last_notes = notes;
         }
-        let mesh_schedule = cfg
-            .discovery
-            .mesh
+        let mesh_schedule = (cfg.discovery.mesh && cfg.scheduler.mesh.planned)
             .then(|| mesh::schedule(cfg, &discovered, is_local_target))
             .flatten();
         let plain = match mesh_schedule {

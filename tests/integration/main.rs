@@ -10,6 +10,7 @@ mod common;
 
 mod access;
 mod cli;
+mod cross_traffic;
 mod dashboards;
 mod deploy;
 mod diagnosis;
@@ -22,6 +23,7 @@ mod lab;
 mod lab_rr;
 mod load;
 mod loopback;
+mod mesh_lab;
 mod reload;
 mod responder;
 mod rr;

@@ -477,6 +477,16 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
                 !metric.contains(':'),
                 "{name} reads {metric}, which no rule records"
             );
+            // Only a serve in mesh mode has these, and the failure reason
+            // only after a failed probe; they must be defined.
+            if metric.starts_with("pathprobe_mesh_") || metric == "pathprobe_probe_failure_info" {
+                assert!(
+                    pathprobe::metrics::names::find(&metric).is_some(),
+                    "{name} reads {metric}, which pathprobe does not define"
+                );
+                read.insert(metric);
+                continue;
+            }
             if !exposed.contains(&metric) && !SCRAPE_SERIES.contains(&metric.as_str()) {
                 missing.push(format!("{name} reads {metric}"));
             }
@@ -714,6 +724,13 @@ const NAIVE: &[Naive] = &[
         quiet_test: "probe failing stays quiet",
         expr: None,
         for_: Some("0s"),
+    },
+    // A mesh's busy answers are planned rests, retried next cycle.
+    Naive {
+        alert: "PathprobeProbeFailing",
+        quiet_test: "probe failing stays quiet in a mesh",
+        expr: Some("pathprobe_probe_success == 0"),
+        for_: None,
     },
     Naive {
         alert: "PathprobeUDPLossHigh",

@@ -219,6 +219,9 @@ pub const MAY_BE_EMPTY: &[(&str, Option<&str>)] = &[
         Some("result=\"busy\""),
     ),
     ("Skipped scheduled runs per 15 minutes", None),
+    // Mesh mode only, and receive probes only.
+    ("Mesh cycle and slot", None),
+    ("Mesh: age of the newest result, destination → source", None),
 ];
 
 /// Whether a query from [`panel_queries`] may return nothing on a healthy

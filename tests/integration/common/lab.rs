@@ -159,7 +159,10 @@ fn reap_stale_labs() {
         let Some((pid, end)) = rest.split_once('-') else {
             continue;
         };
-        if !matches!(end, "a" | "r" | "b") || pid.is_empty() {
+        let star_host = end
+            .strip_prefix('h')
+            .is_some_and(|i| i.parse::<u32>().is_ok());
+        if !(matches!(end, "a" | "r" | "b") || star_host) || pid.is_empty() {
             continue;
         }
         let Ok(pid) = pid.parse::<u32>() else {
@@ -418,6 +421,88 @@ pub fn backlog_drops() -> Result<u64> {
         total += u64::from_str_radix(col, 16).with_context(|| format!("softnet_stat {col}"))?;
     }
     Ok(total)
+}
+
+/// N hosts in namespaces `pp<pid>-h1` .. `-hN` around one router `-r`
+/// (`lab.sh star`), for the mesh: every host's downlink (r's egress veth
+/// to it) can be shaped. Holds the same locks as a [`Lab`] and tears down
+/// when dropped.
+pub struct Star {
+    name: String,
+    hosts: Vec<Ipv4Addr>,
+    _file_lock: File,
+    _guard: MutexGuard<'static, ()>,
+    _turn: Turn,
+}
+
+impl Star {
+    /// Takes the lab lock and builds a star of `count` hosts.
+    pub fn up(what: &str, count: usize) -> Result<Star> {
+        let turn = turn::exclusive();
+        let guard = LAB_MUTEX.lock().unwrap_or_else(|p| p.into_inner());
+        let file_lock = lock_file()?;
+        reap_stale_labs();
+        let name = format!("pp{}", std::process::id());
+        script(&["down", &name])?;
+        eprintln!("star {name} of {count} hosts up for {what}");
+        let mut star = Star {
+            name,
+            hosts: Vec::new(),
+            _file_lock: file_lock,
+            _guard: guard,
+            _turn: turn,
+        };
+        script(&["star", &star.name, &count.to_string()])?;
+        for i in 1..=count {
+            let addr = script(&["star-addr", &star.name, &i.to_string()])?;
+            star.hosts
+                .push(addr.trim().parse().context("star host address")?);
+        }
+        Ok(star)
+    }
+
+    /// The address of host `i` (1-based, as the namespaces are named).
+    pub fn addr(&self, i: usize) -> Ipv4Addr {
+        self.hosts[i - 1]
+    }
+
+    pub fn count(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// The namespace of host `i`.
+    pub fn netns(&self, i: usize) -> String {
+        format!("{}-h{i}", self.name)
+    }
+
+    /// tbf at `rate_mbit` on every host's downlink, with a queue of
+    /// `limit_bytes` (`None`: lab.sh's default of 20 ms).
+    pub fn shape(&self, rate_mbit: u32, limit_bytes: Option<u64>) -> Result<()> {
+        let mut args = vec![
+            "star-shape".to_string(),
+            self.name.clone(),
+            self.count().to_string(),
+            format!("{rate_mbit}mbit"),
+        ];
+        args.extend(limit_bytes.map(|l| l.to_string()));
+        script(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(drop)
+    }
+
+    /// `ip netns exec <host i> program`.
+    #[allow(dead_code)]
+    pub fn exec(&self, i: usize, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.netns(i), program]);
+        cmd
+    }
+}
+
+impl Drop for Star {
+    fn drop(&mut self) {
+        if let Err(e) = script(&["down", &self.name]) {
+            eprintln!("star {}: down failed: {e:#}", self.name);
+        }
+    }
 }
 
 /// Runs `f` on a thread inside network namespace `ns`.

@@ -151,7 +151,7 @@ tests = [
     ("TCP 1 stream", [], [], False),
     ("TCP 4 streams", ["-P", "4"], ["-P", "4"], False),
 ]
-ver = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split()[1]
+ver = (subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split() + ["?", "?"])[1]
 print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
 print(f"{'test':<24} {'tool':<22} {'Gbit/s':>7} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
 for name, pa, ia, udp in tests:
@@ -168,15 +168,21 @@ for name, pa, ia, udp in tests:
                 results[t].append(f())
             except Exception as e:
                 print(f"  {t}: {e}", file=sys.stderr)
+    medians = {}
     for t, rs in results.items():
         if not rs:
             print(f"{name:<24} {t:<22} (failed)")
             continue
         rs.sort(key=lambda r: r[0])
         bps, nbytes, loss, c, s, mode = rs[len(rs) // 2]
+        medians[t] = bps
         gb = nbytes / 1e9
         cg, sg = (c / gb, s / gb) if gb > 0 else (float("nan"),) * 2
         print(f"{name:<24} {t:<22} {bps / 1e9:7.2f} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}  {mode}")
+    # The one figure to quote: throughput against each other tool, same run.
+    for t, bps in medians.items():
+        if t != "pathprobe" and "pathprobe" in medians and bps > 0:
+            print(f"{name:<24} ratio pathprobe/{t}: {medians['pathprobe'] / bps:.2f}")
 PY
 }
 

@@ -160,17 +160,17 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
     match outcome {
         Ok(result) => {
             if args.json {
-                println!("{}", report::json(&result));
+                report::print_line(&report::json(&result));
             } else {
-                print!("{}", report::text(&result, args.verbose));
+                report::print_text(&report::text(&result, args.verbose));
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
             if args.json_stream {
-                println!("{}", report::json_stream_error(&e));
+                report::print_line(&report::json_stream_error(&e));
             } else if args.json {
-                println!("{}", report::error_json(&e));
+                report::print_line(&report::error_json(&e));
             } else {
                 eprintln!("{}", report::error_text(&e));
             }

@@ -372,9 +372,8 @@ pub struct JsonStream {
 impl JsonStream {
     /// Prints the `start` event for `spec` against `target`.
     pub fn start(spec: &ProbeSpec, target: &str) -> JsonStream {
-        println!(
-            "{}",
-            json!({
+        print_line(
+            &json!({
                 "event": "start",
                 "target": target,
                 "kind": spec.kind,
@@ -384,6 +383,7 @@ impl JsonStream {
                 "omit_seconds": spec.omit.as_secs_f64(),
                 "interval_seconds": spec.interval.map(|i| i.as_secs_f64()),
             })
+            .to_string(),
         );
         let (tx, rx) = std::sync::mpsc::channel::<IntervalEvent>();
         let (done_tx, done) = std::sync::mpsc::channel();
@@ -428,12 +428,26 @@ impl JsonStream {
         let event = match outcome {
             Ok(r) => json!({ "event": "end", "result": r }),
             Err(e) => {
-                println!("{}", json_stream_error(e));
+                print_line(&json_stream_error(e));
                 return;
             }
         };
-        println!("{event}");
+        print_line(&event.to_string());
     }
+}
+
+/// Writes one line to standard output. A reader that went away (`| head`)
+/// ends the output, not the process: println! would panic there.
+pub fn print_line(line: &str) {
+    print_text(&format!("{line}\n"));
+}
+
+/// Writes text to standard output, ignoring a closed pipe (see
+/// [`print_line`]).
+pub fn print_text(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The `error` event of `--json-stream`, one line: also for a failure

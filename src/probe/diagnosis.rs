@@ -103,6 +103,8 @@ pub struct Evidence {
     /// The paced rate both ends agreed (0: unpaced), and whether the
     /// responder cut it down from the one asked for.
     pub bitrate_bits_per_second: u64,
+    /// Present only when true, as the result's own `clamped`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub bitrate_clamped: bool,
     /// The busiest sending and receiving data threads.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,6 +1,6 @@
 //! benches/compare.sh: it finds the binary where cargo says it is, fails
 //! with a sentence rather than a Python traceback, and leaves no server
-//! running. cargo, iperf3 and nuttcp are stand-ins; pathprobe is real.
+//! running. cargo and iperf3 are stand-ins; pathprobe is real.
 
 use super::*;
 
@@ -10,7 +10,8 @@ struct Stubs {
 
 impl Stubs {
     /// A copy of the script in a tree with no `target/`, and stand-ins for
-    /// cargo (reporting `executable`), iperf3 and a forking nuttcp.
+    /// cargo (reporting `executable`) and iperf3 (a server that stays until
+    /// killed).
     fn new(executable: &str) -> Stubs {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
@@ -21,7 +22,7 @@ impl Stubs {
             dir.path().join("benches/compare.sh"),
         )
         .unwrap();
-        let pidfile = dir.path().join("nuttcp.pid");
+        let pidfile = dir.path().join("iperf3.pid");
         let stub = |name: &str, body: String| {
             let p = bin.join(name);
             std::fs::write(&p, format!("#!/usr/bin/env bash\n{body}\n")).unwrap();
@@ -34,23 +35,16 @@ impl Stubs {
                 "echo '{{\"reason\":\"compiler-artifact\",\"target\":{{\"name\":\"pathprobe\"}},\"executable\":\"{executable}\"}}'\necho '{{\"reason\":\"build-finished\",\"success\":true}}'"
             ),
         );
+        // Like the real one: -s serves until killed; the client prints
+        // its -J report.
         stub(
             "iperf3",
-            r#"case " $* " in
-  *" -s "*) exec python3 -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', 15201)); s.listen(); time.sleep(60)";;
-  *" -u "*) echo '{"end":{"sum":{"packets":1000,"lost_percent":1,"seconds":1},"cpu_utilization_percent":{"host_total":50}}}';;
-  *) echo '{"end":{"sum_received":{"bits_per_second":1e9}}}';;
-esac"#
-                .to_string(),
-        );
-        // Like the real one: -S forks a daemon and returns, unless --nofork.
-        stub(
-            "nuttcp",
             format!(
                 r#"case " $* " in
-  *" --nofork "*) echo $$ > {p}; exec sleep 60;;
-  *" -S "*) sleep 60 & echo $! > {p}; exit 0;;
-  *) echo "rate_Mbps=1000.0";;
+  *" --version "*) echo "iperf 3.12 (cJSON 1.7.15)";;
+  *" -s "*) echo $$ > {p}; exec sleep 60;;
+  *" -u "*) echo '{{"end":{{"sum":{{"bytes":125000000,"lost_percent":1,"seconds":1}}}}}}';;
+  *) echo '{{"end":{{"sum_received":{{"bits_per_second":1e9,"bytes":125000000}}}}}}';;
 esac"#,
                 p = pidfile.display()
             ),
@@ -69,13 +63,17 @@ esac"#,
                 .arg(self.dir.path().join("benches/compare.sh"))
                 .arg("1")
                 .env("PATH", path)
-                .env("ROUNDS", "1"),
+                .env("ROUNDS", "1")
+                // Loopback only: the stand-ins have no namespaces to run in.
+                .env("VETH", "0")
+                // Ports of their own, clear of other tests' servers.
+                .env("PORT", "26301"),
             Duration::from_secs(120),
         )
     }
 
-    fn nuttcp_alive(&self) -> Option<bool> {
-        let pid: i32 = std::fs::read_to_string(self.dir.path().join("nuttcp.pid"))
+    fn iperf3_server_alive(&self) -> Option<bool> {
+        let pid: i32 = std::fs::read_to_string(self.dir.path().join("iperf3.pid"))
             .ok()?
             .trim()
             .parse()
@@ -95,12 +93,17 @@ fn compare_script_uses_cargos_binary_and_stops_its_servers() {
     let out = stubs.run();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ratio pathprobe/iperf3"), "{stdout}");
-    assert!(stdout.contains("ratio pathprobe/nuttcp"), "{stdout}");
+    // Every test's pathprobe row has a figure, and a ratio to the stand-in.
     assert_eq!(
-        stubs.nuttcp_alive(),
+        stdout.matches("ratio pathprobe/iperf3 3.12: ").count(),
+        5,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("(failed)"), "{stdout}");
+    assert_eq!(
+        stubs.iperf3_server_alive(),
         Some(false),
-        "nuttcp -S outlived the script"
+        "iperf3 -s outlived the script"
     );
 }
 

@@ -189,10 +189,9 @@ proptest! {
     #[test]
     fn any_json_decodes_or_errs(v in json_value()) {
         let body = serde_json::to_vec(&v).unwrap();
-        for r in [Params::decode(&body).err(), Results::decode(&body).err()] {
-            if let Some(e) = r {
-                prop_assert!(matches!(e, JsonError::Syntax(_)));
-            }
+        let errs = [Params::decode(&body).err(), Results::decode(&body).err()];
+        for e in errs.into_iter().flatten() {
+            prop_assert!(matches!(e, JsonError::Syntax(_)));
         }
     }
 

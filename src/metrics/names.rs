@@ -29,6 +29,7 @@ pub mod label {
     pub const DESCRIPTION: &str = "description";
     pub const COLLECTOR: &str = "collector";
     pub const CAUSE: &str = "cause";
+    pub const PROTOCOL: &str = "protocol";
 }
 
 use label::*;
@@ -442,8 +443,8 @@ pub static RESPONDER_TESTS: MetricDef = def(
     Responder,
     Counter,
     "pathprobe_responder_tests_total",
-    &[RESULT],
-    "Tests the responder ran for probers, by result (success, failure).",
+    &[PROTOCOL, RESULT],
+    "Tests the responder ran for probers, by protocol (pathprobe: pathprobe's own probers; iperf3: stock iperf3 clients on responder.iperf3_port) and result (success, failure).",
 );
 pub static RESPONDER_REJECTIONS: MetricDef = def(
     Responder,

@@ -225,11 +225,22 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
 
 pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
-    for (result, counter) in [
-        ("success", &c.tests_succeeded),
-        ("failure", &c.tests_failed),
+    // tests_succeeded/failed count every test; the iperf3 ones are also
+    // counted apart, so pathprobe's own are the difference. Both series
+    // exist from the start, at 0.
+    for (result, all, iperf3) in [
+        ("success", &c.tests_succeeded, &c.iperf3_tests_succeeded),
+        ("failure", &c.tests_failed, &c.iperf3_tests_failed),
     ] {
-        out.add(&names::RESPONDER_TESTS, &[(RESULT, result)], get(counter));
+        let iperf3 = iperf3.load(Ordering::Relaxed);
+        let own = all.load(Ordering::Relaxed).saturating_sub(iperf3);
+        for (protocol, n) in [("pathprobe", own), ("iperf3", iperf3)] {
+            out.add(
+                &names::RESPONDER_TESTS,
+                &[(PROTOCOL, protocol), (RESULT, result)],
+                n as f64,
+            );
+        }
     }
     for (reason, counter) in [
         ("busy", &c.rejected_busy),

@@ -964,6 +964,7 @@ fn responder_counters_are_exported() {
     let c = crate::responder::ResponderCounters::default();
     c.tests_succeeded.store(5, Ordering::Relaxed);
     c.tests_failed.store(1, Ordering::Relaxed);
+    c.iperf3_tests_succeeded.store(2, Ordering::Relaxed);
     c.rejected_busy.store(3, Ordering::Relaxed);
     c.rejected_limit.store(2, Ordering::Relaxed);
     c.rejected_version.store(4, Ordering::Relaxed);
@@ -984,8 +985,15 @@ fn responder_counters_are_exported() {
     service::render_responder(&mut out, &c);
     let s = parse(&out.encode().unwrap());
     let tests = "pathprobe_responder_tests_total";
-    assert_eq!(value(&s, tests, &[("result", "success")]), 5.0);
-    assert_eq!(value(&s, tests, &[("result", "failure")]), 1.0);
+    for (protocol, result, n) in [
+        ("pathprobe", "success", 3.0),
+        ("iperf3", "success", 2.0),
+        ("pathprobe", "failure", 1.0),
+        ("iperf3", "failure", 0.0),
+    ] {
+        let with = [("protocol", protocol), ("result", result)];
+        assert_eq!(value(&s, tests, &with), n, "{with:?}");
+    }
     let rej = "pathprobe_responder_rejections_total";
     for (reason, n) in [
         ("busy", 3.0),

@@ -18,6 +18,8 @@
 
 pub mod frame;
 pub mod iperf3;
+#[cfg(test)]
+mod iperf3_proptests;
 pub mod message;
 pub mod model;
 #[cfg(test)]

@@ -437,6 +437,26 @@ impl Pathprobe {
     }
 }
 
+/// The responder's test counter as /metrics exposes it, for one protocol
+/// and result.
+fn tests_total(p: &Pathprobe, protocol: &str, result: &str) -> Option<f64> {
+    let body = pathprobe::metrics::render(
+        &pathprobe::metrics::ResultStore::new(),
+        &pathprobe::metrics::HostMetrics::default(),
+        Some(&p.counters),
+        &pathprobe::metrics::ServiceState::new(std::time::SystemTime::now()),
+    )
+    .unwrap();
+    crate::common::metrics::sample(
+        &body,
+        "pathprobe_responder_tests_total",
+        &[
+            &format!("protocol=\"{protocol}\""),
+            &format!("result=\"{result}\""),
+        ],
+    )
+}
+
 /// Runs a stock `iperf3 -c` against `port`; its exit code, and its stdout
 /// and stderr together.
 fn stock_client(port: u16, args: &[&str]) -> (Option<i32>, String) {
@@ -465,6 +485,12 @@ fn stock_clients_against_the_responder() {
     }
     let _turn = turn::shared();
     let p = Pathprobe::start(ResponderConfig::default());
+    // All four series exist before the first test, at 0.
+    for protocol in ["pathprobe", "iperf3"] {
+        for result in ["success", "failure"] {
+            assert_eq!(tests_total(&p, protocol, result), Some(0.0));
+        }
+    }
     for args in [
         vec!["-P", "1"],
         vec!["-P", "4"],
@@ -534,6 +560,11 @@ fn stock_clients_against_the_responder() {
     );
     assert_eq!(p.counters.iperf3_tests_succeeded.load(Ordering::Relaxed), 9);
     assert_eq!(p.counters.iperf3_tests_failed.load(Ordering::Relaxed), 0);
+    // Exported under protocol="iperf3", and not as pathprobe's own.
+    assert_eq!(tests_total(&p, "iperf3", "success"), Some(9.0));
+    assert_eq!(tests_total(&p, "iperf3", "failure"), Some(0.0));
+    assert_eq!(tests_total(&p, "pathprobe", "success"), Some(0.0));
+    assert_eq!(tests_total(&p, "pathprobe", "failure"), Some(0.0));
 }
 
 #[test]
@@ -657,6 +688,8 @@ fn broken_iperf3_clients_end_within_the_timeouts_and_are_counted() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(get(&c.iperf3_tests_failed), 1, "the vanished client's test");
+    assert_eq!(tests_total(&p, "iperf3", "failure"), Some(1.0));
+    assert_eq!(tests_total(&p, "pathprobe", "failure"), Some(0.0));
     assert!(
         get(&c.timeouts) >= 2,
         "short cookie and no params: {}",

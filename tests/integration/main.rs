@@ -20,6 +20,7 @@ mod hostile;
 mod intervals;
 mod iperf3;
 mod lab;
+mod lab_iperf3;
 mod lab_rr;
 mod load;
 mod loopback;

@@ -142,6 +142,15 @@ fn evidence_table(d: &DirectionSummary) -> String {
     }
     if let Some(l) = e.loss_ratio {
         let _ = writeln!(out, "    udp loss         {:.2}%", l * 100.0);
+        let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "    udp drops        {} lost, {} dropped at the receiving socket, receiver RcvbufErrors {}, sender SndbufErrors {}",
+            opt(e.lost_datagrams),
+            opt(e.socket_drops),
+            opt(e.receiver_rcvbuf_errors),
+            opt(e.sender_sndbuf_errors),
+        );
     }
     out
 }

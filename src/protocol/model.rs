@@ -353,6 +353,19 @@ pub struct HostDelta {
     /// interface is unknown, and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface_bytes: Option<InterfaceBytes>,
+    /// The host's UDP buffer errors over the window (RcvbufErrors and
+    /// SndbufErrors of /proc/net/snmp, IPv4, host-wide). Absent when the
+    /// file could not be read, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_buffer_errors: Option<UdpBufferErrors>,
+}
+
+/// UDP datagrams a host dropped for lack of socket buffer room over a
+/// probe's window: arriving (RcvbufErrors) and leaving (SndbufErrors).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct UdpBufferErrors {
+    pub receive: u64,
+    pub send: u64,
 }
 
 /// One CPU over the window (per-CPU lines of /proc/stat and columns of

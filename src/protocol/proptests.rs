@@ -208,6 +208,7 @@ prop_compose! {
                 cpu_utilization, cpu_user, cpu_system, interrupts,
                 interface_interrupts, softirq_net_rx, softirq_net_tx, cpus,
                 interface_bytes: None,
+                udp_buffer_errors: None,
             },
             kernel_release,
             interface,

@@ -84,6 +84,9 @@ fn evidence_table(d: &DirectionSummary) -> String {
         .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
         .collect();
     let _ = writeln!(out, "    candidates       {}", cands.join(", "));
+    for a in &d.diagnosis.advice {
+        let _ = writeln!(out, "    advice           {a}");
+    }
     for (name, t) in [
         ("sender thread", &e.sender),
         ("receiver thread", &e.receiver),

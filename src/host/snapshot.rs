@@ -31,6 +31,8 @@ pub struct HostSnapshot {
     /// /proc/net/snmp, for the UDP buffer errors; evidence only, so a
     /// snapshot without it is still a snapshot.
     snmp: Option<SnmpCounters>,
+    /// The max of net.ipv4.tcp_rmem.
+    tcp_rmem_max: Option<u64>,
     taken_at: Instant,
 }
 
@@ -49,6 +51,10 @@ impl HostSnapshot {
         let per_cpu = read_per_cpu_stat().unwrap_or_default();
         let mut snapshot = Self::from_parts(cpu, &rows, &softirqs, irqs, per_cpu, Instant::now());
         snapshot.snmp = read_snmp().ok();
+        snapshot.tcp_rmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+            .ok()
+            .as_deref()
+            .and_then(buffer_max);
         Ok(snapshot)
     }
 
@@ -99,6 +105,7 @@ impl HostSnapshot {
             per_cpu,
             irq_per_cpu,
             snmp: None,
+            tcp_rmem_max: None,
             taken_at,
         }
     }
@@ -160,6 +167,7 @@ impl HostSnapshot {
                     send: d.udp_sndbuf_errors,
                 }
             }),
+            tcp_rmem_max: later.tcp_rmem_max,
         }
     }
 
@@ -201,6 +209,12 @@ impl HostSnapshot {
             })
             .collect()
     }
+}
+
+/// The third of the three numbers of net.ipv4.tcp_rmem (min, default,
+/// max).
+fn buffer_max(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(2)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -272,6 +286,7 @@ mod tests {
                 cpus: Vec::new(),
                 interface_bytes: None,
                 udp_buffer_errors: None,
+                tcp_rmem_max: None,
             }
         );
     }
@@ -294,6 +309,13 @@ mod tests {
             },
             HostDelta::default()
         );
+    }
+
+    #[test]
+    fn the_tcp_rmem_max_is_the_third_number() {
+        assert_eq!(buffer_max("4096\t131072\t6291456\n"), Some(6_291_456));
+        assert_eq!(buffer_max("4096 131072"), None);
+        assert_eq!(buffer_max("4096 131072 lots"), None);
     }
 
     #[test]

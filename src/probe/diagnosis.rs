@@ -148,6 +148,9 @@ pub struct Evidence {
     pub receiver_rcvbuf_errors: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sender_sndbuf_errors: Option<u64>,
+    /// The receiving host's net.ipv4.tcp_rmem max, for the advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_tcp_rmem_max: Option<u64>,
 }
 
 impl Evidence {
@@ -185,6 +188,10 @@ pub struct Diagnosis {
     pub also: Option<Candidate>,
     /// Every candidate with evidence, strongest first.
     pub candidates: Vec<Candidate>,
+    /// What to change, only where a staged lab test showed the change
+    /// lifts the probe (docs/DIAGNOSIS.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<String>,
     pub evidence: Evidence,
 }
 
@@ -331,6 +338,9 @@ pub fn gather(
             .flatten(),
         sender_sndbuf_errors: (kind == Kind::Udp)
             .then(|| sender_host.udp_buffer_errors.map(|u| u.send))
+            .flatten(),
+        receiver_tcp_rmem_max: (kind == Kind::Tcp)
+            .then_some(receiver_host.tcp_rmem_max)
             .flatten(),
     }
 }
@@ -500,8 +510,24 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         limit,
         strength,
         also,
+        advice: advice(limit, strength, e),
         candidates,
         evidence: e.clone(),
+    }
+}
+
+/// Advice for a verdict. Only the receive window's is proven (the lab
+/// test `diagnosis::a_small_receive_buffer_on_the_receiver_is_the_receive_window`
+/// raises the receiver's tcp_rmem max and sees the probe lifted).
+fn advice(limit: Limit, strength: f64, e: &Evidence) -> Vec<String> {
+    match limit {
+        Limit::ReceiveWindow => vec![format!(
+            "the receive window limited {:.0}% of the time: raise -w, or net.ipv4.tcp_rmem max on the receiver (now {})",
+            strength * 100.0,
+            e.receiver_tcp_rmem_max
+                .map_or("unknown".to_string(), |m| m.to_string())
+        )],
+        _ => Vec::new(),
     }
 }
 
@@ -597,7 +623,13 @@ mod tests {
         let idle = || thread(0.1, 0.0, 0.0);
         let mut e = tcp(idle(), idle());
         e.rwnd_limited = Some(0.88);
-        assert_eq!(diagnose(&e).limit, Limit::ReceiveWindow);
+        e.receiver_tcp_rmem_max = Some(4_194_304);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiveWindow);
+        assert_eq!(
+            d.advice,
+            ["the receive window limited 88% of the time: raise -w, or net.ipv4.tcp_rmem max on the receiver (now 4194304)"]
+        );
         let mut e = tcp(idle(), idle());
         e.sndbuf_limited = Some(0.7);
         let d = diagnose(&e);

@@ -358,6 +358,11 @@ pub struct HostDelta {
     /// file could not be read, and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_buffer_errors: Option<UdpBufferErrors>,
+    /// The host's TCP buffer autotuning limits at the window's end: the
+    /// max of net.ipv4.tcp_rmem and tcp_wmem, in bytes, for the advice
+    /// on a receive window. Absent when unread, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_rmem_max: Option<u64>,
 }
 
 /// UDP datagrams a host dropped for lack of socket buffer room over a

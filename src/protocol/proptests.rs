@@ -209,6 +209,7 @@ prop_compose! {
                 interface_interrupts, softirq_net_rx, softirq_net_tx, cpus,
                 interface_bytes: None,
                 udp_buffer_errors: None,
+                tcp_rmem_max: None,
             },
             kernel_release,
             interface,

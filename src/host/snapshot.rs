@@ -33,6 +33,7 @@ pub struct HostSnapshot {
     snmp: Option<SnmpCounters>,
     /// The max of net.ipv4.tcp_rmem.
     tcp_rmem_max: Option<u64>,
+    tcp_wmem_max: Option<u64>,
     taken_at: Instant,
 }
 
@@ -52,6 +53,10 @@ impl HostSnapshot {
         let mut snapshot = Self::from_parts(cpu, &rows, &softirqs, irqs, per_cpu, Instant::now());
         snapshot.snmp = read_snmp().ok();
         snapshot.tcp_rmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+            .ok()
+            .as_deref()
+            .and_then(buffer_max);
+        snapshot.tcp_wmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
             .ok()
             .as_deref()
             .and_then(buffer_max);
@@ -106,6 +111,7 @@ impl HostSnapshot {
             irq_per_cpu,
             snmp: None,
             tcp_rmem_max: None,
+            tcp_wmem_max: None,
             taken_at,
         }
     }
@@ -168,6 +174,7 @@ impl HostSnapshot {
                 }
             }),
             tcp_rmem_max: later.tcp_rmem_max,
+            tcp_wmem_max: later.tcp_wmem_max,
         }
     }
 
@@ -211,8 +218,8 @@ impl HostSnapshot {
     }
 }
 
-/// The third of the three numbers of net.ipv4.tcp_rmem (min, default,
-/// max).
+/// The third of the three numbers of net.ipv4.tcp_rmem or tcp_wmem
+/// (min, default, max).
 fn buffer_max(text: &str) -> Option<u64> {
     text.split_whitespace().nth(2)?.parse().ok()
 }
@@ -287,6 +294,7 @@ mod tests {
                 interface_bytes: None,
                 udp_buffer_errors: None,
                 tcp_rmem_max: None,
+                tcp_wmem_max: None,
             }
         );
     }

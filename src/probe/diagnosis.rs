@@ -151,6 +151,9 @@ pub struct Evidence {
     /// The receiving host's net.ipv4.tcp_rmem max, for the advice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver_tcp_rmem_max: Option<u64>,
+    /// The sending host's net.ipv4.tcp_wmem max, for the advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_tcp_wmem_max: Option<u64>,
 }
 
 impl Evidence {
@@ -342,6 +345,9 @@ pub fn gather(
         receiver_tcp_rmem_max: (kind == Kind::Tcp)
             .then_some(receiver_host.tcp_rmem_max)
             .flatten(),
+        sender_tcp_wmem_max: (kind == Kind::Tcp)
+            .then_some(sender_host.tcp_wmem_max)
+            .flatten(),
     }
 }
 
@@ -516,15 +522,22 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     }
 }
 
-/// Advice for a verdict. Only the receive window's is proven (the lab
-/// test `diagnosis::a_small_receive_buffer_on_the_receiver_is_the_receive_window`
-/// raises the receiver's tcp_rmem max and sees the probe lifted).
+/// Advice for a verdict, only where a lab test proves it: the tests
+/// `diagnosis::a_small_receive_buffer_on_the_receiver_is_the_receive_window`
+/// and `diagnosis::a_small_send_buffer_on_the_sender_is_the_send_buffer`
+/// raise the tcp_rmem / tcp_wmem max and see the probe lifted.
 fn advice(limit: Limit, strength: f64, e: &Evidence) -> Vec<String> {
     match limit {
         Limit::ReceiveWindow => vec![format!(
             "the receive window limited {:.0}% of the time: raise -w, or net.ipv4.tcp_rmem max on the receiver (now {})",
             strength * 100.0,
             e.receiver_tcp_rmem_max
+                .map_or("unknown".to_string(), |m| m.to_string())
+        )],
+        Limit::SendBuffer => vec![format!(
+            "the send buffer limited {:.0}% of the time: raise -w, or net.ipv4.tcp_wmem max on the sender (now {})",
+            strength * 100.0,
+            e.sender_tcp_wmem_max
                 .map_or("unknown".to_string(), |m| m.to_string())
         )],
         _ => Vec::new(),
@@ -632,9 +645,14 @@ mod tests {
         );
         let mut e = tcp(idle(), idle());
         e.sndbuf_limited = Some(0.7);
+        e.sender_tcp_wmem_max = Some(8192);
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::SendBuffer);
         assert!((d.strength - 0.7).abs() < 1e-9);
+        assert_eq!(
+            d.advice,
+            ["the send buffer limited 70% of the time: raise -w, or net.ipv4.tcp_wmem max on the sender (now 8192)"]
+        );
         // What the lab measured for a receive window far below the
         // bandwidth-delay product: the kernel booked the rest as busy.
         let mut e = tcp(idle(), idle());

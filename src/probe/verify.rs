@@ -208,10 +208,10 @@ pub fn check_results(
         }
     }
     // The kernel keeps tcp_rmem in an int.
-    if h.tcp_rmem_max.unwrap_or(0) > i32::MAX as u64 {
+    if h.tcp_rmem_max.max(h.tcp_wmem_max).unwrap_or(0) > i32::MAX as u64 {
         return Err(format!(
-            "the responder's tcp_rmem max is {:?}",
-            h.tcp_rmem_max
+            "the responder's tcp_rmem/tcp_wmem max is {:?}/{:?}",
+            h.tcp_rmem_max, h.tcp_wmem_max
         ));
     }
     if remote.kernel_release.len() > 256 {
@@ -794,6 +794,7 @@ mod tests {
         assert!(forge(&|r| r.host.udp_buffer_errors = errors(0, 1 << 41)).is_err());
         assert!(forge(&|r| r.host.tcp_rmem_max = Some(6_291_456)).is_ok());
         assert!(forge(&|r| r.host.tcp_rmem_max = Some(u64::MAX)).is_err());
+        assert!(forge(&|r| r.host.tcp_wmem_max = Some(1 << 40)).is_err());
         assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
     }
 

@@ -363,6 +363,9 @@ pub struct HostDelta {
     /// on a receive window. Absent when unread, and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_rmem_max: Option<u64>,
+    /// The max of net.ipv4.tcp_wmem, for the advice on a send buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_wmem_max: Option<u64>,
 }
 
 /// UDP datagrams a host dropped for lack of socket buffer room over a

@@ -210,6 +210,7 @@ prop_compose! {
                 interface_bytes: None,
                 udp_buffer_errors: None,
                 tcp_rmem_max: None,
+                tcp_wmem_max: None,
             },
             kernel_release,
             interface,

@@ -84,6 +84,9 @@ fn evidence_table(d: &DirectionSummary) -> String {
         .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
         .collect();
     let _ = writeln!(out, "    candidates       {}", cands.join(", "));
+    for a in &d.diagnosis.advice {
+        let _ = writeln!(out, "    advice           {a}");
+    }
     for (name, t) in [
         ("sender thread", &e.sender),
         ("receiver thread", &e.receiver),
@@ -142,6 +145,15 @@ fn evidence_table(d: &DirectionSummary) -> String {
     }
     if let Some(l) = e.loss_ratio {
         let _ = writeln!(out, "    udp loss         {:.2}%", l * 100.0);
+        let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "    udp drops        {} lost, {} dropped at the receiving socket, receiver RcvbufErrors {}, sender SndbufErrors {}",
+            opt(e.lost_datagrams),
+            opt(e.socket_drops),
+            opt(e.receiver_rcvbuf_errors),
+            opt(e.sender_sndbuf_errors),
+        );
     }
     out
 }

@@ -8,9 +8,10 @@ use std::time::Instant;
 use super::cpus::{parse_per_cpu_stat, read_per_cpu_stat};
 use super::error::HostError;
 use super::interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
+use super::snmp::{read_snmp, SnmpCounters};
 use super::softirqs::{parse_softirqs, read_softirqs};
 use super::stat::{parse_stat, read_stat, CpuTicks};
-pub use crate::protocol::model::{CpuLoad, HostDelta};
+pub use crate::protocol::model::{CpuLoad, HostDelta, UdpBufferErrors};
 
 /// Host-wide counters at one instant.
 #[derive(Debug, Clone)]
@@ -27,6 +28,12 @@ pub struct HostSnapshot {
     /// The asked-for IRQs' counts per /proc/interrupts column; the columns
     /// are the online CPUs in order, as are the per-CPU lines.
     irq_per_cpu: BTreeMap<String, Vec<u64>>,
+    /// /proc/net/snmp, for the UDP buffer errors; evidence only, so a
+    /// snapshot without it is still a snapshot.
+    snmp: Option<SnmpCounters>,
+    /// The max of net.ipv4.tcp_rmem.
+    tcp_rmem_max: Option<u64>,
+    tcp_wmem_max: Option<u64>,
     taken_at: Instant,
 }
 
@@ -43,14 +50,17 @@ impl HostSnapshot {
         // Per-CPU figures are extra evidence: without them the snapshot
         // still holds the aggregate.
         let per_cpu = read_per_cpu_stat().unwrap_or_default();
-        Ok(Self::from_parts(
-            cpu,
-            &rows,
-            &softirqs,
-            irqs,
-            per_cpu,
-            Instant::now(),
-        ))
+        let mut snapshot = Self::from_parts(cpu, &rows, &softirqs, irqs, per_cpu, Instant::now());
+        snapshot.snmp = read_snmp().ok();
+        snapshot.tcp_rmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
+            .ok()
+            .as_deref()
+            .and_then(buffer_max);
+        snapshot.tcp_wmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+            .ok()
+            .as_deref()
+            .and_then(buffer_max);
+        Ok(snapshot)
     }
 
     /// Builds a snapshot from the text of the three files, for callers that
@@ -99,6 +109,9 @@ impl HostSnapshot {
             softirq_net_tx: softirqs.get("NET_TX").copied().unwrap_or(0),
             per_cpu,
             irq_per_cpu,
+            snmp: None,
+            tcp_rmem_max: None,
+            tcp_wmem_max: None,
             taken_at,
         }
     }
@@ -153,6 +166,15 @@ impl HostSnapshot {
             softirq_net_tx: later.softirq_net_tx.saturating_sub(self.softirq_net_tx),
             cpus: self.cpu_loads(later),
             interface_bytes: None,
+            udp_buffer_errors: self.snmp.zip(later.snmp).map(|(before, after)| {
+                let d = after.since(&before);
+                UdpBufferErrors {
+                    receive: d.udp_rcvbuf_errors,
+                    send: d.udp_sndbuf_errors,
+                }
+            }),
+            tcp_rmem_max: later.tcp_rmem_max,
+            tcp_wmem_max: later.tcp_wmem_max,
         }
     }
 
@@ -194,6 +216,12 @@ impl HostSnapshot {
             })
             .collect()
     }
+}
+
+/// The third of the three numbers of net.ipv4.tcp_rmem or tcp_wmem
+/// (min, default, max).
+fn buffer_max(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(2)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -264,6 +292,9 @@ mod tests {
                 softirq_net_tx: 10,
                 cpus: Vec::new(),
                 interface_bytes: None,
+                udp_buffer_errors: None,
+                tcp_rmem_max: None,
+                tcp_wmem_max: None,
             }
         );
     }
@@ -285,6 +316,37 @@ mod tests {
                 ..d
             },
             HostDelta::default()
+        );
+    }
+
+    #[test]
+    fn the_tcp_rmem_max_is_the_third_number() {
+        assert_eq!(buffer_max("4096\t131072\t6291456\n"), Some(6_291_456));
+        assert_eq!(buffer_max("4096 131072"), None);
+        assert_eq!(buffer_max("4096 131072 lots"), None);
+    }
+
+    #[test]
+    fn udp_buffer_errors_are_the_window_s_and_unknown_without_both_ends() {
+        let irqs = ids(&["24"]);
+        let t0 = Instant::now();
+        let mut before = four_cpu("before", &irqs, t0);
+        let mut after = four_cpu("after", &irqs, t0);
+        assert_eq!(before.delta(&after).udp_buffer_errors, None);
+        let counters = |rcv, snd| SnmpCounters {
+            udp_rcvbuf_errors: rcv,
+            udp_sndbuf_errors: snd,
+            ..SnmpCounters::default()
+        };
+        before.snmp = Some(counters(1000, 7));
+        assert_eq!(before.delta(&after).udp_buffer_errors, None);
+        after.snmp = Some(counters(1450, 7));
+        assert_eq!(
+            before.delta(&after).udp_buffer_errors,
+            Some(UdpBufferErrors {
+                receive: 450,
+                send: 0
+            })
         );
     }
 

@@ -138,6 +138,39 @@ pub struct Evidence {
     /// UDP: datagrams lost over sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_ratio: Option<f64>,
+    /// UDP: datagrams lost, the receiving sockets' drops for lack of
+    /// buffer room (SO_RXQ_OVFL), and the receiving and sending hosts'
+    /// UDP buffer errors over the window (RcvbufErrors, SndbufErrors of
+    /// /proc/net/snmp: host-wide, IPv4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_datagrams: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_drops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_rcvbuf_errors: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_sndbuf_errors: Option<u64>,
+    /// The receiving host's net.ipv4.tcp_rmem max, for the advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_tcp_rmem_max: Option<u64>,
+    /// The sending host's net.ipv4.tcp_wmem max, for the advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_tcp_wmem_max: Option<u64>,
+}
+
+impl Evidence {
+    /// UDP: the share of lost datagrams the receiving host dropped itself
+    /// for lack of socket buffer room, by the larger of the socket's own
+    /// count and the host's RcvbufErrors (the socket count cannot include
+    /// other sockets; the host's may). Unknown without either count.
+    pub fn receiver_drop_share(&self) -> Option<f64> {
+        let lost = self.lost_datagrams.filter(|&l| l > 0)?;
+        let drops = match (self.socket_drops, self.receiver_rcvbuf_errors) {
+            (None, None) => return None,
+            (a, b) => a.unwrap_or(0).max(b.unwrap_or(0)),
+        };
+        Some(clamp01(drops as f64 / lost as f64))
+    }
 }
 
 /// One candidate cause and its strength, 0..=1: the fraction of the window
@@ -160,6 +193,10 @@ pub struct Diagnosis {
     pub also: Option<Candidate>,
     /// Every candidate with evidence, strongest first.
     pub candidates: Vec<Candidate>,
+    /// What to change, only where a staged lab test showed the change
+    /// lifts the probe (docs/DIAGNOSIS.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<String>,
     pub evidence: Evidence,
 }
 
@@ -182,6 +219,9 @@ pub const RATE_REACHED: f64 = 0.9;
 pub const INTERRUPTS_CROWD: f64 = 0.3;
 /// UDP loss above this is the path's.
 pub const UDP_LOSS: f64 = 0.01;
+/// UDP loss this much of which the receiving host dropped at its socket
+/// was the receiver's, not the path's.
+pub const MOST_OF_LOSS: f64 = 0.5;
 /// Two causes within this strength of each other are both named.
 pub const CLOSE: f64 = 0.05;
 
@@ -287,7 +327,52 @@ pub fn gather(
             .max(),
         send_buffer_bytes: senders.iter().map(|s| s.send_buffer_bytes).max(),
         loss_ratio,
+        lost_datagrams: (kind == Kind::Udp)
+            .then(|| udp_lost(senders, receivers))
+            .flatten(),
+        socket_drops: (kind == Kind::Udp)
+            .then(|| {
+                receivers
+                    .iter()
+                    .filter_map(|s| s.udp_received.as_ref()?.socket_drops)
+                    .reduce(u64::saturating_add)
+            })
+            .flatten(),
+        receiver_rcvbuf_errors: (kind == Kind::Udp)
+            .then(|| receiver_host.udp_buffer_errors.map(|u| u.receive))
+            .flatten(),
+        sender_sndbuf_errors: (kind == Kind::Udp)
+            .then(|| sender_host.udp_buffer_errors.map(|u| u.send))
+            .flatten(),
+        receiver_tcp_rmem_max: (kind == Kind::Tcp)
+            .then_some(receiver_host.tcp_rmem_max)
+            .flatten(),
+        sender_tcp_wmem_max: (kind == Kind::Tcp)
+            .then_some(sender_host.tcp_wmem_max)
+            .flatten(),
     }
+}
+
+/// UDP datagrams lost: the senders' count less what arrived, or the
+/// receivers' sequence gaps when no sender reported.
+fn udp_lost(senders: &[&StreamStats], receivers: &[&StreamStats]) -> Option<u64> {
+    let received: Vec<_> = receivers
+        .iter()
+        .filter_map(|s| s.udp_received.as_ref())
+        .collect();
+    if received.is_empty() {
+        return None;
+    }
+    let arrived: u64 = received.iter().map(|u| u.packets).sum();
+    let sent: Option<u64> = senders
+        .iter()
+        .filter_map(|s| s.udp_sent.as_ref())
+        .map(|u| u.packets)
+        .reduce(u64::saturating_add);
+    Some(match sent {
+        Some(sent) => sent.saturating_sub(arrived),
+        None => received.iter().map(|u| u.lost).sum(),
+    })
 }
 
 /// How a side's data thread and its CPU bear on the verdict: its
@@ -329,11 +414,20 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
         push(Limit::SenderCpu, sat);
     }
+    // UDP loss the receiving host booked as its own buffer overflows: the
+    // receiver did not drain its socket in time, whatever its CPU showed.
+    let udp_lossy = e.kind == Some(Kind::Udp) && e.loss_ratio.is_some_and(|l| l >= UDP_LOSS);
+    let receiver_drops = e.receiver_drop_share().filter(|_| udp_lossy);
     if let Some(t) = &e.receiver {
         let (sat, irq) = cpu_candidates(t);
         receiver_sat = sat;
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
-        push(Limit::ReceiverCpu, sat);
+    }
+    if e.receiver.is_some() || receiver_drops.is_some() {
+        push(
+            Limit::ReceiverCpu,
+            receiver_sat.max(receiver_drops.unwrap_or(0.0)),
+        );
     }
     if irq_crowd > 0.0 {
         push(Limit::SoftirqContention, irq_crowd);
@@ -373,7 +467,11 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     // thread explains the windows and buffers it could not keep filled or
     // drained; then the kernel's own time accounting.
     let mut eligible: Vec<Limit> = Vec::new();
-    if e.kind == Some(Kind::Udp) && network.is_some() {
+    if receiver_drops.is_some_and(|share| share >= MOST_OF_LOSS) {
+        // Most of the loss was the receiving socket overflowing: the path
+        // carried it, the receiver did not keep up.
+        eligible.push(Limit::ReceiverCpu);
+    } else if e.kind == Some(Kind::Udp) && network.is_some() {
         // Datagrams lost on the way: whatever the sender did, the path
         // did not carry it.
         eligible.push(Limit::Network);
@@ -420,8 +518,31 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         limit,
         strength,
         also,
+        advice: advice(limit, strength, e),
         candidates,
         evidence: e.clone(),
+    }
+}
+
+/// Advice for a verdict, only where a lab test proves it: the tests
+/// `diagnosis::a_small_receive_buffer_on_the_receiver_is_the_receive_window`
+/// and `diagnosis::a_small_send_buffer_on_the_sender_is_the_send_buffer`
+/// raise the tcp_rmem / tcp_wmem max and see the probe lifted.
+fn advice(limit: Limit, strength: f64, e: &Evidence) -> Vec<String> {
+    match limit {
+        Limit::ReceiveWindow => vec![format!(
+            "the receive window limited {:.0}% of the time: raise -w, or net.ipv4.tcp_rmem max on the receiver (now {})",
+            strength * 100.0,
+            e.receiver_tcp_rmem_max
+                .map_or("unknown".to_string(), |m| m.to_string())
+        )],
+        Limit::SendBuffer => vec![format!(
+            "the send buffer limited {:.0}% of the time: raise -w, or net.ipv4.tcp_wmem max on the sender (now {})",
+            strength * 100.0,
+            e.sender_tcp_wmem_max
+                .map_or("unknown".to_string(), |m| m.to_string())
+        )],
+        _ => Vec::new(),
     }
 }
 
@@ -517,12 +638,23 @@ mod tests {
         let idle = || thread(0.1, 0.0, 0.0);
         let mut e = tcp(idle(), idle());
         e.rwnd_limited = Some(0.88);
-        assert_eq!(diagnose(&e).limit, Limit::ReceiveWindow);
+        e.receiver_tcp_rmem_max = Some(4_194_304);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiveWindow);
+        assert_eq!(
+            d.advice,
+            ["the receive window limited 88% of the time: raise -w, or net.ipv4.tcp_rmem max on the receiver (now 4194304)"]
+        );
         let mut e = tcp(idle(), idle());
         e.sndbuf_limited = Some(0.7);
+        e.sender_tcp_wmem_max = Some(8192);
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::SendBuffer);
         assert!((d.strength - 0.7).abs() < 1e-9);
+        assert_eq!(
+            d.advice,
+            ["the send buffer limited 70% of the time: raise -w, or net.ipv4.tcp_wmem max on the sender (now 8192)"]
+        );
         // What the lab measured for a receive window far below the
         // bandwidth-delay product: the kernel booked the rest as busy.
         let mut e = tcp(idle(), idle());
@@ -590,5 +722,51 @@ mod tests {
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::Network);
         assert!((d.strength - 0.95).abs() < 1e-9);
+    }
+
+    #[test]
+    fn udp_loss_the_receiver_dropped_at_its_socket_is_the_receiver_s() {
+        // Evidence shaped like a receiver with a tiny receive buffer fed
+        // 1 Gbit/s: 31% lost, nearly all of it overflows of the receiving
+        // socket, while the receiving thread ran only 40%.
+        let mut e = Evidence {
+            kind: Some(Kind::Udp),
+            bitrate_bits_per_second: 1_000_000_000,
+            sender_throughput_bits_per_second: 990e6,
+            throughput_bits_per_second: 683e6,
+            loss_ratio: Some(0.31),
+            lost_datagrams: Some(26_600),
+            socket_drops: Some(26_350),
+            receiver_rcvbuf_errors: Some(26_480),
+            sender_sndbuf_errors: Some(0),
+            sender: Some(thread(0.6, 0.0, 0.0)),
+            receiver: Some(thread(0.4, 0.0, 0.0)),
+            ..Evidence::default()
+        };
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiverCpu, "{d:?}");
+        // The host's count (larger) explains 26480 of 26600.
+        assert!((d.strength - 26_480.0 / 26_600.0).abs() < 1e-9, "{d:?}");
+        // The same loss with the receiving socket dropping nothing: the path.
+        e.socket_drops = Some(0);
+        e.receiver_rcvbuf_errors = Some(3);
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+        // Drops explaining a minority of the loss: still the path.
+        e.socket_drops = Some(10_000);
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+        // Unknown counts (an older peer): the path, as before.
+        e.socket_drops = None;
+        e.receiver_rcvbuf_errors = None;
+        assert_eq!(e.receiver_drop_share(), None);
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+        // Host-wide errors from other sockets far above the loss are
+        // capped at all of it, not more.
+        e.receiver_rcvbuf_errors = Some(u64::MAX);
+        assert_eq!(e.receiver_drop_share(), Some(1.0));
+        // Drops without loss above the threshold are no verdict.
+        e.loss_ratio = Some(0.001);
+        e.lost_datagrams = Some(80);
+        e.socket_drops = Some(80);
+        assert_ne!(diagnose(&e).limit, Limit::ReceiverCpu);
     }
 }

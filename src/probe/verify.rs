@@ -22,6 +22,10 @@ use crate::protocol::{Kind, TestRequest};
 
 /// Slack on time figures: scheduling, the control round trip, the drain.
 const TIME_SLACK: Duration = Duration::from_secs(5);
+/// UDP buffer errors one host may report over a window: 10 Mpps for a
+/// day, far above anything real.
+const MAX_UDP_BUFFER_ERRORS: u64 = 1 << 40;
+
 /// No single stream of any host today carries this much; a figure above it
 /// is a forgery or a bug, not a measurement.
 const MAX_STREAM_BITS_PER_SECOND: f64 = 10e12;
@@ -192,6 +196,24 @@ pub fn check_results(
             }
         }
     }
+    if let Some(u) = &h.udp_buffer_errors {
+        // Host-wide, so other sockets' drops count too; but no host drops
+        // this many datagrams in one window, and a figure this large would
+        // swamp every ratio the verdict takes.
+        if u.receive.max(u.send) > MAX_UDP_BUFFER_ERRORS {
+            return Err(format!(
+                "the responder's host reported {} UDP buffer errors",
+                u.receive.max(u.send)
+            ));
+        }
+    }
+    // The kernel keeps tcp_rmem in an int.
+    if h.tcp_rmem_max.max(h.tcp_wmem_max).unwrap_or(0) > i32::MAX as u64 {
+        return Err(format!(
+            "the responder's tcp_rmem/tcp_wmem max is {:?}/{:?}",
+            h.tcp_rmem_max, h.tcp_wmem_max
+        ));
+    }
     if remote.kernel_release.len() > 256 {
         return Err("the responder's kernel release is not a kernel release".into());
     }
@@ -214,6 +236,13 @@ fn check_stream_figures(s: &StreamStats, max_seconds: f64) -> Result<(), String>
     }
     if let Some(u) = &s.udp_received {
         times.push(("jitter_seconds", u.jitter_seconds));
+        // SO_RXQ_OVFL is a 32-bit count.
+        if u.socket_drops.unwrap_or(0) > u64::from(u32::MAX) {
+            return Err(format!(
+                "{:?} datagrams dropped at the socket",
+                u.socket_drops
+            ));
+        }
     }
     if let Some(t) = &s.sched {
         times.extend([
@@ -702,6 +731,14 @@ mod tests {
         remote.streams[0].udp_received.as_mut().unwrap().packets = 1001;
         let e = check_results(&request, &local, &remote).unwrap_err();
         assert!(e.contains("1001 datagrams"), "{e}");
+        remote.streams[0].udp_received.as_mut().unwrap().packets = 1000;
+        remote.streams[0]
+            .udp_received
+            .as_mut()
+            .unwrap()
+            .socket_drops = Some(u64::MAX);
+        let e = check_results(&request, &local, &remote).unwrap_err();
+        assert!(e.contains("dropped at the socket"), "{e}");
     }
 
     #[test]
@@ -750,6 +787,14 @@ mod tests {
             .delivery_rate_bits_per_second = Some(f64::INFINITY))
         .is_err());
         assert!(forge(&|r| r.host.cpus[0].softirq = 7.0).is_err());
+        let errors =
+            |receive, send| Some(crate::protocol::model::UdpBufferErrors { receive, send });
+        assert!(forge(&|r| r.host.udp_buffer_errors = errors(12, 0)).is_ok());
+        assert!(forge(&|r| r.host.udp_buffer_errors = errors(u64::MAX, 0)).is_err());
+        assert!(forge(&|r| r.host.udp_buffer_errors = errors(0, 1 << 41)).is_err());
+        assert!(forge(&|r| r.host.tcp_rmem_max = Some(6_291_456)).is_ok());
+        assert!(forge(&|r| r.host.tcp_rmem_max = Some(u64::MAX)).is_err());
+        assert!(forge(&|r| r.host.tcp_wmem_max = Some(1 << 40)).is_err());
         assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
     }
 

@@ -353,6 +353,27 @@ pub struct HostDelta {
     /// interface is unknown, and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface_bytes: Option<InterfaceBytes>,
+    /// The host's UDP buffer errors over the window (RcvbufErrors and
+    /// SndbufErrors of /proc/net/snmp, IPv4, host-wide). Absent when the
+    /// file could not be read, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_buffer_errors: Option<UdpBufferErrors>,
+    /// The host's TCP buffer autotuning limits at the window's end: the
+    /// max of net.ipv4.tcp_rmem and tcp_wmem, in bytes, for the advice
+    /// on a receive window. Absent when unread, and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_rmem_max: Option<u64>,
+    /// The max of net.ipv4.tcp_wmem, for the advice on a send buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_wmem_max: Option<u64>,
+}
+
+/// UDP datagrams a host dropped for lack of socket buffer room over a
+/// probe's window: arriving (RcvbufErrors) and leaving (SndbufErrors).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct UdpBufferErrors {
+    pub receive: u64,
+    pub send: u64,
 }
 
 /// One CPU over the window (per-CPU lines of /proc/stat and columns of

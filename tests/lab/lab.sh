@@ -360,78 +360,7 @@ case "$sub" in
     addr)    [ $# -eq 1 ] || die "usage: lab.sh addr NAME a|b"
              case "$1" in a|b) addr_of "$name" "$1" ;; *) die "addr: a or b" ;; esac ;;
     exec)
-        star_addr() {   # star_addr NAME I [r]: host I's address, or r's side of it
-    x=$(lab_index "$1")
-    if [ "${3:-}" = r ]; then echo "10.$((210 + $2)).$x.1"; else echo "10.$((210 + $2)).$x.2"; fi
-}
-
-check_count() {
-    case "$1" in ''|*[!0-9]*) die "bad host count '$1'" ;; esac
-    [ "$1" -ge 2 ] && [ "$1" -le 40 ] || die "host count $1 not in 2..40"
-}
-
-cmd_star() {
-    name=$1; count=$2
-    r=$(ns "$name" r)
-    for n in $(seq 1 "$count") r; do
-        if ip netns list | awk '{print $1}' | grep -qx "$name-$n"; then
-            die "namespace $name-$n already exists (run: lab.sh down $name)"
-        fi
-    done
-    trap 'cmd_down "$name" >/dev/null 2>&1' EXIT
-    cpus=$(awk '/^Cpus_allowed:/ { print $2 }' /proc/self/status)
-    ip netns add "$r"
-    ip -n "$r" link set lo up
-    nsx "$r" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-    nsx "$r" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-    nsx "$r" sysctl -qw net.ipv4.ip_forward=1
-    for i in $(seq 1 "$count"); do
-        h=$(ns "$name" "h$i")
-        ip netns add "$h"
-        ip -n "$h" link set lo up
-        nsx "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-        nsx "$h" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-        ip link add "${name}h$i" netns "$h" type veth peer name "${name}r$i" netns "$r"
-        ip -n "$h" addr add "$(star_addr "$name" "$i")/24" dev "${name}h$i"
-        ip -n "$r" addr add "$(star_addr "$name" "$i" r)/24" dev "${name}r$i"
-        ip -n "$h" link set "${name}h$i" up
-        ip -n "$r" link set "${name}r$i" up
-        # RPS as in `up`: no reordering between CPU backlogs.
-        nsx "$h" sh -c "echo $cpus > /sys/class/net/${name}h$i/queues/rx-0/rps_cpus"
-        nsx "$r" sh -c "echo $cpus > /sys/class/net/${name}r$i/queues/rx-0/rps_cpus"
-        ip -n "$h" route add default via "$(star_addr "$name" "$i" r)"
-    done
-    # Every host reaches every other through r (and the neighbour entries
-    # are resolved before the first probe).
-    for i in $(seq 1 "$count"); do
-        for j in $(seq 1 "$count"); do
-            [ "$i" = "$j" ] && continue
-            reach "$(ns "$name" "h$i")" "$(star_addr "$name" "$j")" \
-                || die "h$i cannot reach h$j through r"
-        done
-    done
-    trap - EXIT
-    echo "star $name up: $count hosts around $r"
-}
-
-cmd_star_shape() {
-    name=$1; count=$2; rate=$3
-    r=$(ns "$name" r)
-    case "${4:-}" in
-        '') ;;
-        *[!0-9]*) die "bad queue limit '$4' (bytes)" ;;
-        *) LAB_TBF_LIMIT=$4 ;;
-    esac
-    args=$(tbf_args "$rate")
-    for i in $(seq 1 "$count"); do
-        tc -n "$r" qdisc del dev "${name}r$i" root 2>/dev/null || true
-        # shellcheck disable=SC2086
-        tc -n "$r" qdisc add dev "${name}r$i" root tbf $args
-    done
-    echo "star $name shaped: tbf $args on ${name}r1 .. ${name}r$count"
-}
-
-[ $# -ge 2 ] || die "usage: lab.sh exec NAME a|r|b CMD..."
+        [ $# -ge 2 ] || die "usage: lab.sh exec NAME a|r|b|hI CMD..."
         end=$1; shift
         case "$end" in a|r|b|h[0-9]|h[0-9][0-9]) ;; *) die "exec: end must be a, r, b or hI" ;; esac
         exec ip netns exec "$(ns "$name" "$end")" "$@" ;;

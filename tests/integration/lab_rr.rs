@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab};
+use crate::common::lab::{require_root, run_bounded, tbf_burst_bytes, wait_bounded, Lab};
 
 const PORT: u16 = 5301;
 /// TCP payload per 1514-byte frame (MSS 1448 with timestamps, 66 bytes
@@ -173,8 +173,7 @@ fn tcp_rr_latency_moves_by_tbf_serialisation_time() {
     lab.shape(10).unwrap();
     let shaped = rr_probe(&lab, &args, 3);
     let l = &shaped["latency"];
-    // lab.sh's bucket: max(rate x 1 ms, 16 KiB).
-    let burst = (rate_bps / 8.0 * 0.001f64).max(16384.0);
+    let burst = tbf_burst_bytes(rate_bps);
     let bytes = 65536.0f64;
     let frames = (bytes / MSS).ceil();
     let wire = bytes + frames * FRAME_OVERHEAD;

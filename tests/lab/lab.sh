@@ -154,15 +154,23 @@ EOF
 
 # tbf parameters, derived from the rate (measured with iperf3 on a 2-core
 # machine, see tests/lab/validate-iperf3.sh):
-#   burst = max(rate x 1 ms, 16 KiB). tbf refills tokens continuously and
-#     sleeps on an hrtimer, so the bucket need not cover a jiffy (rate/HZ,
-#     400 KB at 800 Mbit); it must absorb the watchdog and softirq wake-up
-#     latency. At 800 Mbit a 1514 B bucket gave 354 Mbit/s instead of 765,
-#     3028 B gave 691, 8000 B 755-761; 100 KB (1 ms) gives 764-765. The
-#     one-off burst of a full bucket is < 0.1% of a 5 s probe's bytes.
+#   burst = max(rate x 1 ms, 16 KiB) below 200 Mbit, rate x 10 ms from
+#     200 Mbit. tbf refills tokens continuously and sleeps on an hrtimer, so
+#     the bucket need not cover a jiffy; it must absorb the time r's CPU is
+#     away: the watchdog and softirq wake-up latency, and on a virtual
+#     machine the time the hypervisor takes the vCPU away (steal).
+#     Capacity a stall leaves unused beyond a full bucket is lost for good,
+#     with no drop and no retransmit: TCP arrives below the rate. At 800
+#     Mbit a 1514 B bucket gave 354 Mbit/s instead of 765, 3028 B 691,
+#     8000 B 755-761, 100 KB (1 ms) 764-765 on a quiet host but 675-745
+#     while the hypervisor stole 3-17% of the CPUs; 1 MB (10 ms) gave the
+#     rate in both. A full bucket's one-off burst is 0.2% of a 5 s probe's
+#     bytes. Low rates keep the small bucket: at 50 Mbit with 4 streams a
+#     bucket of 31 KB or 62 KB tripled the retransmits and cost 3-10% of
+#     the goodput, while 16 KiB gave the rate.
 #     The burst is also the largest packet tbf passes whole: bigger GSO
 #     packets are segmented by tbf, and accounted per segment.
-#   limit = max(rate x 20 ms, 4 x burst, 64 KiB) bytes of queue. The lab RTT
+#   limit = max(rate x 20 ms, 2 x burst, 64 KiB) bytes of queue. The lab RTT
 #     is far below 1 ms, so 20 ms is many bandwidth-delay products and TCP
 #     keeps the queue non-empty through loss recovery. A limit below the
 #     size of the GSO packets tbf lets through whole drops them wholesale:
@@ -171,9 +179,10 @@ tbf_args() {
     bps=$(rate_bps "$1")
     # LAB_TBF_BURST / LAB_TBF_LIMIT (bytes) override, for experiments.
     awk -v bps="$bps" -v xb="${LAB_TBF_BURST:-}" -v xl="${LAB_TBF_LIMIT:-}" 'BEGIN {
-        burst = bps / 8 * 0.001; if (burst < 16384) burst = 16384
+        burst = bps / 8 * (bps >= 200e6 ? 0.010 : 0.001)
+        if (burst < 16384) burst = 16384
         limit = bps / 8 * 0.020
-        if (limit < 4 * burst) limit = 4 * burst
+        if (limit < 2 * burst) limit = 2 * burst
         if (limit < 65536) limit = 65536
         if (xb != "") burst = xb
         if (xl != "") limit = xl

@@ -65,6 +65,15 @@ fn drain<R: Read + Send + 'static>(r: Option<R>) -> thread::JoinHandle<String> {
     })
 }
 
+/// The bucket lab.sh gives tbf at `rate_bps` (its `tbf_args`):
+/// max(rate x 1 ms, 16 KiB) bytes below 200 Mbit, rate x 10 ms from
+/// there. Tests that predict latency through the bucket use it.
+#[allow(dead_code)]
+pub fn tbf_burst_bytes(rate_bps: f64) -> f64 {
+    let seconds = if rate_bps >= 200e6 { 0.010 } else { 0.001 };
+    (rate_bps / 8.0 * seconds).max(16384.0)
+}
+
 /// Waits for `child` at most `timeout` (polling `try_wait`); on timeout
 /// kills it and returns `None`.
 pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {

@@ -42,12 +42,15 @@ const MAX_CONNECTING: usize = 64;
 /// How long a refusal may take to write.
 const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A TCP data connection, with its place in the accept order.
+type DataConn = (u64, TcpStream);
+
 /// The test in progress: its cookie, its client, and where its TCP data
 /// connections go.
 struct Active {
     cookie: [u8; COOKIE_LEN],
     peer: IpAddr,
-    tx: mpsc::UnboundedSender<TcpStream>,
+    tx: mpsc::UnboundedSender<DataConn>,
 }
 
 /// A listener that serves stock iperf3 clients with a responder's state.
@@ -81,6 +84,11 @@ impl Iperf3Server {
         };
         let connecting = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTING));
         let mut tasks = tokio::task::JoinSet::new();
+        // iperf3 gives a stream its role by the order the client opened it
+        // in (bidir: its senders first). Each connection's cookie is read
+        // in a task of its own, and those tasks finish in any order under
+        // load, so the accept order travels with the connection.
+        let mut accepted_seq: u64 = 0;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -92,8 +100,11 @@ impl Iperf3Server {
                             continue;
                         };
                         let (shared, active) = (self.shared.clone(), self.active.clone());
+                        accepted_seq += 1;
+                        let seq = accepted_seq;
                         tasks.spawn(async move {
-                            connection(stream, normalize(peer), local, shared, active, permit).await;
+                            let peer = normalize(peer);
+                            connection((seq, stream), peer, local, shared, active, permit).await;
                         });
                     }
                     Err(e) => {
@@ -122,7 +133,7 @@ async fn refuse_with(mut stream: TcpStream, bytes: &[u8]) {
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    (seq, mut stream): DataConn,
     peer: SocketAddr,
     local: SocketAddr,
     shared: Arc<ResponderState>,
@@ -154,7 +165,7 @@ async fn connection(
     drop(permit);
     // A data connection of the test in progress, or a client told busy.
     enum Seen {
-        Data(mpsc::UnboundedSender<TcpStream>),
+        Data(mpsc::UnboundedSender<DataConn>),
         Busy,
         Free,
     }
@@ -167,7 +178,7 @@ async fn connection(
     };
     match seen {
         Seen::Data(tx) => {
-            let _ = tx.send(stream);
+            let _ = tx.send((seq, stream));
             return;
         }
         Seen::Busy => {
@@ -462,7 +473,7 @@ async fn run(
     local: SocketAddr,
     params: &Params,
     request: &TestRequest,
-    mut rx: mpsc::UnboundedReceiver<TcpStream>,
+    mut rx: mpsc::UnboundedReceiver<DataConn>,
     shared: &ResponderState,
     slot: &super::SlotGuard<'_>,
 ) -> Outcome {
@@ -500,13 +511,12 @@ async fn run(
     let mut sockets: BTreeMap<u32, DataSocket> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + t;
     let collect = async {
+        let mut tcp: Vec<DataConn> = Vec::new();
         for id in 0..total as u32 {
             let socket = match &udp_main {
                 None => {
-                    let s = tokio::time::timeout_at(deadline, rx.recv()).await.ok()??;
-                    let s = s.into_std().ok()?;
-                    crate::probe::tcp::prepare_blocking(&s).ok()?;
-                    DataSocket::Tcp(s)
+                    tcp.push(tokio::time::timeout_at(deadline, rx.recv()).await.ok()??);
+                    continue;
                 }
                 Some(main) => loop {
                     let mut buf = [0u8; 64];
@@ -526,6 +536,13 @@ async fn run(
                 },
             };
             sockets.insert(id, socket);
+        }
+        // Stream i is the i-th connection the client opened.
+        tcp.sort_by_key(|(seq, _)| *seq);
+        for (id, (_, s)) in tcp.into_iter().enumerate() {
+            let s = s.into_std().ok()?;
+            crate::probe::tcp::prepare_blocking(&s).ok()?;
+            sockets.insert(id as u32, DataSocket::Tcp(s));
         }
         Some(())
     };

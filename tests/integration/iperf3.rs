@@ -703,3 +703,63 @@ fn broken_iperf3_clients_end_within_the_timeouts_and_are_counted() {
         assert_eq!(code, Some(0), "{out}");
     }
 }
+
+/// iperf3 gives a stream its role by the order the client opened it: in
+/// `--bidir`, the client's senders come first. A data connection whose
+/// cookie arrives after a later one's (as it can when the machine is
+/// loaded) keeps its place: the first connection opened is read, the
+/// second is written. Before the fix, the responder took the order the
+/// cookies were read in, so both ends wrote and neither read.
+#[test]
+fn bidir_roles_follow_the_order_the_client_opened_its_streams() {
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig::default());
+    let connect = || {
+        let s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let cookie = b"orderorderorderorderorderorderorder2\0";
+    let mut control = connect();
+    control.write_all(cookie).unwrap();
+    let mut b = [0u8; 1];
+    control.read_exact(&mut b).unwrap();
+    assert_eq!(b[0], 9, "PARAM_EXCHANGE");
+    let params = br#"{"tcp":true,"time":2,"parallel":1,"len":131072,"bidirectional":true}"#;
+    control
+        .write_all(&(params.len() as u32).to_be_bytes())
+        .unwrap();
+    control.write_all(params).unwrap();
+    control.read_exact(&mut b).unwrap();
+    assert_eq!(b[0], 10, "CREATE_STREAMS");
+    // Both connections are accepted in this order; the second one's
+    // cookie is read first.
+    let mut first = connect();
+    let mut second = connect();
+    second.write_all(cookie).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    first.write_all(cookie).unwrap();
+    let mut two = [0u8; 2];
+    control.read_exact(&mut two).unwrap();
+    assert_eq!(two, [1, 2], "TEST_START, TEST_RUNNING");
+    // The responder sends on the second connection...
+    let mut got = vec![0u8; 1 << 16];
+    let mut total = 0usize;
+    while total < 1 << 20 {
+        match second.read(&mut got) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) => panic!("the responder sent {total} bytes on the second stream: {e}"),
+        }
+    }
+    assert!(total >= 1 << 20, "{total}");
+    // ...and reads the first: 16 MB go through, more than loopback's
+    // buffers hold when nobody reads.
+    let chunk = vec![0u8; 1 << 20];
+    for i in 0..16 {
+        first
+            .write_all(&chunk)
+            .unwrap_or_else(|e| panic!("the responder read {i} MB of the first stream: {e}"));
+    }
+}

@@ -10,6 +10,9 @@
 #   benches/compare.sh [SECONDS]      (default 4)
 #
 # Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams.
+# Then the stock client (iperf3 -c) against pathprobe's responder (its
+# iperf3 port) and against iperf3 -s, TCP 1 and 4 streams: the figures of
+# `ratio pathprobe-responder/iperf3-s TCP`.
 #
 # Environment:
 #   IPERF3=/path/to/iperf3   the 3.21 binary (else ./iperf3-3.21/src/iperf3
@@ -18,7 +21,7 @@
 #                            with ./configure && make when no binary is found
 #   ROUNDS=N                 runs per tool and test, median shown (default 3)
 #   VETH=0                   skip the namespace comparison
-#   PORT=N                   first of the three server ports (default 25301)
+#   PORT=N                   first of the four server ports (default 25301)
 #
 # Needs: cargo, iperf3, python3; root for the veth part.
 set -euo pipefail
@@ -74,10 +77,10 @@ trap 'exit 130' INT TERM
 # command in the server's namespace (empty on loopback). `ip netns exec`
 # execs the command, so $! is the server itself (its CPU is read by pid).
 PORT=${PORT:-25301}
-export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2))
+export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3))
 start_servers() {
   local addr=$1; shift
-  "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
+  "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" --iperf3-port "$PORT_PPI" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
   "$@" iperf3 -s -B "$addr" -p "$PORT_IP" >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
   if [ -n "$IP_NEW" ]; then
     "$@" "$IP_NEW" -s -B "$addr" -p "$PORT_IPN" >/dev/null 2>&1 & pids+=($!); export PID_IPN=$!
@@ -85,7 +88,7 @@ start_servers() {
   sleep 1
   # A server that could not listen (a port in use) has exited by now.
   for p in "${pids[@]}"; do
-    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_IPN in use? set PORT=)"
+    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_PPI in use? set PORT=)"
   done
 }
 stop_servers() {
@@ -183,6 +186,45 @@ for name, pa, ia, udp in tests:
     for t, bps in medians.items():
         if t != "pathprobe" and "pathprobe" in medians and bps > 0:
             print(f"{name:<24} ratio pathprobe/{t}: {medians['pathprobe'] / bps:.2f}")
+
+# The stock client against pathprobe's responder and against iperf3 -s,
+# taking turns. Throughput is the client's own count and clock (sum_sent),
+# the same code for both servers; the server's CPU is its process's.
+def stock_client(port, pid, args):
+    d, c, s = run(["iperf3", "-J", "-t", T, "-c", ADDR, "-p", str(port)] + args, pid)
+    if "error" in d:
+        raise RuntimeError(d["error"])
+    e = d["end"]["sum_sent"]
+    return e["bits_per_second"], e["bytes"], 0.0, c, s, ""
+
+servers = [
+    ("pathprobe responder", os.environ["PORT_PPI"], os.environ["PID_PP"]),
+    (f"iperf3 -s {ver}", os.environ["PORT_IP"], os.environ["PID_IP"]),
+]
+for name, args in [("iperf3 -c TCP 1 stream", []), ("iperf3 -c TCP 4 streams", ["-P", "4"])]:
+    results = {t: [] for t, _, _ in servers}
+    for _ in range(ROUNDS):
+        for t, port, pid in servers:
+            try:
+                results[t].append(stock_client(port, pid, args))
+            except Exception as e:
+                print(f"  {name}, {t}: {e}", file=sys.stderr)
+    medians = {}
+    for t, rs in results.items():
+        if not rs:
+            print(f"{name:<24} {t:<22} (failed)")
+            continue
+        rs.sort(key=lambda r: r[0])
+        bps, nbytes, loss, c, s, mode = rs[len(rs) // 2]
+        gb = nbytes / 1e9
+        cg, sg = (c / gb, s / gb) if gb > 0 else (float("nan"),) * 2
+        medians[t] = (bps, sg)
+        print(f"{name:<24} {t:<22} {bps / 1e9:7.2f} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}")
+    pr, ip = medians.get("pathprobe responder"), medians.get(f"iperf3 -s {ver}")
+    if pr and ip and ip[0] > 0:
+        print(f"{name:<24} ratio pathprobe-responder/iperf3-s TCP {pr[0] / ip[0]:.2f}")
+        if ip[1] > 0:
+            print(f"{name:<24} server s/GB pathprobe-responder/iperf3-s {pr[1] / ip[1]:.2f}")
 PY
 }
 

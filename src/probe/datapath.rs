@@ -48,6 +48,9 @@ pub struct Plan {
     pub rr: Option<crate::protocol::rr::RrParams>,
     /// Whose datagram header UDP streams carry.
     pub wire: UdpWire,
+    /// What this side's senders move together after the warm-up before
+    /// they stop, if anything (an iperf3 client's `-n`/`-k`).
+    pub send_limit: Option<SendLimit>,
 }
 
 /// The header and end-of-stream rules of a UDP stream: pathprobe's own
@@ -402,6 +405,33 @@ impl Progress {
     }
 }
 
+/// A count of bytes that one side's senders share and stop at: iperf3's
+/// server sends what a `-n` or `-k` client asked for, and no more. Each
+/// sender checks it before a write and adds what it wrote, so together
+/// they send at least the count (the client waits for all of it), and at
+/// most a write a stream over.
+#[derive(Debug, Clone)]
+pub struct SendLimit {
+    bytes: u64,
+    sent: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SendLimit {
+    pub fn new(bytes: u64) -> SendLimit {
+        SendLimit {
+            bytes,
+            sent: Arc::default(),
+        }
+    }
+    /// Bytes still to send.
+    pub fn remaining(&self) -> u64 {
+        self.bytes.saturating_sub(self.sent.load(Ordering::Relaxed))
+    }
+    pub fn add(&self, bytes: u64) {
+        self.sent.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
 /// Measures CPU, context switches and syscalls of one thread over a window
 /// that opens when the warm-up ends, and the scheduler's account of it:
 /// run and wait time (from [`ThreadMeter::open`] to [`ThreadMeter::close`])
@@ -531,6 +561,7 @@ mod tests {
                 offload: true,
                 rr: None,
                 wire: UdpWire::Pathprobe,
+                send_limit: None,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

@@ -107,6 +107,7 @@ impl TestSide {
                 offload: !request.no_offload,
                 rr: request.rr.filter(|_| request.kind == Kind::TcpRr),
                 wire: Default::default(),
+                send_limit: None,
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -131,6 +132,13 @@ impl TestSide {
     /// Runs UDP streams with `wire`'s header (iperf3's, for its peers).
     pub fn with_wire(mut self, wire: super::datapath::UdpWire) -> TestSide {
         self.plan.wire = wire;
+        self
+    }
+
+    /// Stops this side's senders, together, once they have sent `bytes`
+    /// after the warm-up (iperf3's `-n`/`-k`, as its server does).
+    pub fn with_send_limit(mut self, bytes: Option<u64>) -> TestSide {
+        self.plan.send_limit = bytes.map(super::datapath::SendLimit::new);
         self
     }
 

@@ -172,9 +172,16 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
         if now >= end || ctx.stop.is_stopped() {
             break;
         }
+        let limit = plan.send_limit.as_ref().filter(|_| meter.is_open());
+        if limit.is_some_and(|l| l.remaining() == 0) {
+            break;
+        }
         meter.syscall();
         match stream.write(&buf) {
             Ok(n) => {
+                if let Some(l) = limit {
+                    l.add(n as u64);
+                }
                 bytes += n as u64;
                 ctx.progress.add(n as u64);
                 last_write = Instant::now();

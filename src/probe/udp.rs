@@ -145,7 +145,14 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                 iv.roll(now, None);
             }
         }
-        let n = pacer.due(now - start, batch as u64) as usize;
+        let mut n = pacer.due(now - start, batch as u64) as usize;
+        let limit = plan.send_limit.as_ref().filter(|_| meter.is_open());
+        if let Some(l) = limit {
+            match l.remaining().div_ceil(len.max(1) as u64) {
+                0 => break,
+                left => n = n.min(left.min(usize::MAX as u64) as usize),
+            }
+        }
         if n == 0 {
             let next = start + pacer.next_due();
             let wait = next
@@ -211,6 +218,9 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             continue;
         }
         pacer.sent(sent as u64);
+        if let Some(l) = limit {
+            l.add(sent as u64 * len as u64);
+        }
         ctx.progress.add(sent as u64 * len as u64);
         seq += sent as u64;
         if meter.is_open() {

@@ -255,6 +255,28 @@ async fn session(
             return;
         }
     };
+    // A byte or block count is known now: it must fit the hour's budget
+    // (both directions' worth for --bidir).
+    if let Some(bytes) = asked_bytes(&params, request.length) {
+        let bytes = match request.direction {
+            Direction::Bidir => bytes.saturating_mul(2),
+            Direction::Send | Direction::Receive => bytes,
+        };
+        match budget_for(shared, config.max_bytes_per_hour, bytes) {
+            Ok(()) => {}
+            Err(never) => {
+                tracing::info!(%peer, bytes, never, "iperf3 test refused: over the byte budget");
+                if never {
+                    counters.reject(RejectReason::Limit);
+                    refuse_with(control, &encode_server_error(errors::IETOTALRATE, 0)).await;
+                } else {
+                    counters.reject(RejectReason::BudgetExhausted);
+                    refuse_with(control, &[State::AccessDenied.byte()]).await;
+                }
+                return;
+            }
+        }
+    }
     let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
     // Allowances and the slot: every "not now" is iperf3's "busy, try
     // again later".
@@ -388,10 +410,14 @@ pub fn to_request(
     if p.omit < 0 || p.time < 0 || p.omit > 3600 || p.time > 86_400 {
         return Err((errors::IEDURATION, "time or omit out of range".into()));
     }
+    if p.num < 0 || p.blockcount < 0 {
+        return Err((errors::IERECVPARAMS, "negative byte or block count".into()));
+    }
     let max_ms = config.max_duration.as_millis() as u64;
     let omit_ms = p.omit as u64 * 1000;
-    // -n/-k without -t: the client ends the test; it runs at most as long
-    // as the responder allows.
+    // -n/-k come with `time` 0: the client ends the test when it has
+    // moved that much; the responder lets it run at most max_duration,
+    // and ends it there (see `run`).
     let duration_ms = match p.time {
         0 => max_ms.saturating_sub(omit_ms).max(1),
         t => t as u64 * 1000,
@@ -414,6 +440,22 @@ pub fn to_request(
     let per_stream = p.bandwidth.unwrap_or(0);
     if per_stream < 0 {
         return Err((errors::IETOTALRATE, "negative rate".into()));
+    }
+    // A count that the asked rate cannot move within max_duration would be
+    // cut short there: refused now, as a -t over the limit is.
+    let rate = (per_stream as u64).saturating_mul(p.parallel as u64);
+    if let (0, Some(bytes), true) = (p.time, asked_bytes(p, length), rate > 0) {
+        let needed_ms = (bytes as u128 * 8 * 1000).div_ceil(u128::from(rate));
+        if u128::from(omit_ms) + needed_ms > u128::from(max_ms) {
+            return Err((
+                errors::IEDURATION,
+                format!(
+                    "max_duration: {bytes} bytes at {rate} bit/s take {:.1} s, over this responder's maximum of {} s",
+                    needed_ms as f64 / 1000.0,
+                    max_ms / 1000
+                ),
+            ));
+        }
     }
     let request = TestRequest {
         kind,
@@ -466,6 +508,37 @@ pub fn to_request(
     Ok(admitted.request)
 }
 
+/// The most a `-n`/`-k` test moves in each direction: the client stops at
+/// `num` bytes, or at `blockcount` blocks (writes of `length`, or reads of
+/// at most `length` with `-R`); `None` for a test bounded by time.
+pub fn asked_bytes(p: &Params, length: u32) -> Option<u64> {
+    match (p.num, p.blockcount) {
+        (n, _) if n > 0 => Some(n as u64),
+        (_, k) if k > 0 => Some((k as u64).saturating_mul(u64::from(length))),
+        _ => None,
+    }
+}
+
+/// Whether the hour's byte budget has room for a test that asks to move
+/// `bytes` (`-n`/`-k`): never (more than the whole hour's), not now, or yes.
+fn budget_for(shared: &ResponderState, per_hour: u64, bytes: u64) -> Result<(), bool> {
+    if per_hour == 0 {
+        return Ok(());
+    }
+    if bytes > per_hour {
+        return Err(true);
+    }
+    let spent = shared
+        .bytes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .spent(Instant::now());
+    if spent.saturating_add(bytes) > per_hour {
+        return Err(false);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     control: &mut TcpStream,
@@ -480,8 +553,11 @@ async fn run(
     let t = shared.config().idle_timeout;
     let counters = &shared.counters;
     let counters64 = params.udp_counters_64bit.is_some();
+    // With -n/-k the responder's senders stop at the count, as iperf3's
+    // server does; the client ends the test once it has received it.
     let side = TestSide::new(End::Responder, request, "", None, peer.ip())
-        .with_wire(UdpWire::Iperf3 { counters64 });
+        .with_wire(UdpWire::Iperf3 { counters64 })
+        .with_send_limit(asked_bytes(params, request.length));
     let total = side.stream_count();
     // UDP flows arrive on the iperf3 port's UDP side, bound before the
     // client is told to open them.
@@ -587,14 +663,36 @@ async fn run(
     {
         return Outcome::Failed("client gone");
     }
-    slot.started(Instant::now() + Duration::from_millis(request.omit_ms + request.duration_ms));
+    let planned = Duration::from_millis(request.omit_ms + request.duration_ms);
+    slot.started(Instant::now() + planned);
     // The client owns the clock: its TEST_END ends the test. Its going
-    // away, or silence past the planned end, ends it too.
-    let limit = Duration::from_millis(request.omit_ms + request.duration_ms)
-        + crate::probe::datapath::DRAIN_GRACE
-        + t;
+    // away, or silence past the planned end, ends it too. A test with no
+    // time of its own (-n, -k) ends at the responder's max_duration: the
+    // client is told with iperf3's "test duration too long", since iperf3
+    // has no way for a server to end a test cleanly.
+    let open_ended = params.time == 0;
+    let limit = match open_ended {
+        true => planned,
+        false => planned + crate::probe::datapath::DRAIN_GRACE + t,
+    };
+    const CUT: &str = "max_duration reached before the client's byte or block count";
     let watch = async {
         let r = tokio::time::timeout(limit, control.read_u8()).await;
+        if r.is_err() && open_ended {
+            // The error first, and the client gone, before its data
+            // connections are closed under it: a client that met the
+            // reset first would report that instead.
+            let _ = tokio::time::timeout(
+                REFUSAL_TIMEOUT,
+                control.write_all(&encode_server_error(errors::IEDURATION, 0)),
+            )
+            .await;
+            let mut rest = [0u8; 64];
+            let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+                while matches!(control.read(&mut rest).await, Ok(n) if n > 0) {}
+            })
+            .await;
+        }
         stop.stop();
         for s in &readers {
             let _ = s.shutdown(std::net::Shutdown::Read);
@@ -604,10 +702,15 @@ async fn run(
             Ok(Ok(b)) if State::from_byte(b) == State::ClientTerminate => Err("client terminated"),
             Ok(Ok(_)) => Err("unexpected state from the client"),
             Ok(Err(_)) => Err("client vanished during the test"),
+            Err(_) if open_ended => Err(CUT),
             Err(_) => Err("no TEST_END from the client"),
         }
     };
     let (stats, ended) = tokio::join!(running.finish(), watch);
+    // What moved counts against the hour's budget however the test ended.
+    if let Ok(stats) = &stats {
+        shared.spend(stats.streams.iter().map(|s| s.bytes).sum());
+    }
     if let Err(why) = ended {
         if why == "no TEST_END from the client" {
             ResponderCounters::inc(&counters.timeouts);
@@ -617,7 +720,6 @@ async fn run(
     let Ok(stats) = stats else {
         return Outcome::Failed("data path failed");
     };
-    shared.spend(stats.streams.iter().map(|s| s.bytes).sum());
     let exchange = async {
         control
             .write_all(&[State::ExchangeResults.byte()])
@@ -715,5 +817,18 @@ mod tests {
         // -n/-k without -t: up to the responder's longest.
         let n = to_request(&params(r#"{"tcp":true,"time":0,"num":1000}"#), &c).unwrap();
         assert_eq!(n.duration_ms, 60_000);
+        // What a count moves: bytes, or blocks of the length.
+        let k = params(r#"{"tcp":true,"time":0,"blockcount":10,"len":1000}"#);
+        assert_eq!(asked_bytes(&k, 1000), Some(10_000));
+        assert_eq!(asked_bytes(&params(r#"{"tcp":true,"time":5}"#), 1000), None);
+        // 1 MB at 1 Mbit/s is 8 s, within the 60 s; 10 MB is 80 s, not.
+        let udp = |num: u64| format!(r#"{{"udp":true,"time":0,"num":{num},"bandwidth":1000000}}"#);
+        assert!(to_request(&params(&udp(1_000_000)), &c).is_ok());
+        assert_eq!(code(&udp(10_000_000)), errors::IEDURATION);
+        // 3.12 prints -1 as 2^64-1: a negative count is no count.
+        assert_eq!(
+            code(r#"{"tcp":true,"time":0,"num":18446744073709551615}"#),
+            errors::IERECVPARAMS
+        );
     }
 }

@@ -763,3 +763,145 @@ fn bidir_roles_follow_the_order_the_client_opened_its_streams() {
             .unwrap_or_else(|e| panic!("the responder read {i} MB of the first stream: {e}"));
     }
 }
+
+/// `-n` and `-k`: tests bounded by bytes or blocks. The stock client ends
+/// them (the server only counts; protocol doc §8.1), so its own count is at
+/// least what it asked for, by less than a block a stream; the responder's
+/// count of the same streams is no more than what was sent, and most of
+/// it. The responder's limits still bound them: a count that the asked rate
+/// cannot move within max_duration is refused, one with no rate is cut
+/// there, and the hour's byte budget is held against the count.
+#[test]
+fn stock_clients_bounded_by_bytes_or_blocks() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig {
+        max_duration: Duration::from_secs(20),
+        ..ResponderConfig::default()
+    });
+    const M: u64 = 1 << 20;
+    const BLOCK: u64 = 128 << 10;
+    let count = |end: &Value, key: &str| u(&end[key]["bytes"]);
+    let within = |what: &str, got: u64, asked: u64, slack: u64| {
+        assert!(
+            got >= asked && got <= asked + slack,
+            "{what}: {got} for {asked} asked"
+        );
+    };
+    let most_of = |what: &str, received: u64, sent: u64| {
+        assert!(
+            received <= sent && received as f64 >= sent as f64 * 0.8,
+            "{what}: received {received} of {sent}"
+        );
+    };
+    // TCP: the client's sender stops at the count, its receiver (-R) once
+    // it has read that much (-k: that many reads, of at most a block).
+    for (args, asked) in [
+        (vec!["-n", "200M"], 200 * M),
+        (vec!["-n", "200M", "-P", "2"], 200 * M),
+        (vec!["-k", "1000"], 1000 * BLOCK),
+    ] {
+        let v = stock_json(p.port, &args);
+        let end = &v["end"];
+        let sent = count(end, "sum_sent");
+        within(&format!("{args:?} sent"), sent, asked, 2 * BLOCK);
+        most_of(&format!("{args:?}"), count(end, "sum_received"), sent);
+    }
+    // -R: the responder's senders stop at the count, as iperf3's server
+    // does (3.12 sends exactly -n bytes, or -k blocks of -l); the client
+    // ends the test once all of it has arrived.
+    for (args, asked) in [
+        (vec!["-n", "200M", "-R"], 200 * M),
+        (vec!["-n", "200M", "-R", "-P", "2"], 200 * M),
+        (vec!["-k", "1000", "-R"], 1000 * BLOCK),
+    ] {
+        let v = stock_json(p.port, &args);
+        let end = &v["end"];
+        let (sent, received) = (count(end, "sum_sent"), count(end, "sum_received"));
+        within(&format!("{args:?} sent"), sent, asked, 2 * BLOCK);
+        most_of(&format!("{args:?}"), received, sent);
+        // -n: the client waits for all of it; -k counts its reads, which
+        // may be short of a block each.
+        if args.contains(&"-n") {
+            assert!(received >= asked, "{args:?}: received {received}");
+        }
+    }
+    // --bidir: whichever direction reaches the count first ends the test;
+    // neither sends more than the count.
+    let v = stock_json(p.port, &["--bidir", "-n", "100M"]);
+    let end = &v["end"];
+    let ours = count(end, "sum_sent");
+    let theirs = count(end, "sum_sent_bidir_reverse");
+    assert!(ours.max(theirs) >= 100 * M, "{end}");
+    assert!(ours.max(theirs) <= 100 * M + BLOCK, "{end}");
+    assert!(ours.min(theirs) > M, "both directions moved: {end}");
+    most_of("--bidir", count(end, "sum_received"), ours);
+    // UDP, paced: 1400-byte datagrams, the count in bytes or datagrams.
+    // Either sender stops within a datagram of the count.
+    for (args, asked, slack) in [
+        (vec!["-n", "700K"], 700 << 10, 1400),
+        (vec!["-k", "500"], 500 * 1400, 0),
+        (vec!["-n", "700K", "-R"], 700 << 10, 1400),
+        (vec!["-k", "500", "-R"], 500 * 1400, 0),
+    ] {
+        let mut a = vec!["-u", "-b", "20m", "-l", "1400"];
+        a.extend(&args);
+        let v = stock_json(p.port, &a);
+        let sum = &v["end"]["sum"];
+        let bytes = u(&sum["bytes"]);
+        within(&format!("{args:?}"), bytes, asked, slack);
+        assert!(
+            sum["lost_percent"].as_f64().unwrap() < 2.0,
+            "{args:?}: {sum}"
+        );
+    }
+    // A count that the asked rate cannot move within max_duration (100 MB
+    // at 1 Mbit/s: 800 s) is refused before any data moves.
+    let (code, out) = stock_client(p.port, &["-u", "-b", "1m", "-n", "100M"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("test duration too long"), "{out}");
+    assert_eq!(p.counters.iperf3_tests_failed.load(Ordering::Relaxed), 0);
+    let served = p.counters.iperf3_tests_succeeded.load(Ordering::Relaxed);
+    assert_eq!(served, 11);
+
+    // No rate: the test runs until max_duration, and is ended there.
+    let short = Pathprobe::start(ResponderConfig {
+        max_duration: Duration::from_secs(1),
+        ..ResponderConfig::default()
+    });
+    let started = std::time::Instant::now();
+    let (code, out) = stock_client(short.port, &["-n", "100G"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("test duration too long"), "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        short.counters.iperf3_tests_failed.load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(short.counters.active_tests.load(Ordering::Relaxed), 0);
+
+    // The byte budget: a count over the whole hour's is refused; one that
+    // fits is served, and the next that would overrun it waits (busy).
+    let budget = Pathprobe::start(ResponderConfig {
+        max_bytes_per_hour: 64 * M,
+        ..ResponderConfig::default()
+    });
+    let (code, out) = stock_client(budget.port, &["-n", "100M"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("larger than server limit"), "{out}");
+    let v = stock_json(budget.port, &["-n", "40M"]);
+    within("40M", count(&v["end"], "sum_sent"), 40 * M, BLOCK);
+    let (code, out) = stock_client(budget.port, &["-n", "40M"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the server is busy"), "{out}");
+    let c = &budget.counters;
+    assert_eq!(c.rejected_limit.load(Ordering::Relaxed), 1);
+    assert_eq!(c.rejected_budget.load(Ordering::Relaxed), 1);
+    assert!(c.bytes.load(Ordering::Relaxed) >= 32 * M);
+}

@@ -44,7 +44,7 @@ impl Stubs {
   *" --version "*) echo "iperf 3.12 (cJSON 1.7.15)";;
   *" -s "*) echo $$ > {p}; exec sleep 60;;
   *" -u "*) echo '{{"end":{{"sum":{{"bytes":125000000,"lost_percent":1,"seconds":1}}}}}}';;
-  *) echo '{{"end":{{"sum_received":{{"bits_per_second":1e9,"bytes":125000000}}}}}}';;
+  *) echo '{{"end":{{"sum_sent":{{"bits_per_second":1e9,"bytes":125000000}},"sum_received":{{"bits_per_second":1e9,"bytes":125000000}}}}}}';;
 esac"#,
                 p = pidfile.display()
             ),
@@ -97,6 +97,14 @@ fn compare_script_uses_cargos_binary_and_stops_its_servers() {
     assert_eq!(
         stdout.matches("ratio pathprobe/iperf3 3.12: ").count(),
         5,
+        "{stdout}"
+    );
+    // The stock client against the responder and against iperf3 -s.
+    assert_eq!(
+        stdout
+            .matches("ratio pathprobe-responder/iperf3-s TCP ")
+            .count(),
+        2,
         "{stdout}"
     );
     assert!(!stdout.contains("(failed)"), "{stdout}");

@@ -39,12 +39,12 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
     match r.kind {
         Kind::Tcp => {
             if let Some(t) = &d.tcp {
-                let _ = write!(
-                    line,
-                    " {} retrans {:.2} msRTT",
-                    t.retransmits,
-                    t.rtt_seconds * 1e3
-                );
+                let _ = write!(line, " {} retrans", t.retransmits);
+                let _ = match t.rtt_seconds {
+                    Some(rtt) => write!(line, " {:.2} msRTT", rtt * 1e3),
+                    // The sender did not say (a stock iperf3 server).
+                    None => write!(line, " unknown msRTT"),
+                };
             }
         }
         Kind::TcpRr => {}
@@ -249,7 +249,16 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 s.send_buffer_bytes,
                 s.receive_buffer_bytes,
             );
-            if let Some(t) = &s.tcp {
+            if let Some(t) = s.tcp.as_ref().filter(|t| t.mss_bytes == 0) {
+                // A sender that reports retransmits only (a stock iperf3
+                // server): its path figures are unknown, not 0.
+                let _ = write!(
+                    out,
+                    "; {} retrans, rtt, mss and cwnd unknown, {}",
+                    t.retransmits,
+                    s.congestion.as_deref().unwrap_or("?")
+                );
+            } else if let Some(t) = &s.tcp {
                 let _ = write!(
                     out,
                     "; {} retrans, rtt {:.3} ms (var {:.3}, min {:.3}), mss {}, cwnd {}, {}",
@@ -558,11 +567,49 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_that_reports_only_retransmits_has_an_unknown_rtt() {
+        // A stock iperf3 server in -R: retransmits, and no TCP_INFO.
+        let mut tx = stream(Role::Sender, 1_000_000_000, 1.0);
+        tx.direction = Some(FlowDirection::Receive);
+        tx.tcp = Some(TcpStats {
+            retransmits: 3,
+            ..Default::default()
+        });
+        let mut rx = stream(Role::Receiver, 1_000_000_000, 1.0);
+        rx.direction = Some(FlowDirection::Receive);
+        let local = SideStats {
+            streams: vec![rx],
+            ..Default::default()
+        };
+        let remote = SideStats {
+            streams: vec![tx],
+            ..Default::default()
+        };
+        let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Receive), &local, &remote);
+        let t = r.tcp.as_ref().unwrap();
+        assert_eq!((t.retransmits, t.rtt_seconds, t.mss_bytes), (3, None, None));
+        assert!(
+            text(&r, false).contains(" 3 retrans unknown msRTT"),
+            "{}",
+            text(&r, false)
+        );
+        assert!(
+            text(&r, true).contains("rtt, mss and cwnd unknown"),
+            "{}",
+            text(&r, true)
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["tcp"]["rtt_seconds"].is_null(), "{json}");
+        assert!(json["tcp"]["cwnd_bytes"].is_null(), "{json}");
+    }
+
+    #[test]
     fn tcp_line_looks_like_nuttcp() {
         let mut tx = stream(Role::Sender, 6_656_000_000, 9.9);
         tx.tcp = Some(TcpStats {
             retransmits: 0,
             rtt_seconds: 0.00019,
+            mss_bytes: 65483,
             ..Default::default()
         });
         // The sending thread ran 99% of the window: CPU-bound.

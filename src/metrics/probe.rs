@@ -146,10 +146,20 @@ fn render_series(
         add(&names::RECEIVED_BYTES, &f, d.bytes as f64);
         if let Some(tcp) = &d.tcp {
             add(&names::TCP_RETRANSMITS, &f, tcp.retransmits as f64);
-            add(&names::TCP_RTT, &f, tcp.rtt_seconds);
-            add(&names::TCP_MIN_RTT, &f, tcp.min_rtt_seconds);
-            add(&names::TCP_CWND, &f, tcp.cwnd_bytes as f64);
-            add(&names::TCP_MSS, &f, f64::from(tcp.mss_bytes));
+            // Unknown (a sender that does not report them) is absent,
+            // not 0.
+            if let Some(v) = tcp.rtt_seconds {
+                add(&names::TCP_RTT, &f, v);
+            }
+            if let Some(v) = tcp.min_rtt_seconds {
+                add(&names::TCP_MIN_RTT, &f, v);
+            }
+            if let Some(v) = tcp.cwnd_bytes {
+                add(&names::TCP_CWND, &f, v as f64);
+            }
+            if let Some(v) = tcp.mss_bytes {
+                add(&names::TCP_MSS, &f, f64::from(v));
+            }
         }
         if let Some(udp) = &d.udp {
             add(&names::UDP_SENT, &f, udp.packets_sent as f64);

@@ -146,11 +146,11 @@ fn tcp_flow(
         receiver_cpu_utilization: 0.2,
         tcp: Some(TcpSummary {
             retransmits: retrans,
-            rtt_seconds: 0.000_25,
-            rttvar_seconds: 0.000_05,
-            min_rtt_seconds: 0.000_1,
-            mss_bytes: 1448,
-            cwnd_bytes: 2_896_000,
+            rtt_seconds: Some(0.000_25),
+            rttvar_seconds: Some(0.000_05),
+            min_rtt_seconds: Some(0.000_1),
+            mss_bytes: Some(1448),
+            cwnd_bytes: Some(2_896_000),
             congestion: Some("cubic".into()),
             send_buffer_bytes: 0,
             receive_buffer_bytes: 0,
@@ -692,7 +692,7 @@ fn non_finite_figures_are_exported_as_zero() {
     let mut o = tcp_send_ok(T0);
     if let Ok(r) = &mut o.result {
         r.directions[0].throughput_bits_per_second = f64::NAN;
-        r.directions[0].tcp.as_mut().unwrap().rtt_seconds = f64::INFINITY;
+        r.directions[0].tcp.as_mut().unwrap().rtt_seconds = Some(f64::INFINITY);
         r.local.cpu_user = f64::NEG_INFINITY;
     }
     store.record(ProbeKey::new("b", "tcp_send"), o);

@@ -246,13 +246,16 @@ pub struct DirectionSummary {
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct TcpSummary {
     pub retransmits: u64,
-    /// Mean smoothed RTT over the streams.
-    pub rtt_seconds: f64,
-    pub rttvar_seconds: f64,
-    pub min_rtt_seconds: f64,
-    pub mss_bytes: u32,
+    /// Mean smoothed RTT over the streams. This and the path figures below
+    /// come from the sender's TCP_INFO; they are unknown (`null`) when the
+    /// sender is a peer that does not report them, such as a stock iperf3
+    /// server in `-R`, never 0.
+    pub rtt_seconds: Option<f64>,
+    pub rttvar_seconds: Option<f64>,
+    pub min_rtt_seconds: Option<f64>,
+    pub mss_bytes: Option<u32>,
     /// Summed over streams.
-    pub cwnd_bytes: u64,
+    pub cwnd_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
     pub send_buffer_bytes: u64,
@@ -452,17 +455,17 @@ fn udp_summary(
 
 fn tcp_summary(senders: &[&StreamStats], receivers: &[&StreamStats]) -> TcpSummary {
     let infos: Vec<_> = senders.iter().filter_map(|s| s.tcp.as_ref()).collect();
+    // A connection always has an MSS: one of 0 is a sender whose TCP_INFO
+    // was never read (a stock iperf3 server reports retransmits only).
+    let read: Vec<_> = infos.iter().filter(|t| t.mss_bytes > 0).collect();
+    let known = !read.is_empty();
     TcpSummary {
         retransmits: infos.iter().map(|t| t.retransmits).sum(),
-        rtt_seconds: mean(infos.iter().map(|t| t.rtt_seconds)),
-        rttvar_seconds: mean(infos.iter().map(|t| t.rttvar_seconds)),
-        min_rtt_seconds: infos
-            .iter()
-            .map(|t| t.min_rtt_seconds)
-            .reduce(f64::min)
-            .unwrap_or(0.0),
-        mss_bytes: infos.iter().map(|t| t.mss_bytes).min().unwrap_or(0),
-        cwnd_bytes: infos.iter().map(|t| t.cwnd_bytes).sum(),
+        rtt_seconds: known.then(|| mean(read.iter().map(|t| t.rtt_seconds))),
+        rttvar_seconds: known.then(|| mean(read.iter().map(|t| t.rttvar_seconds))),
+        min_rtt_seconds: read.iter().map(|t| t.min_rtt_seconds).reduce(f64::min),
+        mss_bytes: read.iter().map(|t| t.mss_bytes).min(),
+        cwnd_bytes: known.then(|| read.iter().map(|t| t.cwnd_bytes).sum()),
         congestion: senders.iter().find_map(|s| s.congestion.clone()),
         send_buffer_bytes: senders
             .iter()

@@ -213,12 +213,10 @@ impl App for ServiceApp {
                 Ok(r) => {
                     let mut f = format!("{:.1} Mbit/s", r.throughput_bits_per_second / 1e6);
                     if let Some(t) = &r.tcp {
-                        let _ = write!(
-                            f,
-                            ", {} retrans, {:.2} ms RTT",
-                            t.retransmits,
-                            t.rtt_seconds * 1e3
-                        );
+                        let _ = write!(f, ", {} retrans", t.retransmits);
+                        if let Some(rtt) = t.rtt_seconds {
+                            let _ = write!(f, ", {:.2} ms RTT", rtt * 1e3);
+                        }
                     }
                     if let Some(u) = &r.udp {
                         let _ = write!(

@@ -193,7 +193,7 @@ impl Point {
                 p.receive = flow(FlowDirection::Receive);
                 if let Some(t) = &r.tcp {
                     p.retransmits = t.retransmits as f64;
-                    p.rtt = t.rtt_seconds;
+                    p.rtt = t.rtt_seconds.unwrap_or(f64::NAN);
                 }
                 if let Some(u) = &r.udp {
                     p.loss = u.loss_ratio;

@@ -191,6 +191,17 @@ fn tcp_matrix_against_a_stock_server() {
         for d in dirs {
             eprintln!("{args:?} {d}");
             check_tcp(&r, &report, d);
+            // The stock server sends receive's data and reports only its
+            // retransmits: its RTT, MSS and cwnd are unknown, not 0. Ours
+            // (send) are measured.
+            let t = &direction(&r, d)["tcp"];
+            for key in ["rtt_seconds", "min_rtt_seconds", "mss_bytes", "cwnd_bytes"] {
+                match d {
+                    "receive" => assert!(t[key].is_null(), "{args:?} {d} {key}: {t}"),
+                    _ => assert!(t[key].as_f64().unwrap() > 0.0, "{args:?} {d} {key}: {t}"),
+                }
+            }
+            assert!(t["retransmits"].is_u64(), "{t}");
         }
         // The server's CPU comes from its results; what it cannot tell is
         // unknown, never zero.

@@ -1,5 +1,6 @@
-//! Runs this host's part of a mesh [`Plan`]: in each slot where the plan
-//! makes it the prober, one attempt of the job for that target and module.
+//! Runs this host's part of a mesh plan ([`MeshPlan`]: a full mesh, or one
+//! grouped by a label): in each slot where the plan makes it the prober,
+//! one attempt of the job for that target and module.
 //!
 //! - The slot is read off the wall clock (UTC), the same on every host.
 //! - A run starts one guard after its slot starts, so that a peer whose
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{Attempt, Job, Runner, Skip};
-use crate::mesh::Plan;
+use crate::mesh::MeshPlan;
 use crate::slot::HostSlot;
 
 /// Unix time now; a function so that tests can run on paused tokio time.
@@ -40,7 +41,7 @@ pub fn system_clock() -> WallClock {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeshSchedule<P> {
     /// The plan every member follows.
-    pub plan: Plan,
+    pub plan: MeshPlan,
     /// This host's index among the members.
     pub me: usize,
     /// The job for each (target index, module index) this host probes.
@@ -113,13 +114,18 @@ fn next_run<P>(s: &MeshSchedule<P>, now: Duration) -> Option<(Duration, (usize, 
         index += 1;
     }
     // At most one full cycle ahead: a host with no test as prober in a
-    // whole cycle has none at all.
+    // whole cycle has none at all. (In a grouped plan every host probes in
+    // its group's tournament each cycle, or, alone in its group,
+    // represents it each cycle.)
     for _ in 0..=plan.slots() {
         if index >= plan.slots() {
             index = 0;
             cycle += 1;
         }
-        if let Some(t) = plan.test_of(s.me, index).filter(|t| t.prober == s.me) {
+        if let Some(t) = plan
+            .test_of(s.me, cycle, index)
+            .filter(|t| t.prober == s.me)
+        {
             let start = plan.cycle_start(cycle) + plan.period() * index as u32;
             return Some((start, (t.target, t.module)));
         }
@@ -241,7 +247,7 @@ mod tests {
     use super::super::JobKey;
     use super::*;
     use crate::future::BoxFuture;
-    use crate::mesh::MeshParams;
+    use crate::mesh::{MeshParams, Plan};
     use crate::slot::SlotReason;
     use std::sync::Mutex;
 
@@ -311,7 +317,7 @@ mod tests {
             }
         }
         MeshSchedule {
-            plan,
+            plan: plan.into(),
             me,
             jobs,
             guard: Duration::from_millis(500),
@@ -329,7 +335,7 @@ mod tests {
         assert_eq!(s.plan.cycle(), Duration::from_secs(120));
         let expected: Vec<(Duration, String)> = (0..s.plan.slots())
             .filter_map(|k| {
-                let t = s.plan.test_of(s.me, k)?;
+                let t = s.plan.test_of(s.me, 0, k)?;
                 (t.prober == s.me).then(|| {
                     (
                         BASE + s.plan.period() * k as u32 + s.guard,

@@ -14,7 +14,7 @@ use crate::config::{Config, Module};
 use crate::discovery::DiscoveredTarget;
 use crate::mesh::{GroupPlan, MeshParams, MeshPlan, Plan};
 use crate::probe::Target;
-use crate::scheduler::mesh::MeshSchedule;
+use crate::scheduler::mesh::{LocalJob, MeshSchedule};
 use crate::scheduler::Job;
 
 use super::jobs::{self, ProbeJob};
@@ -111,9 +111,10 @@ fn requested_interval(config: &Config, discovered: &[DiscoveredTarget]) -> Durat
         .unwrap_or(config.scheduler.default_interval)
 }
 
-/// This host's mesh schedule, and the jobs the plain scheduler keeps
-/// (loopback modules); `None` when this host is not a member, in which
-/// case the plain scheduler runs everything.
+/// This host's mesh schedule, loopback modules included (run between its
+/// planned tests), and the jobs the plain scheduler keeps; `None` when
+/// this host is not a member, in which case the plain scheduler runs
+/// everything.
 pub fn schedule(
     config: &Config,
     discovered: &[DiscoveredTarget],
@@ -122,6 +123,7 @@ pub fn schedule(
     let (plan, me, modules) = plan(config, discovered, is_local);
     let me = me?;
     let mut mesh = HashMap::new();
+    let mut local = Vec::new();
     let mut rest = Vec::new();
     for job in jobs::build(config, discovered, is_local) {
         let target = plan.index_of(&job.key.target);
@@ -130,6 +132,10 @@ pub fn schedule(
             (Some(t), Some(m), true) => {
                 mesh.insert((t, m), job);
             }
+            (_, _, false) => local.push(LocalJob {
+                need: run_time(&job.payload.module) + config.scheduler.mesh.setup,
+                job,
+            }),
             _ => rest.push(job),
         }
     }
@@ -139,6 +145,7 @@ pub fn schedule(
             me,
             jobs: mesh,
             guard: config.scheduler.mesh.guard,
+            local,
         },
         rest,
     ))
@@ -196,6 +203,25 @@ pub fn notes(
                 plan.members().len(),
                 plan.params().budget * 100.0
             ));
+        }
+        // Loopback modules run in this host's gaps between planned tests
+        // (another member's stand in for check-config on another host).
+        let guard = config.scheduler.mesh.guard;
+        for job in jobs::build(config, discovered, is_local)
+            .iter()
+            .filter(|j| j.payload.endpoint.is_none())
+        {
+            let need = run_time(&job.payload.module) + config.scheduler.mesh.setup;
+            let from = plan.cycle_start(1);
+            if plan.next_free(me.unwrap_or(0), from, need, guard).is_none() {
+                out.push(format!(
+                    "warning: loopback module {} needs {} s (run + setup), longer than any gap \
+                     between this host's planned tests; it will not run (a lower \
+                     scheduler.mesh.budget widens the gaps)",
+                    job.key.module,
+                    need.as_secs()
+                ));
+            }
         }
         if me.is_none() && plan.members().len() > 1 {
             out.push(
@@ -514,5 +540,34 @@ mod tests {
         }
         // Within |largest group| cycles, every host probed every group.
         assert_eq!(host_to_group.len(), hosts.len() * 3);
+    }
+
+    #[test]
+    fn loopback_modules_join_the_mesh_schedule_and_one_too_long_is_named() {
+        let yaml = "modules:\n  tcp: {kind: tcp, duration: 5s, omit: 1s}\n  lo: {kind: loopback_tcp, duration: LEN}\n\
+                    scheduler: {default_interval: 10s, mesh: {budget: 0.5}}\ndiscovery: {mesh: true}\n\
+                    targets:\n  - {modules: [lo]}\n  - {address: 10.0.0.1, modules: [tcp]}\n\
+                    \x20 - {address: 10.0.0.2, modules: [tcp]}\n";
+        let me = |t: &Target| t.host == "10.0.0.1";
+        // Two hosts, slots of 11 s every 22 s (a 10 s interval asks for
+        // less than the 44 s cycle): gaps of 11 s less two
+        // guards, 9 s, for a loopback run of 5 s + 4 s of set-up.
+        let fits = Config::from_yaml(&yaml.replace("LEN", "5s"), "l.yml").unwrap();
+        let (s, rest) = schedule(&fits, &[], me).unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(s.local.len(), 1);
+        assert_eq!(s.local[0].job.key.module, "lo");
+        assert_eq!(s.local[0].need, Duration::from_secs(9));
+        assert!(notes(&fits, &[], me)
+            .iter()
+            .all(|n| !n.contains("loopback")));
+        let long = Config::from_yaml(&yaml.replace("LEN", "6s"), "l.yml").unwrap();
+        let n = notes(&long, &[], me);
+        assert!(
+            n.iter().any(|n| n.starts_with(
+                "warning: loopback module lo needs 10 s (run + setup), longer than any gap"
+            )),
+            "{n:?}"
+        );
     }
 }

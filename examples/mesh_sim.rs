@@ -207,8 +207,14 @@ fn mesh(n: usize, cycles: u64, churn: bool, rng: &mut Rng) -> (Plan, Figures) {
 
 /// The grouped plan (`pathprobe::mesh::groups`) of `n` hosts in groups of
 /// `size`, over `cycles` cycles: collisions, the longest gap of a directed
-/// pair inside a group, of a directed pair of groups, and shares.
-fn grouped(n: usize, size: usize, cycles: u64, rng: &mut Rng) -> (GroupPlan, Figures, f64, f64) {
+/// pair inside a group, of a directed pair of groups, of a host probing
+/// another group, and shares.
+fn grouped(
+    n: usize,
+    size: usize,
+    cycles: u64,
+    rng: &mut Rng,
+) -> (GroupPlan, Figures, f64, f64, f64) {
     let groups: Vec<Vec<String>> = (0..n.div_ceil(size))
         .map(|g| {
             (g * size..((g + 1) * size).min(n))
@@ -243,6 +249,7 @@ fn grouped(n: usize, size: usize, cycles: u64, rng: &mut Rng) -> (GroupPlan, Fig
     // group and per directed pair of groups.
     let mut inside: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
     let mut between: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
+    let mut host_group: HashMap<(usize, usize), (f64, f64)> = HashMap::new();
     for t in &tests {
         f.tests += 1;
         let (p, q) = (t.prober as usize, t.target as usize);
@@ -257,6 +264,9 @@ fn grouped(n: usize, size: usize, cycles: u64, rng: &mut Rng) -> (GroupPlan, Fig
         let e = if p / size == q / size {
             inside.entry((t.prober, t.target)).or_insert((0.0, 0.0))
         } else {
+            let h = host_group.entry((p, q / size)).or_insert((0.0, 0.0));
+            h.1 = h.1.max(t.start - h.0);
+            h.0 = t.start;
             between.entry((p / size, q / size)).or_insert((0.0, 0.0))
         };
         e.1 = e.1.max(t.start - e.0);
@@ -277,10 +287,16 @@ fn grouped(n: usize, size: usize, cycles: u64, rng: &mut Rng) -> (GroupPlan, Fig
     } else {
         gap(&mut between.values())
     };
+    // Every host to every group but its own.
+    let cov_host = if host_group.len() < n * (g - 1) {
+        f64::INFINITY
+    } else {
+        gap(&mut host_group.values())
+    };
     let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
     f.share_max = shares.iter().cloned().fold(0.0, f64::max);
     f.share_mean = shares.iter().sum::<f64>() / n as f64;
-    (plan, f, cov_inside, cov_between)
+    (plan, f, cov_inside, cov_between, cov_host)
 }
 
 fn fnv(a: u32, b: u32) -> u64 {
@@ -390,16 +406,27 @@ fn groups_table(sizes: &[usize]) {
         RUN + SETUP + GUARD,
         SKEW * 1000.0
     );
-    println!("| N | groups × size | cycle (full mesh) | cycle (groups) | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | a host to another group | share in tests, mean / max |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| N | groups × size | cycles run | cycle (full mesh) | cycle (groups) | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | a host to another group: stated / max gap | share in tests, mean / max |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for &n in sizes {
         let size = ((n as f64).sqrt().round() as usize).max(2);
-        let cycles = if n >= 10000 { 2 } else { 4 };
+        // Enough cycles for every host to represent its group twice, but
+        // for 10,000 hosts (200 cycles of a million tests).
+        let cycles = if n >= 10000 {
+            2
+        } else {
+            (2 * size as u64).max(4)
+        };
         let full = Plan::new((0..n).map(|i| format!("h{i:05}")).collect(), params());
-        let (plan, f, inside, between) = grouped(n, size, cycles, &mut rng);
+        let (plan, f, inside, between, host) = grouped(n, size, cycles, &mut rng);
+        let host = if host.is_finite() {
+            minutes(host)
+        } else {
+            "not seen in so few cycles".to_string()
+        };
         println!(
-            "| {n} | {} × {size} | {} | {} | {} | {} ({:.2}%) | {} | {} | every {size} cycles = {} | {:.0}% / {:.0}% |",
+            "| {n} | {} × {size} | {cycles} | {} | {} | {} | {} ({:.2}%) | {} | {} | every {size} cycles = {} / {host} | {:.0}% / {:.0}% |",
             plan.groups().len(),
             minutes(full.cycle().as_secs_f64()),
             minutes(plan.cycle().as_secs_f64()),

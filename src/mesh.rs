@@ -25,6 +25,10 @@
 use std::time::Duration;
 
 pub mod groups;
+pub mod plans;
+
+pub use groups::GroupPlan;
+pub use plans::MeshPlan;
 
 /// What a plan is computed from, besides the members.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +110,62 @@ pub fn circle_round(n: usize, r: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// The cycle of a plan of `slots` slots: long enough for the slots at the
+/// budget, at least the interval asked for, and a whole number of
+/// milliseconds per slot, so that every host reads the grid off its clock
+/// with the same integer arithmetic.
+pub(crate) fn stretched_cycle(params: &MeshParams, slots: usize) -> Duration {
+    let budget = if params.budget > 0.0 && params.budget <= 1.0 {
+        params.budget
+    } else {
+        1.0
+    };
+    let busy = params.slot.saturating_mul(slots as u32);
+    let mut cycle = busy
+        .div_f64(budget)
+        .max(params.min_cycle)
+        .max(Duration::from_millis(1));
+    if slots > 0 {
+        let per = (cycle.as_millis() as u64).div_ceil(slots as u64);
+        cycle = Duration::from_millis(per * slots as u64);
+    }
+    cycle
+}
+
+/// Time between the starts of two of `slots` slots spread over `cycle`.
+pub(crate) fn grid_period(cycle: Duration, slots: usize) -> Duration {
+    match slots {
+        0 => cycle,
+        k => cycle / k as u32,
+    }
+}
+
+/// The slot of a grid of `slots` slots per `cycle` that Unix time `now`
+/// falls in.
+pub(crate) fn grid_slot_at(cycle: Duration, slots: usize, now: Duration) -> SlotAt {
+    let cycle_ms = cycle.as_millis().max(1);
+    let now_ms = now.as_millis();
+    let c = (now_ms / cycle_ms) as u64;
+    let into = now_ms % cycle_ms;
+    let period_ms = grid_period(cycle, slots).as_millis().max(1);
+    let index = ((into / period_ms) as usize).min(slots.saturating_sub(1));
+    let start_ms = c as u128 * cycle_ms + index as u128 * period_ms;
+    SlotAt {
+        cycle: c,
+        index,
+        start: Duration::from_millis(start_ms as u64),
+    }
+}
+
+pub(crate) fn grid_cycle_start(cycle: Duration, c: u64) -> Duration {
+    Duration::from_millis((c as u128 * cycle.as_millis()) as u64)
+}
+
+pub(crate) fn grid_first_cycle_from(cycle: Duration, t: Duration) -> u64 {
+    let c = cycle.as_millis().max(1);
+    t.as_millis().div_ceil(c) as u64
+}
+
 impl Plan {
     /// The plan of `members` (sorted and deduplicated here, so that every
     /// host gets the same order whatever order it found them in).
@@ -115,22 +175,7 @@ impl Plan {
         let n = members.len();
         let rounds = if n < 2 { 0 } else { 2 * (n + n % 2 - 1) };
         let slots = rounds * params.modules;
-        let budget = if params.budget > 0.0 && params.budget <= 1.0 {
-            params.budget
-        } else {
-            1.0
-        };
-        let busy = params.slot.saturating_mul(slots as u32);
-        let stretched = busy.div_f64(budget);
-        let mut cycle = stretched
-            .max(params.min_cycle)
-            .max(Duration::from_millis(1));
-        if slots > 0 {
-            // A whole number of milliseconds per slot, so that every host
-            // reads the grid off its clock with the same integer arithmetic.
-            let per = (cycle.as_millis() as u64).div_ceil(slots as u64);
-            cycle = Duration::from_millis(per * slots as u64);
-        }
+        let cycle = stretched_cycle(&params, slots);
         Plan {
             members,
             params,
@@ -159,10 +204,7 @@ impl Plan {
 
     /// Time between the starts of two slots (at least the slot itself).
     pub fn period(&self) -> Duration {
-        if self.slots == 0 {
-            return self.cycle;
-        }
-        self.cycle / self.slots as u32
+        grid_period(self.cycle, self.slots)
     }
 
     /// Time a test may take in a slot.
@@ -214,30 +256,18 @@ impl Plan {
 
     /// The slot that Unix time `now` falls in.
     pub fn slot_at(&self, now: Duration) -> SlotAt {
-        let cycle_ms = self.cycle.as_millis().max(1);
-        let now_ms = now.as_millis();
-        let cycle = (now_ms / cycle_ms) as u64;
-        let into = now_ms % cycle_ms;
-        let period_ms = self.period().as_millis().max(1);
-        let index = ((into / period_ms) as usize).min(self.slots.saturating_sub(1));
-        let start_ms = cycle as u128 * cycle_ms + index as u128 * period_ms;
-        SlotAt {
-            cycle,
-            index,
-            start: Duration::from_millis(start_ms as u64),
-        }
+        grid_slot_at(self.cycle, self.slots, now)
     }
 
     /// Unix time at which cycle `cycle` starts.
     pub fn cycle_start(&self, cycle: u64) -> Duration {
-        Duration::from_millis((cycle as u128 * self.cycle.as_millis()) as u64)
+        grid_cycle_start(self.cycle, cycle)
     }
 
     /// The first cycle of this plan that starts at or after `t`: where a
     /// new member list takes over from the old one.
     pub fn first_cycle_from(&self, t: Duration) -> u64 {
-        let c = self.cycle.as_millis().max(1);
-        t.as_millis().div_ceil(c) as u64
+        grid_first_cycle_from(self.cycle, t)
     }
 
     /// Share of time a member spends in tests (either role): the busiest

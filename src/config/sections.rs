@@ -258,6 +258,11 @@ pub struct MeshScheduleConfig {
     /// plan: for comparison only (the host slot still keeps one test per
     /// host, so collisions become `busy` answers).
     pub planned: bool,
+    /// A target label (rack, site) to group the members by, for fleets
+    /// too large for a full mesh: a full mesh inside each group, rotating
+    /// representatives between groups (docs/MESH.md). Members without the
+    /// label form one group of their own. `None`: one full mesh.
+    pub group_by: Option<String>,
 }
 
 impl Default for MeshScheduleConfig {
@@ -267,6 +272,7 @@ impl Default for MeshScheduleConfig {
             setup: Duration::from_secs(4),
             guard: Duration::from_secs(1),
             planned: true,
+            group_by: None,
         }
     }
 }
@@ -320,6 +326,9 @@ impl SchedulerConfig {
                 "mesh.guard",
                 "must be greater than zero: hosts' clocks differ".into(),
             ));
+        }
+        if let Some(label) = &m.group_by {
+            super::target::check_label_name(label).map_err(|e| ("mesh.group_by", e))?;
         }
         Ok(())
     }
@@ -614,6 +623,11 @@ mod tests {
         let mut blind = s.clone();
         blind.mesh.guard = Duration::ZERO;
         assert_eq!(blind.check().unwrap_err().0, "mesh.guard");
+        let mut grouped = s.clone();
+        grouped.mesh.group_by = Some("rack".into());
+        assert_eq!(grouped.check(), Ok(()));
+        grouped.mesh.group_by = Some("rack-id".into());
+        assert_eq!(grouped.check().unwrap_err().0, "mesh.group_by");
     }
 
     fn matching(pattern: &IrqPattern, fixture: &str) -> Vec<String> {

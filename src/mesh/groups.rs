@@ -22,11 +22,20 @@
 //! pair of groups once per cycle; a given host to a given other group at
 //! least once every `|its group|` cycles.
 //!
+//! Hosts are grouped by a label ([`GroupPlan::by_label`]); those without
+//! it form one group of their own. Members are also numbered as one sorted
+//! list, as in the full plan, so that the scheduler runs either plan the
+//! same way ([`super::MeshPlan`]).
+//!
 //! Pure, like the plan: no clock, no I/O.
 
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use super::{circle_round, MeshParams};
+use super::{
+    circle_round, grid_cycle_start, grid_first_cycle_from, grid_period, grid_slot_at,
+    stretched_cycle, MeshParams, SlotAt, Test,
+};
 
 /// One directed test of a grouped plan, by (group, member) of each end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,6 +49,13 @@ pub struct GroupTest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupPlan {
     groups: Vec<Vec<String>>,
+    /// Every member, sorted: the index the service keys its jobs by, as
+    /// for a full [`super::Plan`].
+    members: Vec<String>,
+    /// `flat[g][i]`: the index in `members` of member `i` of group `g`.
+    flat: Vec<Vec<usize>>,
+    /// `place[k]`: (group, member) of `members[k]`.
+    place: Vec<(usize, usize)>,
     params: MeshParams,
     inside: usize,
     between: usize,
@@ -68,10 +84,23 @@ fn directed(n: usize, modules: usize, k: usize) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
+/// A length of time for a sentence: minutes up to two hours, then hours,
+/// then days.
+pub(crate) fn span(seconds: f64) -> String {
+    if seconds < 7200.0 {
+        format!("{:.1} min", seconds / 60.0)
+    } else if seconds < 4.0 * 86400.0 {
+        format!("{:.1} h", seconds / 3600.0)
+    } else {
+        format!("{:.1} days", seconds / 86400.0)
+    }
+}
+
 impl GroupPlan {
-    /// The plan of `groups` (each sorted and deduplicated, empty ones
-    /// dropped, and the groups sorted by their first member, so that every
-    /// host gets the same plan).
+    /// The plan of `groups` (each sorted and deduplicated, a name in two
+    /// groups kept in the one that sorts first, empty ones dropped, and
+    /// the groups sorted by their first member, so that every host gets
+    /// the same plan).
     pub fn new(groups: Vec<Vec<String>>, params: MeshParams) -> GroupPlan {
         let mut groups: Vec<Vec<String>> = groups
             .into_iter()
@@ -80,30 +109,40 @@ impl GroupPlan {
                 g.dedup();
                 g
             })
-            .filter(|g| !g.is_empty())
             .collect();
         groups.sort();
+        let mut seen = HashSet::new();
+        for g in &mut groups {
+            g.retain(|name| seen.insert(name.clone()));
+        }
+        groups.retain(|g| !g.is_empty());
+        groups.sort();
+        let mut members: Vec<String> = groups.iter().flatten().cloned().collect();
+        members.sort();
+        let flat: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|name| members.binary_search(name).unwrap_or_default())
+                    .collect()
+            })
+            .collect();
+        let mut place = vec![(0, 0); members.len()];
+        for (g, idx) in flat.iter().enumerate() {
+            for (i, &k) in idx.iter().enumerate() {
+                place[k] = (g, i);
+            }
+        }
         let m = params.modules.max(1);
         let largest = groups.iter().map(Vec::len).max().unwrap_or(0);
         let inside = tournament_slots(largest, m);
         let between = tournament_slots(groups.len(), m);
-        let slots = inside + between;
-        let budget = if params.budget > 0.0 && params.budget <= 1.0 {
-            params.budget
-        } else {
-            1.0
-        };
-        let busy = params.slot.saturating_mul(slots as u32);
-        let mut cycle = busy
-            .div_f64(budget)
-            .max(params.min_cycle)
-            .max(Duration::from_millis(1));
-        if slots > 0 {
-            let per = (cycle.as_millis() as u64).div_ceil(slots as u64);
-            cycle = Duration::from_millis(per * slots as u64);
-        }
+        let cycle = stretched_cycle(&params, inside + between);
         GroupPlan {
             groups,
+            members,
+            flat,
+            place,
             params,
             inside,
             between,
@@ -111,8 +150,53 @@ impl GroupPlan {
         }
     }
 
+    /// The plan of `members`, each given with its value of the grouping
+    /// label: one group per value. A member without the label comes with
+    /// the empty value, so that all of those form one group (an absent
+    /// label and an empty one are the same, as in Prometheus). A member
+    /// listed twice with different values goes by the smallest non-empty
+    /// one, whatever the order of the list.
+    pub fn by_label(
+        members: impl IntoIterator<Item = (String, String)>,
+        params: MeshParams,
+    ) -> GroupPlan {
+        let mut value: BTreeMap<String, String> = BTreeMap::new();
+        for (name, v) in members {
+            let keep = value
+                .get(&name)
+                .is_some_and(|cur| (cur.is_empty(), cur) <= (v.is_empty(), &v));
+            if !keep {
+                value.insert(name, v);
+            }
+        }
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, v) in value {
+            groups.entry(v).or_default().push(name);
+        }
+        GroupPlan::new(groups.into_values().collect(), params)
+    }
+
     pub fn groups(&self) -> &[Vec<String>] {
         &self.groups
+    }
+
+    /// Every member, sorted.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// The index of `name` among [`Self::members`].
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.members.binary_search_by(|m| m.as_str().cmp(name)).ok()
+    }
+
+    /// (group, member) of member `index`.
+    pub fn place(&self, index: usize) -> Option<(usize, usize)> {
+        self.place.get(index).copied()
+    }
+
+    pub fn params(&self) -> &MeshParams {
+        &self.params
     }
 
     /// Slots in a cycle: inside the groups, then between them.
@@ -129,12 +213,29 @@ impl GroupPlan {
         self.cycle
     }
 
+    /// Time a test may take in a slot.
+    pub fn slot(&self) -> Duration {
+        self.params.slot
+    }
+
     /// Time between the starts of two slots.
     pub fn period(&self) -> Duration {
-        match self.slots() {
-            0 => self.cycle,
-            k => self.cycle / k as u32,
-        }
+        grid_period(self.cycle, self.slots())
+    }
+
+    /// The slot that Unix time `now` falls in.
+    pub fn slot_at(&self, now: Duration) -> SlotAt {
+        grid_slot_at(self.cycle, self.slots(), now)
+    }
+
+    /// Unix time at which cycle `cycle` starts.
+    pub fn cycle_start(&self, cycle: u64) -> Duration {
+        grid_cycle_start(self.cycle, cycle)
+    }
+
+    /// The first cycle that starts at or after `t`.
+    pub fn first_cycle_from(&self, t: Duration) -> u64 {
+        grid_first_cycle_from(self.cycle, t)
     }
 
     /// Group `group`'s representative in cycle `cycle`.
@@ -171,29 +272,115 @@ impl GroupPlan {
         }
     }
 
+    /// [`Self::tests`] by index among [`Self::members`].
+    pub fn tests_flat(&self, cycle: u64, index: usize) -> Vec<Test> {
+        self.tests(cycle, index)
+            .into_iter()
+            .map(|t| self.flatten(t))
+            .collect()
+    }
+
+    fn flatten(&self, t: GroupTest) -> Test {
+        Test {
+            prober: self.flat[t.prober.0][t.prober.1],
+            target: self.flat[t.target.0][t.target.1],
+            module: t.module,
+        }
+    }
+
+    /// Member `me`'s part of slot `index` of cycle `cycle` (by index among
+    /// [`Self::members`]), computed from its own group and, when it
+    /// represents it, the groups' tournament only.
+    pub fn test_of(&self, me: usize, cycle: u64, index: usize) -> Option<Test> {
+        let (g, i) = self.place(me)?;
+        let m = self.params.modules.max(1);
+        let found = if index < self.inside {
+            directed(self.groups[g].len(), m, index)
+                .into_iter()
+                .find(|&(a, b, _)| a == i || b == i)
+                .map(|(a, b, module)| GroupTest {
+                    prober: (g, a),
+                    target: (g, b),
+                    module,
+                })
+        } else if self.representative(g, cycle) == i {
+            directed(self.groups.len(), m, index - self.inside)
+                .into_iter()
+                .find(|&(a, b, _)| a == g || b == g)
+                .map(|(a, b, module)| GroupTest {
+                    prober: (a, self.representative(a, cycle)),
+                    target: (b, self.representative(b, cycle)),
+                    module,
+                })
+        } else {
+            None
+        };
+        found.map(|t| self.flatten(t))
+    }
+
+    /// Test-slots per cycle of a member of a group of `size`: its group's
+    /// tournament, and the groups' tournament when it represents it.
+    fn per_host(&self, size: usize, representing: bool) -> usize {
+        let m = self.params.modules.max(1);
+        let between = if representing {
+            2 * self.groups.len().saturating_sub(1) * m
+        } else {
+            0
+        };
+        2 * size.saturating_sub(1) * m + between
+    }
+
     /// Share of time the busiest host (a representative of the largest
     /// group) spends in tests.
     pub fn share(&self) -> f64 {
-        let m = self.params.modules.max(1);
         let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
-        let per_host =
-            2 * largest.saturating_sub(1) * m + 2 * self.groups.len().saturating_sub(1) * m;
-        self.params.slot.as_secs_f64() * per_host as f64 / self.cycle.as_secs_f64()
+        if self.members.len() < 2 {
+            return 0.0;
+        }
+        self.params.slot.as_secs_f64() * self.per_host(largest, true) as f64
+            / self.cycle.as_secs_f64()
     }
 
-    /// The plan and its coverage in a sentence.
+    /// Share of time a host spends in tests, averaged over the hosts and
+    /// over the cycles (a host represents its group one cycle in
+    /// `|group|`).
+    pub fn mean_share(&self) -> f64 {
+        if self.members.len() < 2 {
+            return 0.0;
+        }
+        let slots: f64 = self
+            .groups
+            .iter()
+            .map(|g| {
+                let s = g.len();
+                let rep = self.per_host(s, true) - self.per_host(s, false);
+                (s * self.per_host(s, false)) as f64 + rep as f64
+            })
+            .sum();
+        self.params.slot.as_secs_f64() * slots
+            / self.members.len() as f64
+            / self.cycle.as_secs_f64()
+    }
+
+    /// The plan, its cost and its coverage in a sentence.
     pub fn describe(&self) -> String {
-        let hosts: usize = self.groups.iter().map(Vec::len).sum();
         let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
+        let cycle = self.cycle.as_secs_f64();
         format!(
-            "{hosts} hosts in {} groups (largest {largest}): a cycle of {} + {} slots of {:.0} s = {:.1} min; \
-             every pair inside a group and every pair of groups once per cycle, each host representing its group \
-             every {largest} cycles at most; the busiest host in tests {:.0}% of the time",
+            "{} hosts in {} groups (largest {largest}), {} modules: a cycle of {} + {} slots of {:.0} s \
+             (one every {:.0} s) = {}; every pair inside a group and every pair of groups once per cycle, \
+             each host to each other group once every {largest} cycles ({}) at most; \
+             each host in tests {:.0}% of the time on average, at most {:.0}% (a representative of the largest group)",
+            self.members.len(),
             self.groups.len(),
+            self.params.modules,
             self.inside,
             self.between,
             self.params.slot.as_secs_f64(),
-            self.cycle.as_secs_f64() / 60.0,
+            self.period().as_secs_f64(),
+            span(cycle),
+            span(cycle * largest as f64),
+            self.mean_share() * 100.0,
             self.share() * 100.0
         )
     }
@@ -266,8 +453,94 @@ mod tests {
         assert_eq!(big.slots(), 396);
         assert_eq!(big.cycle(), Duration::from_secs(7920));
         assert!((big.share() - 0.5).abs() < 1e-9);
-        assert!(big.describe().starts_with(
-            "10000 hosts in 100 groups (largest 100): a cycle of 198 + 198 slots of 10 s = 132.0 min"
-        ), "{}", big.describe());
+        assert_eq!(
+            big.describe(),
+            "10000 hosts in 100 groups (largest 100), 1 modules: a cycle of 198 + 198 slots of 10 s \
+             (one every 20 s) = 2.2 h; every pair inside a group and every pair of groups once per cycle, \
+             each host to each other group once every 100 cycles (9.2 days) at most; \
+             each host in tests 25% of the time on average, at most 50% (a representative of the largest group)"
+        );
+    }
+
+    #[test]
+    fn a_label_makes_the_groups_and_hosts_without_it_form_one() {
+        let params = plan(&[1]).params().clone();
+        let entry = |n: &str, v: &str| (n.to_string(), v.to_string());
+        let p = GroupPlan::by_label(
+            [
+                entry("d", "r2"),
+                entry("a", "r1"),
+                entry("x", ""),
+                entry("c", "r2"),
+                entry("b", "r1"),
+                entry("y", ""),
+                // Listed again, without the label (DNS discovery has none)
+                // and with another value: the smallest non-empty one wins.
+                entry("a", ""),
+                entry("c", "r3"),
+                entry("c", "r1"),
+            ],
+            params.clone(),
+        );
+        assert_eq!(p.groups(), [vec!["a", "b", "c"], vec!["d"], vec!["x", "y"]]);
+        assert_eq!(p.members(), ["a", "b", "c", "d", "x", "y"]);
+        assert_eq!(p.place(p.index_of("d").unwrap()), Some((1, 0)));
+        // The same entries in another order make the same plan.
+        let q = GroupPlan::by_label(
+            [
+                entry("c", "r1"),
+                entry("y", ""),
+                entry("c", "r3"),
+                entry("b", "r1"),
+                entry("a", ""),
+                entry("x", ""),
+                entry("c", "r2"),
+                entry("a", "r1"),
+                entry("d", "r2"),
+            ],
+            params.clone(),
+        );
+        assert_eq!(p, q);
+        // A name in two groups stays in the first.
+        let r = GroupPlan::new(
+            vec![vec!["b".into(), "a".into()], vec!["a".into(), "c".into()]],
+            params,
+        );
+        assert_eq!(r.groups(), [vec!["a", "b"], vec!["c"]]);
+    }
+
+    #[test]
+    fn each_member_computes_its_own_part_of_the_flat_tests() {
+        let p = plan(&[5, 3, 6, 2, 1]);
+        let n = p.members().len();
+        assert_eq!(n, 17);
+        for cycle in 0..7u64 {
+            for k in 0..p.slots() {
+                let all = p.tests_flat(cycle, k);
+                for me in 0..n {
+                    let mine = all.iter().find(|t| t.prober == me || t.target == me);
+                    assert_eq!(
+                        p.test_of(me, cycle, k).as_ref(),
+                        mine,
+                        "cycle {cycle} slot {k} host {me}"
+                    );
+                }
+            }
+        }
+        // The grid is read off the clock as for a full plan.
+        let at = p.slot_at(p.cycle_start(9) + p.period() * 3 + Duration::from_millis(5));
+        assert_eq!((at.cycle, at.index), (9, 3));
+        assert_eq!(
+            p.first_cycle_from(p.cycle_start(9) + Duration::from_millis(1)),
+            10
+        );
+        // Shares: every host in its group's tournament, plus the groups'
+        // in one cycle of |group|.
+        let per = |s: f64| 2.0 * (s - 1.0) + 2.0 * 4.0 / s;
+        let mean =
+            (5.0 * per(5.0) + 3.0 * per(3.0) + 6.0 * per(6.0) + 2.0 * per(2.0) + per(1.0)) / 17.0;
+        let cycle = p.cycle().as_secs_f64();
+        assert!((p.mean_share() - mean * 10.0 / cycle).abs() < 1e-9);
+        assert!((p.share() - (2.0 * 5.0 + 2.0 * 4.0) * 10.0 / cycle).abs() < 1e-9);
     }
 }

@@ -1,5 +1,6 @@
-//! Runs this host's part of a mesh [`Plan`]: in each slot where the plan
-//! makes it the prober, one attempt of the job for that target and module.
+//! Runs this host's part of a mesh plan ([`MeshPlan`]: a full mesh, or one
+//! grouped by a label): in each slot where the plan makes it the prober,
+//! one attempt of the job for that target and module.
 //!
 //! - The slot is read off the wall clock (UTC), the same on every host.
 //! - A run starts one guard after its slot starts, so that a peer whose
@@ -8,6 +9,11 @@
 //!   the slot's end.
 //! - A busy peer is not retried: a retry would spill into the next slot,
 //!   and the next cycle comes soon. It is counted as busy.
+//! - Jobs the plan does not pair (loopback modules, [`LocalJob`]) run at
+//!   their interval in a window where this host has no planned test in
+//!   either role ([`MeshPlan::next_free`]), a guard clear of its slots, and
+//!   are cut at the window's end: they never hold the host slot when a
+//!   planned peer test is due. A job no window fits is counted as missed.
 //! - A new plan (members changed) takes over at the first of its own cycle
 //!   boundaries after the current cycle ends, so that hosts that saw the
 //!   change at slightly different times switch together. The first plan
@@ -20,8 +26,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{Attempt, Job, Runner, Skip};
-use crate::mesh::Plan;
+use super::{Attempt, Job, JobKey, Runner, Skip};
+use crate::mesh::MeshPlan;
 use crate::slot::HostSlot;
 
 /// Unix time now; a function so that tests can run on paused tokio time.
@@ -40,13 +46,46 @@ pub fn system_clock() -> WallClock {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeshSchedule<P> {
     /// The plan every member follows.
-    pub plan: Plan,
+    pub plan: MeshPlan,
     /// This host's index among the members.
     pub me: usize,
     /// The job for each (target index, module index) this host probes.
     pub jobs: HashMap<(usize, usize), Job<P>>,
     /// Margin for clock skew at each end of a slot.
     pub guard: Duration,
+    /// Jobs the plan does not pair: loopback modules.
+    pub local: Vec<LocalJob<P>>,
+}
+
+/// A job of this host alone (a loopback module), run between its planned
+/// tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalJob<P> {
+    /// The job, as the plain scheduler would run it.
+    pub job: Job<P>,
+    /// Time a run needs, set-up included: the window it must find. A run
+    /// is cut when it is over.
+    pub need: Duration,
+}
+
+/// The local job to run next: when, which, and whether a window fits it
+/// at all (when none does, the time is when it is due, to count a miss).
+fn next_local<P>(
+    s: &MeshSchedule<P>,
+    due: &HashMap<JobKey, Duration>,
+    now: Duration,
+) -> Option<(Duration, usize, bool)> {
+    s.local
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let from = due.get(&l.job.key).copied().unwrap_or(now).max(now);
+            match s.plan.next_free(s.me, from, l.need, s.guard) {
+                Some(t) => (t, i, true),
+                None => (from, i, false),
+            }
+        })
+        .min()
 }
 
 /// The task that follows the plan; stopped when dropped.
@@ -113,13 +152,18 @@ fn next_run<P>(s: &MeshSchedule<P>, now: Duration) -> Option<(Duration, (usize, 
         index += 1;
     }
     // At most one full cycle ahead: a host with no test as prober in a
-    // whole cycle has none at all.
+    // whole cycle has none at all. (In a grouped plan every host probes in
+    // its group's tournament each cycle, or, alone in its group,
+    // represents it each cycle.)
     for _ in 0..=plan.slots() {
         if index >= plan.slots() {
             index = 0;
             cycle += 1;
         }
-        if let Some(t) = plan.test_of(s.me, index).filter(|t| t.prober == s.me) {
+        if let Some(t) = plan
+            .test_of(s.me, cycle, index)
+            .filter(|t| t.prober == s.me)
+        {
             let start = plan.cycle_start(cycle) + plan.period() * index as u32;
             return Some((start, (t.target, t.module)));
         }
@@ -137,6 +181,8 @@ async fn run<P, R: Runner<P>>(
     let mut current = rx.borrow_and_update().clone();
     // A plan waiting for its first cycle: it and when that cycle starts.
     let mut pending: Option<(Option<Arc<MeshSchedule<P>>>, Duration)> = None;
+    // When each local job is next due (absent: now).
+    let mut due: HashMap<JobKey, Duration> = HashMap::new();
     loop {
         let now = clock();
         if pending.as_ref().is_some_and(|(_, at)| *at <= now) {
@@ -145,11 +191,12 @@ async fn run<P, R: Runner<P>>(
         let next = current.as_ref().and_then(|s| next_run(s, now));
         // Sleep until the next run, the switch to a new plan, or news.
         let switch_at = pending.as_ref().map(|(_, at)| *at);
-        let wake = match (next, switch_at) {
-            (Some((start, _)), Some(sw)) if sw <= start + current_guard(&current) => Some(sw),
-            (Some((start, _)), _) => Some(start + current_guard(&current)),
-            (None, sw) => sw,
-        };
+        let planned_at = next.map(|(start, _)| start + current_guard(&current));
+        let local = current.as_ref().and_then(|s| next_local(s, &due, now));
+        let wake = [switch_at, planned_at, local.map(|l| l.0)]
+            .into_iter()
+            .flatten()
+            .min();
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep(at.saturating_sub(clock())).await,
@@ -184,7 +231,25 @@ async fn run<P, R: Runner<P>>(
         if switch_at.is_some_and(|sw| sw <= clock()) {
             continue;
         }
-        let (Some(s), Some((start, key))) = (current.clone(), next) else {
+        let Some(s) = current.clone() else {
+            continue;
+        };
+        // A local job whose window comes before the next planned run (it
+        // ends a guard before that run's slot starts).
+        if let Some((t, i, fits)) = local.filter(|l| planned_at.is_none_or(|p| l.0 < p)) {
+            if t > clock() {
+                continue;
+            }
+            let l = &s.local[i];
+            if fits {
+                run_local(&s, l, t, &*runner, &slot, &clock).await;
+            } else {
+                runner.skipped(&l.job, Skip::Missed);
+            }
+            due.insert(l.job.key.clone(), t + l.job.interval);
+            continue;
+        }
+        let Some((start, key)) = next else {
             continue;
         };
         let Some(job) = s.jobs.get(&key) else {
@@ -198,6 +263,35 @@ async fn run<P, R: Runner<P>>(
         if now < after {
             tokio::time::sleep(after - now).await;
         }
+    }
+}
+
+/// One run of a local job in the window from `t`, cut at its end.
+async fn run_local<P, R: Runner<P>>(
+    s: &MeshSchedule<P>,
+    l: &LocalJob<P>,
+    t: Duration,
+    runner: &R,
+    slot: &Arc<HostSlot>,
+    clock: &WallClock,
+) {
+    let end = t + l.need;
+    let until = |x: Duration| tokio::time::Instant::now() + x.saturating_sub(clock());
+    // A peer with another view of the plan may be testing with this host.
+    let Ok(permit) = slot
+        .acquire_probe(1, end.saturating_sub(clock()), until(t + s.guard))
+        .await
+    else {
+        runner.skipped(&l.job, Skip::Missed);
+        return;
+    };
+    runner.lag(&l.job, clock().saturating_sub(t));
+    let outcome = tokio::time::timeout_at(until(end), runner.attempt(&l.job)).await;
+    drop(permit);
+    match outcome {
+        Err(_) => runner.skipped(&l.job, Skip::Timeout),
+        Ok(Attempt::Done) => {}
+        Ok(Attempt::Busy(_)) => runner.skipped(&l.job, Skip::Busy),
     }
 }
 
@@ -241,7 +335,7 @@ mod tests {
     use super::super::JobKey;
     use super::*;
     use crate::future::BoxFuture;
-    use crate::mesh::MeshParams;
+    use crate::mesh::{MeshParams, Plan};
     use crate::slot::SlotReason;
     use std::sync::Mutex;
 
@@ -311,10 +405,11 @@ mod tests {
             }
         }
         MeshSchedule {
-            plan,
+            plan: plan.into(),
             me,
             jobs,
             guard: Duration::from_millis(500),
+            local: Vec::new(),
         }
     }
 
@@ -329,7 +424,7 @@ mod tests {
         assert_eq!(s.plan.cycle(), Duration::from_secs(120));
         let expected: Vec<(Duration, String)> = (0..s.plan.slots())
             .filter_map(|k| {
-                let t = s.plan.test_of(s.me, k)?;
+                let t = s.plan.test_of(s.me, 0, k)?;
                 (t.prober == s.me).then(|| {
                     (
                         BASE + s.plan.period() * k as u32 + s.guard,
@@ -437,5 +532,97 @@ mod tests {
             .collect();
         assert_eq!(before.len(), 3, "{runs:?}");
         m.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn loopback_runs_only_where_this_host_has_no_planned_test() {
+        let clock = paused_clock(BASE);
+        let mut s = schedule(&["a", "b", "c", "d"], "b", &["tcp"]);
+        s.guard = Duration::from_secs(1);
+        // Four hosts: "b" is in a test in every slot (10 s every 20 s), so
+        // its windows are the 8 s between, a guard clear of each side.
+        let need = Duration::from_secs(8);
+        s.local.push(LocalJob {
+            job: Job {
+                key: JobKey {
+                    target: "loopback".into(),
+                    module: "lo".into(),
+                },
+                interval: Duration::from_secs(30),
+                timeout: Duration::from_secs(30),
+                payload: (),
+            },
+            need,
+        });
+        let (plan, me, guard) = (s.plan.clone(), s.me, s.guard);
+        let runner = Arc::new(Recorder {
+            work: Duration::from_secs(5),
+            clock: Mutex::new(Some(clock.clone())),
+            ..Default::default()
+        });
+        let m = MeshScheduler::start(runner.clone(), HostSlot::new(), clock, Some(s));
+        tokio::time::sleep(Duration::from_secs(240)).await;
+        m.shutdown().await;
+        let runs = runner.runs.lock().unwrap().clone();
+        let (lo, peers): (Vec<_>, Vec<_>) = runs.iter().partition(|(t, _, _)| t == "loopback");
+        // The peers keep their slots: three per cycle, a guard into each.
+        assert_eq!(peers.len(), 6, "{runs:?}");
+        for (_, _, at) in &peers {
+            let slot = plan.slot_at(*at);
+            assert_eq!(*at, slot.start + guard);
+        }
+        // Loopback only in windows clear of every slot of this host.
+        for (_, _, at) in &lo {
+            for c in 0..3u64 {
+                let cycle = plan.slot_at(BASE).cycle + c;
+                for k in 0..plan.slots() {
+                    let start = plan.cycle_start(cycle) + plan.period() * k as u32;
+                    assert!(plan.test_of(me, cycle, k).is_some());
+                    assert!(
+                        *at + need + guard <= start || start + plan.slot() + guard <= *at,
+                        "loopback at {at:?} against the slot at {start:?}"
+                    );
+                }
+            }
+        }
+        // Due every 30 s, run at the next window (11 s into every 20 s):
+        // every 40 s.
+        let at: Vec<Duration> = lo.iter().map(|(_, _, at)| *at - BASE).collect();
+        assert_eq!(
+            at,
+            [11, 51, 91, 131, 171, 211].map(Duration::from_secs),
+            "{runs:?}"
+        );
+        assert!(runner.skips.lock().unwrap().is_empty());
+
+        // A job no window fits is counted as missed, and the peers still
+        // run.
+        let clock = paused_clock(BASE);
+        let mut s = schedule(&["a", "b", "c", "d"], "b", &["tcp"]);
+        s.guard = Duration::from_secs(1);
+        s.local.push(LocalJob {
+            job: Job {
+                key: JobKey {
+                    target: "loopback".into(),
+                    module: "long".into(),
+                },
+                interval: Duration::from_secs(60),
+                timeout: Duration::from_secs(30),
+                payload: (),
+            },
+            need: Duration::from_secs(9),
+        });
+        let runner = Arc::new(Recorder {
+            clock: Mutex::new(Some(clock.clone())),
+            ..Default::default()
+        });
+        let m = MeshScheduler::start(runner.clone(), HostSlot::new(), clock, Some(s));
+        tokio::time::sleep(Duration::from_secs(110)).await;
+        m.shutdown().await;
+        let runs = runner.runs.lock().unwrap().clone();
+        assert!(runs.iter().all(|(t, _, _)| t != "loopback"), "{runs:?}");
+        assert_eq!(runs.len(), 3);
+        let skips = runner.skips.lock().unwrap().clone();
+        assert_eq!(skips, vec![("loopback".to_string(), Skip::Missed); 2]);
     }
 }

@@ -2,15 +2,19 @@
 //! an address, static or discovered, this host included), the modules,
 //! the slot length and the jobs this host runs, plus the sentences that
 //! state the cost (`check-config`, the startup log).
+//!
+//! With `scheduler.mesh.group_by: LABEL`, the members are grouped by that
+//! target label ([`GroupPlan`]); those without it form one group of their
+//! own, as Prometheus treats an absent label as an empty one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::config::{Config, Module};
 use crate::discovery::DiscoveredTarget;
-use crate::mesh::{MeshParams, Plan};
+use crate::mesh::{GroupPlan, MeshParams, MeshPlan, Plan};
 use crate::probe::Target;
-use crate::scheduler::mesh::MeshSchedule;
+use crate::scheduler::mesh::{LocalJob, MeshSchedule};
 use crate::scheduler::Job;
 
 use super::jobs::{self, ProbeJob};
@@ -20,18 +24,27 @@ pub fn run_time(module: &Module) -> Duration {
     (module.omit + module.duration) * module.specs().len().max(1) as u32
 }
 
-/// Every member's name (sorted), which one this host is, and the mesh's
-/// modules (sorted).
+/// Every member's entry (name and value of the `group_by` label, empty
+/// without it or without the key; a name may come twice, statically and
+/// by discovery), which one this host is, and the mesh's modules (sorted).
 fn members(
     config: &Config,
     discovered: &[DiscoveredTarget],
     is_local: &impl Fn(&Target) -> bool,
-) -> (Vec<String>, Option<String>, Vec<String>) {
-    let mut names = BTreeSet::new();
+) -> (Vec<(String, String)>, Option<String>, Vec<String>) {
+    let group_by = config.scheduler.mesh.group_by.as_deref();
+    let mut entries = Vec::new();
     let mut me = None;
     let mut modules = BTreeSet::new();
-    let mut add = |name: &str, endpoint: &Target, mods: &[String]| {
-        names.insert(name.to_string());
+    let mut add = |name: &str,
+                   endpoint: &Target,
+                   mods: &[String],
+                   labels: &std::collections::BTreeMap<String, String>| {
+        let value = group_by
+            .and_then(|l| labels.get(l))
+            .cloned()
+            .unwrap_or_default();
+        entries.push((name.to_string(), value));
         if is_local(endpoint) && me.is_none() {
             me = Some(name.to_string());
         }
@@ -43,27 +56,24 @@ fn members(
     };
     for t in &config.targets {
         if let Some(Ok(e)) = t.endpoint() {
-            add(t.name(), &e, &t.modules);
+            add(t.name(), &e, &t.modules, &t.labels);
         }
     }
     for d in discovered {
-        add(&d.name, &d.endpoint, &d.modules);
+        add(&d.name, &d.endpoint, &d.modules, &d.labels);
     }
-    (
-        names.into_iter().collect(),
-        me,
-        modules.into_iter().collect(),
-    )
+    (entries, me, modules.into_iter().collect())
 }
 
-/// The plan for `config` and `discovered`, and this host's index in it
-/// (`None` when this host is not among the members).
+/// The plan for `config` and `discovered` (grouped with
+/// `scheduler.mesh.group_by`), this host's index in it (`None` when this
+/// host is not among the members), and the mesh's modules.
 pub fn plan(
     config: &Config,
     discovered: &[DiscoveredTarget],
     is_local: impl Fn(&Target) -> bool,
-) -> (Plan, Option<usize>, Vec<String>) {
-    let (members, me, modules) = members(config, discovered, &is_local);
+) -> (MeshPlan, Option<usize>, Vec<String>) {
+    let (entries, me, modules) = members(config, discovered, &is_local);
     let m = &config.scheduler.mesh;
     let longest = modules
         .iter()
@@ -71,15 +81,16 @@ pub fn plan(
         .map(run_time)
         .max()
         .unwrap_or_default();
-    let plan = Plan::new(
-        members,
-        MeshParams {
-            slot: longest + m.setup + m.guard,
-            modules: modules.len().max(1),
-            budget: m.budget,
-            min_cycle: requested_interval(config, discovered),
-        },
-    );
+    let params = MeshParams {
+        slot: longest + m.setup + m.guard,
+        modules: modules.len().max(1),
+        budget: m.budget,
+        min_cycle: requested_interval(config, discovered),
+    };
+    let plan: MeshPlan = match m.group_by {
+        Some(_) => GroupPlan::by_label(entries, params).into(),
+        None => Plan::new(entries.into_iter().map(|(n, _)| n).collect(), params).into(),
+    };
     let me = me.and_then(|n| plan.index_of(&n));
     (plan, me, modules)
 }
@@ -100,9 +111,10 @@ fn requested_interval(config: &Config, discovered: &[DiscoveredTarget]) -> Durat
         .unwrap_or(config.scheduler.default_interval)
 }
 
-/// This host's mesh schedule, and the jobs the plain scheduler keeps
-/// (loopback modules); `None` when this host is not a member, in which
-/// case the plain scheduler runs everything.
+/// This host's mesh schedule, loopback modules included (run between its
+/// planned tests), and the jobs the plain scheduler keeps; `None` when
+/// this host is not a member, in which case the plain scheduler runs
+/// everything.
 pub fn schedule(
     config: &Config,
     discovered: &[DiscoveredTarget],
@@ -111,6 +123,7 @@ pub fn schedule(
     let (plan, me, modules) = plan(config, discovered, is_local);
     let me = me?;
     let mut mesh = HashMap::new();
+    let mut local = Vec::new();
     let mut rest = Vec::new();
     for job in jobs::build(config, discovered, is_local) {
         let target = plan.index_of(&job.key.target);
@@ -119,6 +132,10 @@ pub fn schedule(
             (Some(t), Some(m), true) => {
                 mesh.insert((t, m), job);
             }
+            (_, _, false) => local.push(LocalJob {
+                need: run_time(&job.payload.module) + config.scheduler.mesh.setup,
+                job,
+            }),
             _ => rest.push(job),
         }
     }
@@ -128,6 +145,7 @@ pub fn schedule(
             me,
             jobs: mesh,
             guard: config.scheduler.mesh.guard,
+            local,
         },
         rest,
     ))
@@ -143,7 +161,36 @@ pub fn notes(
     let mut out = Vec::new();
     if config.discovery.mesh && config.scheduler.mesh.planned {
         let (plan, me, _) = plan(config, discovered, is_local);
-        out.push(format!("mesh schedule: {}", plan.describe()));
+        match (&plan, &config.scheduler.mesh.group_by) {
+            (MeshPlan::Grouped(g), Some(label)) => {
+                // What the groups save, against the full mesh they replace.
+                let full = Plan::new(g.members().to_vec(), g.params().clone());
+                out.push(format!(
+                    "mesh schedule, grouped by {label}: {}; a full mesh would need a cycle of {}",
+                    plan.describe(),
+                    crate::mesh::groups::span(full.cycle().as_secs_f64())
+                ));
+                let (entries, _, _) = members(config, discovered, &is_local);
+                let labelled: BTreeSet<&str> = entries
+                    .iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                let unlabelled: BTreeSet<&str> = entries
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .filter(|n| !labelled.contains(n))
+                    .collect();
+                if !unlabelled.is_empty() {
+                    out.push(format!(
+                        "note: hosts without a {label} label form one group of their own: {} of {}",
+                        unlabelled.len(),
+                        plan.members().len()
+                    ));
+                }
+            }
+            _ => out.push(format!("mesh schedule: {}", plan.describe())),
+        }
         let asked = requested_interval(config, discovered);
         let natural = plan.slot().saturating_mul(plan.slots() as u32);
         let needed = natural.div_f64(plan.params().budget.clamp(f64::MIN_POSITIVE, 1.0));
@@ -157,6 +204,25 @@ pub fn notes(
                 plan.params().budget * 100.0
             ));
         }
+        // Loopback modules run in this host's gaps between planned tests
+        // (another member's stand in for check-config on another host).
+        let guard = config.scheduler.mesh.guard;
+        for job in jobs::build(config, discovered, is_local)
+            .iter()
+            .filter(|j| j.payload.endpoint.is_none())
+        {
+            let need = run_time(&job.payload.module) + config.scheduler.mesh.setup;
+            let from = plan.cycle_start(1);
+            if plan.next_free(me.unwrap_or(0), from, need, guard).is_none() {
+                out.push(format!(
+                    "warning: loopback module {} needs {} s (run + setup), longer than any gap \
+                     between this host's planned tests; it will not run (a lower \
+                     scheduler.mesh.budget widens the gaps)",
+                    job.key.module,
+                    need.as_secs()
+                ));
+            }
+        }
         if me.is_none() && plan.members().len() > 1 {
             out.push(
                 "note: none of the members is an address of this host, so this host \
@@ -165,6 +231,12 @@ pub fn notes(
             );
         }
     } else {
+        if let Some(label) = &config.scheduler.mesh.group_by {
+            out.push(format!(
+                "note: scheduler.mesh.group_by: {label} has no effect without discovery.mesh: true \
+                 and scheduler.mesh.planned: true"
+            ));
+        }
         // The plain scheduler: one probe at a time, so a host's runs per
         // interval must fit in it.
         let jobs = jobs::build(config, discovered, is_local);
@@ -187,6 +259,11 @@ pub fn notes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::future::BoxFuture;
+    use crate::scheduler::mesh::{MeshScheduler, WallClock};
+    use crate::scheduler::{Attempt, Runner, Skip};
+    use crate::slot::HostSlot;
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn the_shipped_mesh_example_states_its_cycle() {
@@ -243,6 +320,253 @@ mod tests {
         let n = notes(&busy, &[], |_| false);
         assert!(
             n[0].starts_with("warning: this host's probes need 120%"),
+            "{n:?}"
+        );
+    }
+
+    /// Eight hosts: racks a and b of three (one of b found by discovery),
+    /// and two without the label (one discovered, as DNS finds them),
+    /// plus a host of rack a found again by DNS with no labels.
+    fn grouped() -> (Config, Vec<DiscoveredTarget>, Vec<&'static str>) {
+        let yaml = "modules: {tcp: {kind: tcp, duration: 5s, omit: 1s}}\n\
+                    scheduler: {default_interval: 5m, mesh: {group_by: rack}}\n\
+                    discovery: {mesh: true}\n\
+                    targets:\n\
+                    \x20 - {address: 10.0.0.1, modules: [tcp], labels: {rack: a}}\n\
+                    \x20 - {address: 10.0.0.2, modules: [tcp], labels: {rack: a}}\n\
+                    \x20 - {address: 10.0.0.3, modules: [tcp], labels: {rack: a}}\n\
+                    \x20 - {address: 10.0.1.1, modules: [tcp], labels: {rack: b}}\n\
+                    \x20 - {address: 10.0.1.2, modules: [tcp], labels: {rack: b}}\n\
+                    \x20 - {address: 10.0.9.1, modules: [tcp]}\n";
+        let c = Config::from_yaml(yaml, "g.yml").unwrap();
+        let found = |host: &str, rack: Option<&str>| DiscoveredTarget {
+            name: host.to_string(),
+            endpoint: Target {
+                host: host.to_string(),
+                port: 5301,
+            },
+            modules: vec!["tcp".into()],
+            interval: None,
+            labels: rack
+                .map(|r| [("rack".to_string(), r.to_string())].into())
+                .unwrap_or_default(),
+        };
+        let discovered = vec![
+            found("10.0.0.1", None),
+            found("10.0.1.3", Some("b")),
+            found("10.0.9.2", None),
+        ];
+        let hosts = vec![
+            "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.9.1",
+            "10.0.9.2",
+        ];
+        (c, discovered, hosts)
+    }
+
+    #[test]
+    fn every_host_of_a_grouped_config_computes_the_same_plan_and_states_its_cost() {
+        let (c, d, hosts) = grouped();
+        let schedules: Vec<MeshSchedule<ProbeJob>> = hosts
+            .iter()
+            .map(|&h| schedule(&c, &d, move |t: &Target| t.host == h).unwrap().0)
+            .collect();
+        let plan = &schedules[0].plan;
+        let MeshPlan::Grouped(g) = plan else {
+            panic!("not grouped: {plan:?}")
+        };
+        assert_eq!(
+            g.groups(),
+            [
+                vec!["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                vec!["10.0.1.1", "10.0.1.2", "10.0.1.3"],
+                vec!["10.0.9.1", "10.0.9.2"],
+            ]
+        );
+        // 6 + 4 + 1 s slots; 2 × 3 rounds inside, 2 × 3 between.
+        assert_eq!(plan.slot(), Duration::from_secs(11));
+        assert_eq!(plan.slots(), 12);
+        // 12 × 11 s at half budget is 264 s; the 5 min interval wins.
+        assert_eq!(plan.cycle(), Duration::from_secs(300));
+        for (s, h) in schedules.iter().zip(&hosts) {
+            assert_eq!(&s.plan, plan, "{h}");
+            assert_eq!(plan.members()[s.me], *h);
+            // A job for every peer, none for itself.
+            assert_eq!(s.jobs.len(), 7, "{h}");
+            assert!(s.jobs.keys().all(|(t, _)| *t != s.me));
+        }
+        let n = notes(&c, &d, |t| t.host == "10.0.0.2");
+        assert_eq!(
+            n,
+            [
+                "mesh schedule, grouped by rack: 8 hosts in 3 groups (largest 3), 1 modules: \
+                 a cycle of 6 + 6 slots of 11 s (one every 25 s) = 5.0 min; every pair inside a group \
+                 and every pair of groups once per cycle, each host to each other group once every \
+                 3 cycles (15.0 min) at most; each host in tests 18% of the time on average, at most \
+                 29% (a representative of the largest group); a full mesh would need a cycle of 5.1 min",
+                "note: hosts without a rack label form one group of their own: 2 of 8",
+            ]
+        );
+        // Without the key: one full mesh of the same hosts.
+        let mut full = c.clone();
+        full.scheduler.mesh.group_by = None;
+        let (p, _, _) = super::plan(&full, &d, |_| false);
+        assert!(matches!(p, MeshPlan::Full(_)));
+        assert_eq!(p.members(), plan.members());
+        // The key without mesh mode is named as having no effect.
+        let mut plain = c.clone();
+        plain.discovery.mesh = false;
+        assert_eq!(
+            notes(&plain, &d, |_| false),
+            [
+                "note: scheduler.mesh.group_by: rack has no effect without discovery.mesh: true \
+              and scheduler.mesh.planned: true"
+            ]
+        );
+    }
+
+    /// Records each host's runs on the shared (paused) wall clock.
+    struct Log {
+        me: String,
+        clock: WallClock,
+        runs: Arc<Mutex<Vec<(String, String, Duration)>>>,
+        skips: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Runner<ProbeJob> for Log {
+        fn attempt(&self, job: &Job<ProbeJob>) -> BoxFuture<Attempt> {
+            self.runs.lock().unwrap().push((
+                self.me.clone(),
+                job.key.target.clone(),
+                (self.clock)(),
+            ));
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Attempt::Done
+            })
+        }
+        fn skipped(&self, job: &Job<ProbeJob>, why: Skip) {
+            self.skips
+                .lock()
+                .unwrap()
+                .push(format!("{} → {}: {why:?}", self.me, job.key.target));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grouped_fleet_never_puts_a_host_in_two_tests_and_covers_every_group() {
+        let (c, d, hosts) = grouped();
+        let (plan, _, _) = plan(&c, &d, |_| false);
+        let MeshPlan::Grouped(g) = plan.clone() else {
+            panic!("not grouped")
+        };
+        let base = plan.cycle_start(plan.first_cycle_from(Duration::from_secs(1_800_000_000)));
+        let t0 = tokio::time::Instant::now();
+        let clock: WallClock = Arc::new(move || base + t0.elapsed());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let skips = Arc::new(Mutex::new(Vec::new()));
+        let mut fleet = Vec::new();
+        for &h in &hosts {
+            let (s, rest) = schedule(&c, &d, move |t: &Target| t.host == h).unwrap();
+            assert!(rest.is_empty());
+            let log = Arc::new(Log {
+                me: h.to_string(),
+                clock: clock.clone(),
+                runs: runs.clone(),
+                skips: skips.clone(),
+            });
+            fleet.push(MeshScheduler::start(
+                log,
+                HostSlot::new(),
+                clock.clone(),
+                Some(s),
+            ));
+        }
+        // Three cycles: every host of the largest group represents it once.
+        tokio::time::sleep(plan.cycle() * 3).await;
+        for m in fleet {
+            m.shutdown().await;
+        }
+        assert!(
+            skips.lock().unwrap().is_empty(),
+            "{:?}",
+            skips.lock().unwrap()
+        );
+        let runs = runs.lock().unwrap().clone();
+        let guard = c.scheduler.mesh.guard;
+        let first = plan.slot_at(base).cycle;
+        let mut busy: HashMap<(u64, usize), BTreeSet<usize>> = HashMap::new();
+        let mut per_cycle: HashMap<u64, BTreeSet<(usize, usize)>> = HashMap::new();
+        let mut host_to_group: BTreeSet<(usize, usize)> = BTreeSet::new();
+        for (p, t, at) in &runs {
+            let (pi, ti) = (plan.index_of(p).unwrap(), plan.index_of(t).unwrap());
+            let slot = plan.slot_at(*at);
+            // One guard into its slot, by the plan every host computed.
+            assert!(
+                *at >= slot.start + guard && *at < slot.start + guard + Duration::from_millis(50),
+                "{p} → {t} at {at:?}, slot {slot:?}"
+            );
+            assert_eq!(
+                plan.test_of(pi, slot.cycle, slot.index),
+                Some(crate::mesh::Test {
+                    prober: pi,
+                    target: ti,
+                    module: 0
+                }),
+                "{p} → {t} in {slot:?}"
+            );
+            let hosts_in_slot = busy.entry((slot.cycle, slot.index)).or_default();
+            assert!(hosts_in_slot.insert(pi), "{p} in two tests in {slot:?}");
+            assert!(hosts_in_slot.insert(ti), "{t} in two tests in {slot:?}");
+            assert!(per_cycle.entry(slot.cycle).or_default().insert((pi, ti)));
+            host_to_group.insert((pi, g.place(ti).unwrap().0));
+        }
+        // Each cycle: the 3 × 2 + 3 × 2 + 2 × 1 directed pairs inside the
+        // groups, and one test per directed pair of groups.
+        assert_eq!(per_cycle.len(), 3, "{per_cycle:?}");
+        for cy in first..first + 3 {
+            let pairs = &per_cycle[&cy];
+            let inside = pairs
+                .iter()
+                .filter(|(p, t)| g.place(*p).unwrap().0 == g.place(*t).unwrap().0)
+                .count();
+            let between: BTreeSet<(usize, usize)> = pairs
+                .iter()
+                .map(|(p, t)| (g.place(*p).unwrap().0, g.place(*t).unwrap().0))
+                .filter(|(a, b)| a != b)
+                .collect();
+            assert_eq!(inside, 14, "cycle {cy}");
+            assert_eq!(between.len(), 6, "cycle {cy}");
+            assert_eq!(pairs.len(), 20, "cycle {cy}");
+        }
+        // Within |largest group| cycles, every host probed every group.
+        assert_eq!(host_to_group.len(), hosts.len() * 3);
+    }
+
+    #[test]
+    fn loopback_modules_join_the_mesh_schedule_and_one_too_long_is_named() {
+        let yaml = "modules:\n  tcp: {kind: tcp, duration: 5s, omit: 1s}\n  lo: {kind: loopback_tcp, duration: LEN}\n\
+                    scheduler: {default_interval: 10s, mesh: {budget: 0.5}}\ndiscovery: {mesh: true}\n\
+                    targets:\n  - {modules: [lo]}\n  - {address: 10.0.0.1, modules: [tcp]}\n\
+                    \x20 - {address: 10.0.0.2, modules: [tcp]}\n";
+        let me = |t: &Target| t.host == "10.0.0.1";
+        // Two hosts, slots of 11 s every 22 s (a 10 s interval asks for
+        // less than the 44 s cycle): gaps of 11 s less two
+        // guards, 9 s, for a loopback run of 5 s + 4 s of set-up.
+        let fits = Config::from_yaml(&yaml.replace("LEN", "5s"), "l.yml").unwrap();
+        let (s, rest) = schedule(&fits, &[], me).unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(s.local.len(), 1);
+        assert_eq!(s.local[0].job.key.module, "lo");
+        assert_eq!(s.local[0].need, Duration::from_secs(9));
+        assert!(notes(&fits, &[], me)
+            .iter()
+            .all(|n| !n.contains("loopback")));
+        let long = Config::from_yaml(&yaml.replace("LEN", "6s"), "l.yml").unwrap();
+        let n = notes(&long, &[], me);
+        assert!(
+            n.iter().any(|n| n.starts_with(
+                "warning: loopback module lo needs 10 s (run + setup), longer than any gap"
+            )),
             "{n:?}"
         );
     }

@@ -120,3 +120,96 @@ fn check_config_reports_the_error_and_exit_code() {
         "{err}"
     );
 }
+
+#[test]
+fn check_config_states_the_cost_and_coverage_of_a_grouped_mesh() {
+    // The shipped rack example: 4 racks of 6, grouped by rack.
+    let racks = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/mesh_racks.yml"
+    );
+    let out = bin().args(["check-config", racks]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(
+            "mesh schedule, grouped by rack: 24 hosts in 4 groups (largest 6), 1 modules: \
+             a cycle of 10 + 6 slots of 11 s (one every 30 s) = 8.0 min; every pair inside a group \
+             and every pair of groups once per cycle, each host to each other group once every \
+             6 cycles (48.0 min) at most; each host in tests 25% of the time on average, at most \
+             37% (a representative of the largest group); a full mesh would need a cycle of 16.9 min"
+        ),
+        "{said}"
+    );
+    // No warning, and every host labelled (check-config, on no host of
+    // the file, notes that it follows the plain schedule here).
+    assert!(
+        !said.contains("warning") && !said.contains("without a rack label"),
+        "{said}"
+    );
+
+    // A small file: two racks of two and a host without the label, with
+    // an interval the groups cannot keep.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.yml");
+    std::fs::write(
+        &path,
+        "modules: {tcp: {kind: tcp, duration: 5s}}\n\
+         scheduler: {default_interval: 1m, mesh: {group_by: site}}\n\
+         discovery: {mesh: true}\n\
+         targets:\n\
+         \x20 - {address: 192.0.2.1, modules: [tcp], labels: {site: x}}\n\
+         \x20 - {address: 192.0.2.2, modules: [tcp], labels: {site: x}}\n\
+         \x20 - {address: 192.0.2.3, modules: [tcp], labels: {site: y}}\n\
+         \x20 - {address: 192.0.2.4, modules: [tcp], labels: {site: y}}\n\
+         \x20 - {address: 192.0.2.5, modules: [tcp]}\n",
+    )
+    .unwrap();
+    let out = bin().arg("check-config").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    // (Whether this machine holds one of the addresses is not the point.)
+    let lines: Vec<&str> = said
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("note: none of the members"))
+        .collect();
+    // Slots of 5 + 4 + 1 s; 2 × 1 inside (groups of 2 and 1), 2 × 3
+    // between (3 groups): 8 slots at half budget = 160 s.
+    assert_eq!(
+        lines,
+        [
+            "mesh schedule, grouped by site: 5 hosts in 3 groups (largest 2), 1 modules: \
+             a cycle of 2 + 6 slots of 10 s (one every 20 s) = 2.7 min; every pair inside a group \
+             and every pair of groups once per cycle, each host to each other group once every \
+             2 cycles (5.3 min) at most; each host in tests 25% of the time on average, at most \
+             38% (a representative of the largest group); a full mesh would need a cycle of 3.3 min",
+            "note: hosts without a site label form one group of their own: 1 of 5",
+            "warning: the interval of 60 s is shorter than the mesh cycle of 160 s that 5 hosts \
+             need at a budget of 50%; the service probes every pair once per cycle",
+        ],
+        "{said}"
+    );
+
+    // A label name Prometheus would refuse is refused here.
+    std::fs::write(
+        &path,
+        "modules: {tcp: {kind: tcp}}\nscheduler: {mesh: {group_by: rack-id}}\n",
+    )
+    .unwrap();
+    let out = bin().arg("check-config").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("scheduler.mesh.group_by") && err.contains("is not a valid label name"),
+        "{err}"
+    );
+}

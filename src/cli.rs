@@ -165,8 +165,10 @@ pub struct ProbeArgs {
     udp: bool,
     /// The kind of probe: tcp and udp are throughput (as -u); tcp_rr is
     /// request/response transactions on one TCP connection (netperf's
-    /// TCP_RR), with -r and --burst.
-    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr"], conflicts_with = "udp")]
+    /// TCP_RR), with -r and --burst; udp_rr is isochronous UDP round
+    /// trips (irtt's): a -l byte request every --interval (default 64
+    /// bytes every 10ms), RTT, IPDV and loss each way.
+    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr", "udp_rr"], conflicts_with = "udp")]
     mode: Option<String>,
     /// tcp_rr: request and response sizes in bytes, REQ,RESP (netperf's
     /// -r; k/m suffixes; one size for both). Default 1,1.
@@ -219,7 +221,8 @@ pub struct ProbeArgs {
     #[arg(short = 'J', long)]
     pub json: bool,
     /// Interval reports every SECS seconds (fractions allowed, at least
-    /// 0.1; 0 for none), per stream, as iperf3's -i.
+    /// 0.1; 0 for none), per stream, as iperf3's -i. With --mode udp_rr:
+    /// the send interval (e.g. 10ms, irtt's -i).
     #[arg(short = 'i', long, value_name = "SECS", value_parser = parse_duration)]
     interval: Option<Duration>,
     /// One JSON object per line as the test runs (start, each interval of
@@ -546,7 +549,10 @@ impl ProbeArgs {
             connect_timeout: self.connect_timeout,
             secret: read_secret(self.auth_secret_file.as_deref())
                 .map_err(|e| ProbeError::BadArgument(format!("{e:#}")))?,
-            interval: self.interval.filter(|i| !i.is_zero()),
+            // udp_rr's --interval is its schedule (in `rr`), not reports.
+            interval: self
+                .interval
+                .filter(|i| !i.is_zero() && self.kind() != Kind::UdpRr),
             interval_events: None,
             no_offload: self.no_offload,
             rr: self.rr_params(),
@@ -562,6 +568,7 @@ impl ProbeArgs {
     fn kind(&self) -> Kind {
         match self.mode.as_deref() {
             Some("tcp_rr") => Kind::TcpRr,
+            Some("udp_rr") => Kind::UdpRr,
             Some("udp") => Kind::Udp,
             _ if self.udp => Kind::Udp,
             _ => Kind::Tcp,
@@ -571,6 +578,16 @@ impl ProbeArgs {
     /// The request/response shape -r, --burst and --nagle ask for, over
     /// the defaults; `None` when none of them was given.
     fn rr_params(&self) -> Option<pathprobe::probe::spec::RrParams> {
+        if self.kind() == Kind::UdpRr {
+            // Sizes come from -l (see ProbeSpec::effective_udp_rr).
+            return Some(pathprobe::probe::spec::RrParams {
+                request_size: 0,
+                response_size: 0,
+                burst: 1,
+                nodelay: false,
+                interval_us: self.interval.map_or(0, |i| i.as_micros() as u64),
+            });
+        }
         if self.rr_size.is_none() && self.burst.is_none() && !self.nagle {
             return None;
         }
@@ -582,6 +599,7 @@ impl ProbeArgs {
             response_size,
             burst: self.burst.unwrap_or(d.burst),
             nodelay: !self.nagle,
+            interval_us: 0,
         })
     }
 }

@@ -47,7 +47,7 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
                 };
             }
         }
-        Kind::TcpRr => {}
+        Kind::TcpRr | Kind::UdpRr => {}
         Kind::Udp => {
             if let Some(u) = &d.udp {
                 let _ = write!(
@@ -204,11 +204,12 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             }
         }
     }
-    match &r.rr {
+    match (&r.rr, &r.udp_rr) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
-        Some(rr) => out.push_str(&rr_lines(rr)),
-        None => {
+        (Some(rr), _) => out.push_str(&rr_lines(rr)),
+        (None, Some(u)) => out.push_str(&udp_rr_lines(u)),
+        (None, None) => {
             for d in &r.directions {
                 let _ = write!(out, "{:<8} ", d.direction.as_str());
                 out.push_str(&summary_line(r, d));
@@ -368,6 +369,64 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
         rr.local_service_demand_microseconds,
         rr.remote_cpu_seconds,
         rr.remote_service_demand_microseconds
+    );
+    out
+}
+
+/// A `udp_rr` result in irtt's terms: loss by direction, the round trip
+/// less the responder's processing time, IPDV each way.
+fn udp_rr_lines(u: &crate::probe::udp_rr::UdpRrSummary) -> String {
+    let us = |s: f64| s * 1e6;
+    let mut out = format!(
+        "udp_rr   {} bytes every {:.3} ms: {} sent, {} received; loss upstream {:.2}% ({}), downstream {:.2}% ({}), round trip {:.2}%\n",
+        u.length,
+        u.interval_seconds * 1e3,
+        u.sent,
+        u.received,
+        u.upstream_loss_percent,
+        u.upstream_lost,
+        u.downstream_loss_percent,
+        u.downstream_lost,
+        u.round_trip_loss_percent,
+    );
+    if let Some(l) = &u.rtt {
+        let _ = writeln!(
+            out,
+            "rtt      min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} us (mean {:.1}), less responder processing mean {:.1} max {:.1} us",
+            us(l.min),
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.max),
+            us(l.mean),
+            us(u.processing_mean_seconds),
+            us(u.processing_max_seconds),
+        );
+    }
+    let ipdv = |l: &Option<crate::protocol::rr::LatencyStats>| match l {
+        Some(l) => format!(
+            "mean {:.1} p50 {:.1} p99 {:.1} max {:.1} us",
+            us(l.mean),
+            us(l.p50),
+            us(l.p99),
+            us(l.max)
+        ),
+        None => "not measured".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "ipdv     upstream {}; downstream {}",
+        ipdv(&u.ipdv_upstream),
+        ipdv(&u.ipdv_downstream)
+    );
+    let _ = writeln!(
+        out,
+        "order    duplicates upstream {} downstream {}, late upstream {} downstream {}; one-way delay {}",
+        u.upstream_duplicates,
+        u.downstream_duplicates,
+        u.upstream_late,
+        u.downstream_late,
+        u.one_way_delay
     );
     out
 }

@@ -28,6 +28,9 @@ pub enum ModuleKind {
     /// Request/response transactions on one TCP connection to a remote
     /// responder: latency percentiles, transactions/s, CPU per transaction.
     TcpRr,
+    /// Isochronous UDP round trips to a remote responder (irtt's): RTT
+    /// percentiles, IPDV and loss in each direction.
+    UdpRr,
     /// TCP throughput to a stock iperf3 server (`iperf3 -s`), through
     /// iperf3's protocol, on the module's `port` (default 5201).
     Iperf3Tcp,
@@ -42,6 +45,7 @@ impl ModuleKind {
             ModuleKind::Tcp | ModuleKind::LoopbackTcp | ModuleKind::Iperf3Tcp => Kind::Tcp,
             ModuleKind::Udp | ModuleKind::LoopbackUdp | ModuleKind::Iperf3Udp => Kind::Udp,
             ModuleKind::TcpRr => Kind::TcpRr,
+            ModuleKind::UdpRr => Kind::UdpRr,
         }
     }
 
@@ -62,6 +66,7 @@ impl ModuleKind {
             ModuleKind::LoopbackTcp => "loopback_tcp",
             ModuleKind::LoopbackUdp => "loopback_udp",
             ModuleKind::TcpRr => "tcp_rr",
+            ModuleKind::UdpRr => "udp_rr",
             ModuleKind::Iperf3Tcp => "iperf3_tcp",
             ModuleKind::Iperf3Udp => "iperf3_udp",
         }
@@ -156,6 +161,10 @@ pub struct Module {
     /// target's own port is its pathprobe responder's.
     #[serde(default)]
     pub port: Option<u16>,
+    /// udp_rr only: time between requests (default 10ms, as irtt); the
+    /// datagram size is `length` (default 64 bytes).
+    #[serde(default, deserialize_with = "quantity::opt_duration")]
+    pub send_interval: Option<Duration>,
 }
 
 fn default_duration() -> Duration {
@@ -199,18 +208,30 @@ impl Module {
             burst: None,
             nodelay: None,
             port: None,
+            send_interval: None,
         }
     }
 
     /// The request/response shape of a `tcp_rr` module, its keys over
     /// the engine's defaults; `None` for other kinds.
     pub fn rr(&self) -> Option<crate::probe::spec::RrParams> {
+        if self.kind == ModuleKind::UdpRr {
+            // Sizes come from `length` (ProbeSpec::effective_udp_rr).
+            return Some(crate::probe::spec::RrParams {
+                request_size: 0,
+                response_size: 0,
+                burst: 1,
+                nodelay: false,
+                interval_us: self.send_interval.map_or(0, |i| i.as_micros() as u64),
+            });
+        }
         let d = crate::probe::spec::DEFAULT_RR;
         (self.kind == ModuleKind::TcpRr).then(|| crate::probe::spec::RrParams {
             request_size: self.request_size.unwrap_or(d.request_size),
             response_size: self.response_size.unwrap_or(d.response_size),
             burst: self.burst.unwrap_or(d.burst),
             nodelay: self.nodelay.unwrap_or(d.nodelay),
+            interval_us: 0,
         })
     }
 
@@ -334,6 +355,21 @@ impl Module {
             return Err((
                 "kind",
                 "tcp_rr runs on one connection: leave streams and direction at their defaults"
+                    .to_string(),
+            ));
+        }
+        if self.send_interval.is_some() && self.kind != ModuleKind::UdpRr {
+            return Err((
+                "send_interval",
+                format!("applies to udp_rr modules only, not {}", self.kind.as_str()),
+            ));
+        }
+        if self.kind == ModuleKind::UdpRr
+            && (self.streams != 1 || self.direction != ModuleDirection::Send)
+        {
+            return Err((
+                "kind",
+                "udp_rr runs one flow of round trips: leave streams and direction at their defaults"
                     .to_string(),
             ));
         }

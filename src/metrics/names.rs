@@ -284,14 +284,14 @@ pub static RR_LATENCY: MetricDef = def(
     Histogram,
     "pathprobe_rr_latency_seconds",
     &[],
-    "tcp_rr: latency of every transaction (request written to response read) of every probe since the service started, in buckets from 10 us to 10 s.",
+    "tcp_rr: latency of every transaction (request written to response read); udp_rr (kind label): round-trip time less the responder's processing time; of every probe since the service started, in buckets from 10 us to 10 s.",
 );
 pub static RR_LATENCY_PERCENTILE: MetricDef = def(
     Probe,
     Gauge,
     "pathprobe_rr_latency_percentile_seconds",
     &[PERCENTILE],
-    "tcp_rr: transaction latency of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits); for those who do not write histogram_quantile.",
+    "tcp_rr: transaction latency (udp_rr: round-trip time) of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits); for those who do not write histogram_quantile.",
 );
 pub static RR_TRANSACTIONS_RATE: MetricDef = def(
     Probe,
@@ -306,6 +306,27 @@ pub static RR_CPU_PER_TRANSACTION: MetricDef = def(
     "pathprobe_rr_cpu_seconds_per_transaction",
     &[SIDE],
     "tcp_rr: data-thread CPU (user + system) per transaction in the latest probe, on the prober (local) and the responder (remote): netperf's service demand, in seconds.",
+);
+pub static RR_LOSS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_loss_ratio",
+    &[FLOW],
+    "udp_rr: datagrams lost on one leg of the latest probe, as a fraction of those that entered it (0 to 1): flow=send is requests the responder never received, flow=receive is replies it sent that never came back.",
+);
+pub static RR_LOST_TOTAL: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_rr_lost_datagrams_total",
+    &[FLOW],
+    "udp_rr: datagrams lost on each leg (flow=send: requests, flow=receive: replies) over every probe since the service started.",
+);
+pub static RR_IPDV: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_ipdv_seconds",
+    &[FLOW],
+    "udp_rr: mean IPDV (RFC 3393 jitter, absolute, between consecutive requests) of each leg's one-way delay in the latest probe; the hosts' clock offset cancels in it.",
 );
 pub static PROBE_CPU: MetricDef = def(
     Probe,
@@ -623,6 +644,9 @@ pub static ALL: &[&MetricDef] = &[
     &RR_LATENCY_PERCENTILE,
     &RR_TRANSACTIONS_RATE,
     &RR_CPU_PER_TRANSACTION,
+    &RR_LOSS,
+    &RR_LOST_TOTAL,
+    &RR_IPDV,
     &PROBE_CPU,
     &PROBE_HOST_CPU,
     &PROBE_INTERRUPTS,
@@ -782,7 +806,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 67);
+        assert_eq!(ALL.len(), 70);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::names::{self, label::*};
 use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
 use crate::probe::diagnosis::Limit;
 use crate::probe::result::SideSummary;
+use crate::probe::FlowDirection;
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.
 pub(crate) fn unix_seconds(t: SystemTime) -> f64 {
@@ -114,6 +115,9 @@ fn render_series(
             if let Some(n) = series.retransmits.get(flow) {
                 add(&names::TCP_RETRANSMITS_TOTAL, &f, *n as f64);
             }
+        }
+        for (flow, n) in &series.rr_lost {
+            add(&names::RR_LOST_TOTAL, &[(FLOW, flow.as_str())], *n as f64);
         }
     }
     // Before its first probe a series has only its counters and the
@@ -223,6 +227,40 @@ fn render_series(
             ("remote", rr.remote_service_demand_microseconds),
         ] {
             add(&names::RR_CPU_PER_TRANSACTION, &[(SIDE, side)], us / 1e6);
+        }
+    }
+    if let Some(u) = &r.udp_rr {
+        if let Some(l) = &u.rtt {
+            let quantiles = [
+                ("0", l.min),
+                ("50", l.p50),
+                ("90", l.p90),
+                ("99", l.p99),
+                ("99.9", l.p999),
+                ("100", l.max),
+            ];
+            for (q, v) in quantiles {
+                add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
+            }
+        }
+        let legs = [
+            (
+                FlowDirection::Send,
+                u.upstream_loss_percent,
+                &u.ipdv_upstream,
+            ),
+            (
+                FlowDirection::Receive,
+                u.downstream_loss_percent,
+                &u.ipdv_downstream,
+            ),
+        ];
+        for (flow, loss, ipdv) in legs {
+            let f = [(FLOW, flow.as_str())];
+            add(&names::RR_LOSS, &f, loss / 100.0);
+            if let Some(i) = ipdv {
+                add(&names::RR_IPDV, &f, i.mean);
+            }
         }
     }
     let sides: [(&str, &SideSummary); 2] = [("local", &r.local), ("remote", &r.remote)];

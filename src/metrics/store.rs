@@ -153,6 +153,9 @@ pub(crate) struct SeriesState {
     pub retransmits: BTreeMap<FlowDirection, u64>,
     /// tcp_rr: every probe's transaction latencies added up.
     pub latency: Option<LatencyHistogram>,
+    /// udp_rr: datagrams lost on each leg (send: requests, receive:
+    /// replies) over every probe; both legs at 0 from the start.
+    pub rr_lost: BTreeMap<FlowDirection, u64>,
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
@@ -218,7 +221,12 @@ impl SeriesState {
                 BTreeMap::new()
             },
             // Known from the kind, so the histogram exists at 0 from the start.
-            latency: (kind == "tcp_rr").then(LatencyHistogram::default),
+            latency: (kind == "tcp_rr" || kind == "udp_rr").then(LatencyHistogram::default),
+            rr_lost: if kind == "udp_rr" {
+                BTreeMap::from([(FlowDirection::Send, 0), (FlowDirection::Receive, 0)])
+            } else {
+                BTreeMap::new()
+            },
         }
     }
 }
@@ -275,6 +283,7 @@ impl TargetState {
             sent_bytes,
             retransmits,
             latency,
+            rr_lost,
             ..
         } = series;
         if let Some(l) = latest
@@ -285,6 +294,18 @@ impl TargetState {
             .and_then(|rr| rr.latency.as_ref())
         {
             latency.get_or_insert_with(LatencyHistogram::default).add(l);
+        }
+        if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr.as_ref()) {
+            if let Some(l) = &u.rtt {
+                latency.get_or_insert_with(LatencyHistogram::default).add(l);
+            }
+            for (flow, n) in [
+                (FlowDirection::Send, u.upstream_lost),
+                (FlowDirection::Receive, u.downstream_lost),
+            ] {
+                let c = rr_lost.entry(flow).or_insert(0);
+                *c = c.saturating_add(n);
+            }
         }
         *results.entry(latest.result_label()).or_insert(0) += 1;
         for flow in latest.direction.flows() {

@@ -216,6 +216,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         tcp: None,
         udp: None,
         rr: None,
+        udp_rr: None,
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
@@ -1127,6 +1128,7 @@ fn rich_scrape() -> String {
     );
     store.record_skipped(&ProbeKey::new("d", "tcp_send"), "overrun");
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
+    store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_millis(3));
@@ -1208,6 +1210,7 @@ fn direct_text_matches_prometheus_text_encoder() {
     );
     store.record_skipped(&ProbeKey::new("d", "udp"), "overrun");
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
+    store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     counters.bytes.store(u64::MAX, Ordering::Relaxed);
     let service = ServiceState::new(at(T0));
@@ -1592,4 +1595,133 @@ fn rr_outcome() -> ProbeOutcome {
     let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome("tcp_rr", Direction::Send, T0, Ok(rr_result(40e-6, b)))
+}
+
+// ---- udp_rr ------------------------------------------------------------------
+
+fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
+    let mut r = result(
+        Kind::UdpRr,
+        Direction::Send,
+        vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
+    );
+    r.udp_rr = Some(crate::probe::udp_rr::UdpRrSummary {
+        sent: 1000,
+        received: 1000 - up - down,
+        upstream_lost: up,
+        downstream_lost: down,
+        upstream_loss_percent: up as f64 / 10.0,
+        downstream_loss_percent: down as f64 * 100.0 / (1000 - up) as f64,
+        rtt: Some(crate::protocol::rr::LatencyStats {
+            min: 10e-6,
+            mean: 50e-6,
+            p50: 50e-6,
+            p90: 60e-6,
+            p99: 70e-6,
+            p999: 80e-6,
+            max: 90e-6,
+            sum: 0.05,
+            buckets: rtt_buckets,
+        }),
+        ipdv_upstream: Some(crate::protocol::rr::LatencyStats {
+            mean: 4e-6,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    r
+}
+
+fn udp_rr_outcome() -> ProbeOutcome {
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[3] = 988;
+    outcome("udp_rr", Direction::Send, T0, Ok(udp_rr_result(10, 2, b)))
+}
+
+#[test]
+fn udp_rr_loss_counts_by_leg_from_0_and_rtt_joins_the_latency_histogram() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "irtt");
+    let labels = BTreeMap::new();
+    store.register(
+        key.clone(),
+        SeriesPlan {
+            kind: "udp_rr",
+            tcp: false,
+            directions: vec![Direction::Send],
+            labels: &labels,
+            skip_reasons: &[],
+        },
+    );
+    let k = [
+        ("target", "b"),
+        ("module", "irtt"),
+        ("kind", "udp_rr"),
+        ("direction", "send"),
+    ];
+    let lost = |s: &[Sample], flow| {
+        value(
+            s,
+            "pathprobe_rr_lost_datagrams_total",
+            &with(&k, &[("flow", flow)]),
+        )
+    };
+    // Both legs and the histogram exist at 0 before the first probe.
+    let s = store_text(&store);
+    assert_eq!(lost(&s, "send"), 0.0);
+    assert_eq!(lost(&s, "receive"), 0.0);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
+    assert!(find(&s, "pathprobe_rr_loss_ratio", &k).is_empty());
+
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[3] = 990;
+    store.record(
+        key.clone(),
+        outcome(
+            "udp_rr",
+            Direction::Send,
+            T0,
+            Ok(udp_rr_result(10, 0, b.clone())),
+        ),
+    );
+    b[3] = 985;
+    store.record(
+        key.clone(),
+        outcome(
+            "udp_rr",
+            Direction::Send,
+            T0 + 60,
+            Ok(udp_rr_result(5, 10, b)),
+        ),
+    );
+    let s = store_text(&store);
+    assert_eq!(lost(&s, "send"), 15.0);
+    assert_eq!(lost(&s, "receive"), 10.0);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 1975.0);
+    let ratio = |flow| value(&s, "pathprobe_rr_loss_ratio", &with(&k, &[("flow", flow)]));
+    assert!((ratio("send") - 0.005).abs() < 1e-12);
+    assert!((ratio("receive") - 10.0 / 995.0).abs() < 1e-12);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_rr_ipdv_seconds",
+            &with(&k, &[("flow", "send")])
+        ),
+        4e-6
+    );
+    // No downstream IPDV was measured: no series rather than a 0.
+    assert!(find(
+        &s,
+        "pathprobe_rr_ipdv_seconds",
+        &with(&k, &[("flow", "receive")])
+    )
+    .is_empty());
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_rr_latency_percentile_seconds",
+            &with(&k, &[("percentile", "50")])
+        ),
+        50e-6
+    );
 }

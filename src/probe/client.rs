@@ -292,7 +292,7 @@ async fn run_test(
             expect_ready(&mut control, t).await?;
             sockets
         }
-        Kind::Udp => {
+        Kind::Udp | Kind::UdpRr => {
             let socks = udp::open_flows(
                 addr,
                 spec.bind,

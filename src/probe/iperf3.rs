@@ -305,10 +305,11 @@ async fn converse(
     let sockets = match request.kind {
         Kind::Tcp => open_tcp_streams(addr, spec, &side, count, cookie).await?,
         Kind::Udp => open_udp_streams(addr, spec, request, count, t).await?,
-        Kind::TcpRr => {
-            return Err(ProbeError::BadArgument(
-                "tcp_rr needs a pathprobe responder: iperf3 has no request/response test".into(),
-            ))
+        Kind::TcpRr | Kind::UdpRr => {
+            return Err(ProbeError::BadArgument(format!(
+                "{} needs a pathprobe responder: iperf3 has no request/response test",
+                request.kind
+            )))
         }
     };
     let plan = side.plan.clone();
@@ -503,7 +504,7 @@ pub fn local_results(request: &TestRequest, local: &SideStats) -> Results {
         sender_has_retransmits: match (sends, request.kind) {
             (false, _) => -1,
             (true, Kind::Tcp | Kind::TcpRr) => 1,
-            (true, Kind::Udp) => 0,
+            (true, Kind::Udp | Kind::UdpRr) => 0,
         },
         congestion_used: local.streams.iter().find_map(|s| s.congestion.clone()),
         streams,

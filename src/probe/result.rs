@@ -40,6 +40,9 @@ pub struct ProbeResult {
     /// Request/response figures (`tcp_rr`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rr: Option<super::tcp_rr::RrSummary>,
+    /// Isochronous UDP round-trip figures (`udp_rr`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_rr: Option<super::udp_rr::UdpRrSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -663,8 +666,16 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
-            rr: ctx.rr.map(|p| {
+            rr: ctx.rr.filter(|_| ctx.kind == Kind::TcpRr).map(|p| {
                 super::tcp_rr::RrSummary::combine(p, local.streams.first(), remote.streams.first())
+            }),
+            udp_rr: ctx.rr.filter(|_| ctx.kind == Kind::UdpRr).map(|p| {
+                super::udp_rr::UdpRrSummary::combine(
+                    p,
+                    p.request_size,
+                    local.streams.first(),
+                    remote.streams.first(),
+                )
             }),
             local: side_summary(local),
             remote: side_summary(remote),

@@ -24,7 +24,7 @@ use super::datapath::{
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
 use super::tcp::{self, apply_options, TcpOptions};
-use super::{tcp_rr, udp};
+use super::{tcp_rr, udp, udp_rr};
 use crate::host::{HostDelta, HostSnapshot};
 use crate::protocol::message::token_id;
 use crate::protocol::{Kind, TestRequest};
@@ -105,7 +105,9 @@ impl TestSide {
                     request.total_streams(),
                 ),
                 offload: !request.no_offload,
-                rr: request.rr.filter(|_| request.kind == Kind::TcpRr),
+                rr: request
+                    .rr
+                    .filter(|_| matches!(request.kind, Kind::TcpRr | Kind::UdpRr)),
                 wire: Default::default(),
                 send_limit: None,
             },
@@ -155,7 +157,7 @@ impl TestSide {
             (Kind::Tcp | Kind::TcpRr, DataSocket::Tcp(s)) => {
                 apply_options(&socket2::SockRef::from(s), &self.tcp, ipv6)
             }
-            (Kind::Udp, DataSocket::Udp(s)) => {
+            (Kind::Udp | Kind::UdpRr, DataSocket::Udp(s)) => {
                 udp::configure_socket(s, self.request.window);
                 match self.request.tos {
                     Some(tos) => udp::set_tos(s, tos),
@@ -319,6 +321,13 @@ pub fn spawn_stream(
                     }
                     (DataSocket::Tcp(s), Role::Sender) => tcp::send(s, &ctx, &mut stats),
                     (DataSocket::Tcp(s), Role::Receiver) => tcp::receive(s, &ctx, &mut stats),
+                    // udp_rr: the prober's schedule, the responder's echo.
+                    (DataSocket::Udp(s), Role::Sender) if ctx.plan.rr.is_some() => {
+                        udp_rr::ask(s, &ctx, &mut stats)
+                    }
+                    (DataSocket::Udp(s), Role::Receiver) if ctx.plan.rr.is_some() => {
+                        udp_rr::answer(s, &ctx, &mut stats)
+                    }
                     (DataSocket::Udp(s), Role::Sender) => udp::send(s, &ctx, &mut stats),
                     (DataSocket::Udp(s), Role::Receiver) => udp::receive(s, &ctx, &mut stats),
                 }

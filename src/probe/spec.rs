@@ -16,6 +16,7 @@ pub const DEFAULT_RR: RrParams = RrParams {
     response_size: 1,
     burst: 1,
     nodelay: true,
+    interval_us: 0,
 };
 
 /// Default write size for TCP, as iperf3.
@@ -182,14 +183,41 @@ impl ProbeSpec {
             }
             Kind::Tcp => self.length.unwrap_or(DEFAULT_TCP_LENGTH),
             Kind::Udp => self.length.unwrap_or(DEFAULT_UDP_LENGTH),
+            Kind::UdpRr => self
+                .length
+                .unwrap_or(crate::protocol::udp_rr::DEFAULT_LENGTH),
         }
     }
 
     pub fn effective_bitrate(&self) -> u64 {
+        if self.kind == Kind::UdpRr {
+            // Set by the schedule, not asked: what the limits see.
+            let rr = self.effective_udp_rr();
+            return crate::protocol::udp_rr::bitrate(rr.request_size, rr.interval_us);
+        }
         self.bitrate.unwrap_or(match self.kind {
             Kind::Tcp | Kind::TcpRr => 0,
-            Kind::Udp => DEFAULT_UDP_BITRATE,
+            Kind::Udp | Kind::UdpRr => DEFAULT_UDP_BITRATE,
         })
+    }
+
+    /// The shape a `udp_rr` probe runs: requests and replies of the
+    /// datagram length (`-l`), one every `interval_us` of [`Self::rr`]
+    /// (irtt's 10 ms unless given).
+    pub fn effective_udp_rr(&self) -> RrParams {
+        use crate::protocol::udp_rr::{DEFAULT_INTERVAL_US, DEFAULT_LENGTH};
+        let len = self.length.unwrap_or(DEFAULT_LENGTH);
+        RrParams {
+            request_size: len,
+            response_size: len,
+            burst: 1,
+            nodelay: false,
+            interval_us: self
+                .rr
+                .map(|r| r.interval_us)
+                .filter(|&i| i > 0)
+                .unwrap_or(DEFAULT_INTERVAL_US),
+        }
     }
 
     /// The request/response shape a `tcp_rr` probe runs.
@@ -252,6 +280,7 @@ impl ProbeSpec {
                     Ok(())
                 }
             }
+            Kind::UdpRr => self.validate_udp_rr(),
             _ => Ok(()),
         }?;
         if let Some(c) = &self.congestion {
@@ -263,6 +292,41 @@ impl ProbeSpec {
             }
         }
         Ok(())
+    }
+
+    fn validate_udp_rr(&self) -> Result<(), SpecError> {
+        use crate::protocol::udp_rr as w;
+        let fail = |m: String| Err(SpecError(m));
+        let rr = self.effective_udp_rr();
+        let total_ms = (self.omit + self.duration).as_millis() as u64;
+        if !(w::MIN_LENGTH..=w::MAX_LENGTH).contains(&rr.request_size) {
+            fail(format!(
+                "udp_rr datagram length must be between {} and {} bytes, got {}",
+                w::MIN_LENGTH,
+                w::MAX_LENGTH,
+                rr.request_size
+            ))
+        } else if !(w::MIN_INTERVAL_US..=w::MAX_INTERVAL_US).contains(&rr.interval_us) {
+            fail(format!(
+                "udp_rr send interval must be between {} us and {} s, got {} us",
+                w::MIN_INTERVAL_US,
+                w::MAX_INTERVAL_US / 1_000_000,
+                rr.interval_us
+            ))
+        } else if w::packet_count(total_ms, rr.interval_us).is_none() {
+            fail(format!(
+                "a udp_rr test sends at most {} requests: a longer interval or a shorter test",
+                w::MAX_PACKETS
+            ))
+        } else if self.streams != 1 || self.direction != Direction::Send || self.interval.is_some()
+        {
+            fail(
+                "udp_rr runs one flow of round trips: no -P, -R, --bidir or interval reports"
+                    .into(),
+            )
+        } else {
+            Ok(())
+        }
     }
 
     /// Checks, against this host, what [`ProbeSpec::validate`] cannot:
@@ -295,7 +359,11 @@ impl ProbeSpec {
             affinity: self.remote_affinity,
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
-            rr: (self.kind == Kind::TcpRr).then(|| self.effective_rr()),
+            rr: match self.kind {
+                Kind::TcpRr => Some(self.effective_rr()),
+                Kind::UdpRr => Some(self.effective_udp_rr()),
+                Kind::Tcp | Kind::Udp => None,
+            },
         }
     }
 }

@@ -279,6 +279,7 @@ pub fn ask(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) 
         request_bytes: written - written_at_open,
         response_bytes: read - read_at_open,
         latency: summarize(&hist),
+        udp: None,
     });
     // Half-close and wait for the responder to close: it then has read
     // every request and written every response.
@@ -411,6 +412,7 @@ pub fn answer(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStat
         request_bytes: read - read_at_open,
         response_bytes: written - written_at_open,
         latency: None,
+        udp: None,
     });
     drop(stream);
 }

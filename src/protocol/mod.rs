@@ -8,6 +8,7 @@
 //!   kind, direction, each side's measurements).
 //! - [`rr`]: request/response tests' parameters and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
+//! - [`udp_rr`]: isochronous UDP round trips' replies and limits.
 //! - [`iperf3`]: iperf3's wire protocol, spoken to stock iperf3 peers.
 //!
 //! This is the bottom layer: it imports nothing else of the crate.
@@ -26,6 +27,7 @@ pub mod model;
 mod proptests;
 pub mod rr;
 pub mod udp;
+pub mod udp_rr;
 
 pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};
 pub use message::{Message, RejectReason, TestRequest, PROTOCOL_NAME, PROTOCOL_VERSION};

@@ -16,6 +16,8 @@ pub enum Kind {
     Udp,
     /// Request/response transactions on one TCP connection (netperf's TCP_RR).
     TcpRr,
+    /// Isochronous UDP round trips (irtt's).
+    UdpRr,
 }
 
 /// Which way data moves, seen from the prober.
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Tcp => "tcp",
             Kind::Udp => "udp",
             Kind::TcpRr => "tcp_rr",
+            Kind::UdpRr => "udp_rr",
         }
     }
 }

@@ -16,6 +16,13 @@ pub struct RrParams {
     pub burst: u32,
     /// TCP_NODELAY on both ends' data socket.
     pub nodelay: bool,
+    /// `udp_rr`: microseconds between requests (0 for `tcp_rr`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub interval_us: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Most transactions in flight a responder accepts: more only queues data
@@ -45,6 +52,9 @@ pub struct RrStats {
     /// to the last byte of its response read: the prober's only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencyStats>,
+    /// `udp_rr`: datagram counts by direction, IPDV and processing time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<super::udp_rr::UdpRrStats>,
 }
 
 /// A latency distribution's summary, in seconds.

@@ -90,8 +90,7 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
     let responder_sends = matches!(r.direction, Direction::Receive | Direction::Bidir);
     if c.secret.is_none()
         && cap > 0
-        && r.kind == Kind::Udp
-        && responder_sends
+        && (r.kind == Kind::Udp && responder_sends || r.kind == Kind::UdpRr)
         && (request.bitrate == 0 || request.bitrate > cap)
     {
         let asked = if request.bitrate == 0 {
@@ -142,10 +141,16 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
     }
     let (min_len, ceiling) = match r.kind {
         Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
+        Kind::UdpRr => (
+            crate::protocol::udp_rr::MIN_LENGTH,
+            crate::protocol::udp_rr::MAX_LENGTH,
+        ),
         Kind::Tcp | Kind::TcpRr => (1, super::TCP_LENGTH_CEILING),
     };
     if r.kind == Kind::TcpRr {
         check_rr(r, c.max_length.clamp(min_len, ceiling))?;
+    } else if r.kind == Kind::UdpRr {
+        check_udp_rr(r, &request, c.max_length.clamp(min_len, ceiling))?;
     } else if r.rr.is_some() {
         return Err(format!(
             "request/response sizes were given for a {} test",
@@ -207,6 +212,58 @@ fn check_rr(r: &TestRequest, max_len: u32) -> Result<(), String> {
     }
     if r.streams != 1 || r.direction != Direction::Send {
         return Err("a tcp_rr test runs on one connection, in the send direction".into());
+    }
+    Ok(())
+}
+
+/// A `udp_rr` request is run as asked or refused, under either policy: a
+/// slower schedule or shorter datagrams would be another test. Its rate
+/// (length over interval, each way) is held to the rate limits, which
+/// `request` carries cut down if it exceeds them; the packets it sends,
+/// which both ends keep state for, to the protocol's bound.
+fn check_udp_rr(r: &TestRequest, limited: &TestRequest, max_len: u32) -> Result<(), String> {
+    use crate::protocol::udp_rr as w;
+    let Some(rr) = r.rr else {
+        return Err("a udp_rr test needs its send interval".into());
+    };
+    if rr.request_size != r.length || rr.response_size != r.length || rr.burst != 1 {
+        return Err("a udp_rr test's requests and replies are its length, one at a time".into());
+    }
+    if r.length > max_len {
+        return Err(format!(
+            "max_length: a {}-byte udp_rr datagram exceeds this responder's maximum of {max_len} bytes",
+            r.length
+        ));
+    }
+    if !(w::MIN_INTERVAL_US..=w::MAX_INTERVAL_US).contains(&rr.interval_us) {
+        return Err(format!(
+            "udp_rr interval {} us is outside {}..={} us",
+            rr.interval_us,
+            w::MIN_INTERVAL_US,
+            w::MAX_INTERVAL_US
+        ));
+    }
+    if w::packet_count(r.omit_ms.saturating_add(r.duration_ms), rr.interval_us).is_none() {
+        return Err(format!(
+            "a udp_rr test may send at most {} requests",
+            w::MAX_PACKETS
+        ));
+    }
+    let rate = w::bitrate(r.length, rr.interval_us);
+    if r.bitrate < rate {
+        return Err(format!(
+            "a udp_rr test's rate is {rate} bit/s, not the {} bit/s it states",
+            r.bitrate
+        ));
+    }
+    if limited.bitrate < r.bitrate {
+        return Err(format!(
+            "max_bitrate: udp_rr at {rate} bit/s each way exceeds this responder's {} bit/s",
+            limited.bitrate
+        ));
+    }
+    if r.streams != 1 || r.direction != Direction::Send || r.interval_ms.is_some() {
+        return Err("a udp_rr test runs one flow, in the send direction, without intervals".into());
     }
     Ok(())
 }
@@ -490,5 +547,67 @@ mod tests {
             ..c
         };
         assert_eq!(check_limits(&r, &off).unwrap().request, r);
+    }
+
+    fn udp_rr(length: u32, interval_us: u64) -> TestRequest {
+        TestRequest {
+            kind: Kind::UdpRr,
+            length,
+            window: None,
+            bitrate: crate::protocol::udp_rr::bitrate(length, interval_us),
+            rr: Some(crate::protocol::rr::RrParams {
+                request_size: length,
+                response_size: length,
+                burst: 1,
+                nodelay: false,
+                interval_us,
+            }),
+            ..request()
+        }
+    }
+
+    #[test]
+    fn udp_rr_runs_as_asked_or_is_refused_under_either_policy() {
+        for policy in [LimitPolicy::Clamp, LimitPolicy::Refuse] {
+            let c = limits(policy);
+            let ok = udp_rr(64, 10_000);
+            assert_eq!(check_limits(&ok, &c).unwrap().request, ok);
+            // Below the shortest interval; 2000 bytes every 100 us is
+            // 160 Mbit/s, over 100 Mbit/s.
+            assert!(check_limits(&udp_rr(64, 50), &c).is_err());
+            let fast = udp_rr(2000, 100);
+            let e = check_limits(&fast, &c).unwrap_err();
+            assert!(e.contains("max_bitrate"), "{e}");
+            // Stating a lower rate than the schedule's does not get it in.
+            let lying = TestRequest {
+                bitrate: 1,
+                ..udp_rr(64, 10_000)
+            };
+            assert!(check_limits(&lying, &c).is_err());
+            // Shorter than the reply header, longer than max_length, or
+            // with sizes that are not its length.
+            assert!(check_limits(&udp_rr(39, 10_000), &c).is_err());
+            assert!(check_limits(&udp_rr(65_001, 10_000_000), &c).is_err());
+            let odd = TestRequest {
+                length: 100,
+                ..udp_rr(64, 10_000)
+            };
+            assert!(check_limits(&odd, &c).is_err());
+            // More requests than both ends keep state for.
+            let long = TestRequest {
+                duration_ms: 10_000,
+                ..udp_rr(64, 100)
+            };
+            assert!(check_limits(&long, &c).is_ok());
+            let c_long = ResponderConfig {
+                max_duration: Duration::from_secs(3600),
+                ..limits(policy)
+            };
+            let too_many = TestRequest {
+                duration_ms: 3_000_000,
+                ..udp_rr(64, 100)
+            };
+            assert!(check_limits(&too_many, &c_long).is_err());
+        }
     }
 }

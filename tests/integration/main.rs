@@ -31,4 +31,5 @@ mod rr;
 mod rules;
 mod serve;
 mod serve_process;
+mod udp_rr;
 mod web;

@@ -163,6 +163,7 @@ async fn tcp_rr_burst_of_large_messages_moves_both_ways() {
             response_size: 32768,
             burst: 6,
             nodelay: true,
+            interval_us: 0,
         },
     );
     let r = run_rr(addr, &spec).await;
@@ -214,6 +215,7 @@ async fn tcp_rr_prober_that_stops_reading_is_ended_and_counted() {
             response_size: 65536,
             burst: 64,
             nodelay: true,
+            interval_us: 0,
         },
     )
     .to_request();

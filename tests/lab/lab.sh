@@ -17,6 +17,8 @@
 #   unshape NAME           remove the shaping
 #   drop NAME PERCENT      random drop of PERCENT % of forwarded packets on r
 #   nodrop NAME            remove the random drop
+#   drop-ab NAME PERCENT   as drop, of the packets r forwards from a towards b
+#                          only (one way: the b -> a direction loses nothing)
 #   down NAME              delete everything; idempotent, never fails
 #   exec NAME a|r|b CMD... run CMD inside one of the namespaces
 #   addr NAME a|b          print the address of an end
@@ -253,6 +255,19 @@ cmd_drop() {
     echo "lab $name dropping $pct% (numgen random mod 100000 < $n) on r forward"
 }
 
+# One way only: packets r forwards that came in from a (its veth NAME-ra).
+cmd_drop_ab() {
+    name=$1; pct=$2
+    r=$(ns "$name" r)
+    n=$(echo "$pct" | awk '/^[0-9]+(\.[0-9]+)?$/ { v = $0 * 1000;
+            if (v > 100000) exit 1; printf "%.0f\n", v; next } { exit 1 }') \
+        || die "bad drop percentage '$pct' (0-100)"
+    nsx "$r" nft flush chain inet lab forward
+    set_end_gso_segs "$name" 1
+    nsx "$r" nft add rule inet lab forward iifname "${name}ra" numgen random mod 100000 '<' "$n" counter drop
+    echo "lab $name dropping $pct% of a -> b (numgen random mod 100000 < $n) on r forward"
+}
+
 cmd_nodrop() {
     name=$1
     nsx "$(ns "$name" r)" nft flush chain inet lab forward
@@ -349,7 +364,7 @@ cmd_star_shape() {
     echo "star $name shaped: tbf $args on ${name}r1 .. ${name}r$count"
 }
 
-[ $# -ge 2 ] || die "usage: lab.sh up|shape|unshape|drop|nodrop|down|exec|addr|star|star-shape|star-addr NAME ..."
+[ $# -ge 2 ] || die "usage: lab.sh up|shape|unshape|drop|drop-ab|nodrop|down|exec|addr|star|star-shape|star-addr NAME ..."
 sub=$1; name=$2; shift 2
 check_name "$name"
 case "$sub" in
@@ -359,6 +374,7 @@ case "$sub" in
     unshape) cmd_unshape "$name" ;;
     drop)    [ $# -eq 1 ] || die "usage: lab.sh drop NAME PERCENT"; cmd_drop "$name" "$1" ;;
     nodrop)  cmd_nodrop "$name" ;;
+    drop-ab) [ $# -eq 1 ] || die "usage: lab.sh drop-ab NAME PERCENT"; cmd_drop_ab "$name" "$1" ;;
     down)    cmd_down "$name" ;;
     star)    [ $# -eq 1 ] || die "usage: lab.sh star NAME N"; check_count "$1"; cmd_star "$name" "$1" ;;
     star-shape) [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: lab.sh star-shape NAME N RATE [LIMIT]"

@@ -263,6 +263,11 @@ impl Lab {
     pub fn drop_percent(&self, percent: f64) -> Result<()> {
         script(&["drop", &self.name, &format!("{percent}")]).map(drop)
     }
+    /// Random drop of `percent` % of the packets r forwards from a to b
+    /// only; b to a loses nothing. [`Lab::dropped_packets`] counts it.
+    pub fn drop_percent_a_to_b(&self, percent: f64) -> Result<()> {
+        script(&["drop-ab", &self.name, &format!("{percent}")]).map(drop)
+    }
     pub fn nodrop(&self) -> Result<()> {
         script(&["nodrop", &self.name]).map(drop)
     }

@@ -212,6 +212,7 @@ impl HostSnapshot {
                     irq: share(d.irq),
                     softirq: share(d.softirq),
                     interface_interrupts,
+                    steal: share(d.steal),
                 })
             })
             .collect()

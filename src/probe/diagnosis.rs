@@ -248,8 +248,12 @@ fn thread_evidence(streams: &[&StreamStats], host: &HostDelta) -> Option<ThreadE
             let window = s.seconds;
             let cpu = sched.cpus.first().copied();
             let load = cpu.and_then(|c| host.cpus.iter().find(|l| l.cpu == c));
+            // On a virtual machine the hypervisor may take the thread's
+            // CPU away (steal); the kernel's run time leaves that out, so
+            // a thread that ran whenever its CPU was there is CPU-bound.
+            let steal = load.map_or(0.0, |l| clamp01(l.steal));
             Some(ThreadEvidence {
-                run: clamp01(ratio(sched.run_seconds, window)?),
+                run: clamp01(ratio(sched.run_seconds, window * (1.0 - steal))?),
                 wait: clamp01(ratio(sched.wait_seconds, window)?),
                 involuntary_switches: sched.involuntary_switches,
                 cpu,
@@ -604,6 +608,36 @@ mod tests {
         assert_eq!(d.headline(), "receiver_cpu (94%)");
         // The full window is still shown among the candidates.
         assert_eq!(d.candidates[0].limit, Limit::ReceiveWindow);
+    }
+
+    #[test]
+    fn time_the_hypervisor_took_from_the_thread_s_cpu_is_not_idle_time() {
+        // Measured in CI: a CPU-bound loopback sender ran 80% of its window
+        // while the hypervisor stole 20% of its CPU.
+        let stream = StreamStats {
+            seconds: 2.0,
+            sched: Some(crate::probe::stats::ThreadSched {
+                run_seconds: 1.6,
+                wait_seconds: 0.0,
+                involuntary_switches: 0,
+                cpus: vec![1],
+            }),
+            ..StreamStats::default()
+        };
+        let mut host = HostDelta {
+            cpus: vec![crate::probe::stats::CpuLoad {
+                cpu: 1,
+                busy: 1.0,
+                steal: 0.2,
+                ..Default::default()
+            }],
+            ..HostDelta::default()
+        };
+        let t = thread_evidence(&[&stream], &host).unwrap();
+        assert!((t.run - 1.0).abs() < 1e-9, "{t:?}");
+        // Without steal the same run time is 80% of the window.
+        host.cpus[0].steal = 0.0;
+        assert!((thread_evidence(&[&stream], &host).unwrap().run - 0.8).abs() < 1e-9);
     }
 
     #[test]

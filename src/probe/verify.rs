@@ -188,7 +188,12 @@ pub fn check_results(
         return Err(format!("the responder reported {} CPUs", h.cpus.len()));
     }
     for c in &h.cpus {
-        for (name, v) in [("busy", c.busy), ("irq", c.irq), ("softirq", c.softirq)] {
+        for (name, v) in [
+            ("busy", c.busy),
+            ("irq", c.irq),
+            ("softirq", c.softirq),
+            ("steal", c.steal),
+        ] {
             if !(0.0..=1.0 + 1e-9).contains(&v) {
                 return Err(format!(
                     "the responder's CPU {} {name} is {v}, not a fraction",
@@ -763,6 +768,7 @@ mod tests {
             irq: 0.0,
             softirq: 0.3,
             interface_interrupts: 5,
+            steal: 0.0,
         }];
         check_results(&req, &local, &ok).unwrap();
         let forge = |f: &dyn Fn(&mut SideStats)| {

@@ -391,6 +391,10 @@ pub struct CpuLoad {
     pub softirq: f64,
     /// Interrupts of the probe's interface this CPU took.
     pub interface_interrupts: u64,
+    /// Fraction of this CPU's time the hypervisor ran something else while
+    /// the CPU had work (steal). Absent from older peers: 0.
+    #[serde(default)]
+    pub steal: f64,
 }
 
 /// Bytes an interface moved during a test's window (/proc/net/dev), and

@@ -196,7 +196,7 @@ prop_compose! {
         warnings in prop::collection::vec(text(), 0..3),
         cpus in prop::collection::vec(
             (any::<u32>(), float(), float(), any::<u64>()).prop_map(|(cpu, busy, softirq, interface_interrupts)| CpuLoad {
-                cpu, busy, irq: 0.0, softirq, interface_interrupts,
+                cpu, busy, irq: 0.0, softirq, interface_interrupts, steal: 0.0,
             }),
             0..3,
         ),

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::lab::{backlog_drops, require_root, run_bounded, wait_bounded, Lab};
+use crate::common::lab::{
+    backlog_drops, require_root, run_bounded, wait_bounded, Lab, FRAME_OVERHEAD, MSS,
+};
 
 const PORT: u16 = 5201;
 /// Short runs, with the first second (slow start) omitted.
@@ -19,8 +21,6 @@ const TCP_SECONDS: &str = "3";
 const OMIT: &str = "1";
 const UDP_SECONDS: &str = "4";
 const UDP_RATE: &str = "100M";
-const MSS: f64 = 1448.0;
-const FRAME: f64 = 1514.0;
 const RATES_MBIT: [u32; 2] = [50, 200];
 
 /// A server in namespace b; killed when dropped.
@@ -102,7 +102,7 @@ fn tcp_at_rates(what: &str, start: fn(&Lab) -> Server, measure: impl Fn(&Lab) ->
     for rate in RATES_MBIT {
         lab.shape(rate).unwrap();
         let got = measure(&lab);
-        let truth = f64::from(rate) * 1e6 * MSS / FRAME;
+        let truth = f64::from(rate) * 1e6 * MSS / (MSS + FRAME_OVERHEAD);
         let err = (got - truth) / truth;
         eprintln!(
             "{what}: tbf {rate} Mbit/s: {:.2} Mbit/s, truth {:.2} ({:+.2}%)",

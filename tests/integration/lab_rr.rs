@@ -12,13 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::lab::{require_root, run_bounded, tbf_burst_bytes, wait_bounded, Lab, Steal};
+use crate::common::lab::{
+    require_root, run_bounded, tbf_burst_bytes, wait_bounded, Lab, Steal, FRAME_OVERHEAD, MSS,
+};
 
 const PORT: u16 = 5301;
-/// TCP payload per 1514-byte frame (MSS 1448 with timestamps, 66 bytes
-/// of TCP, IP and Ethernet headers), as lab.rs.
-const MSS: f64 = 1448.0;
-const FRAME_OVERHEAD: f64 = 66.0;
 
 /// `pathprobe respond` in b; killed when dropped.
 struct Responder {
@@ -80,20 +78,6 @@ fn rr_probe(lab: &Lab, args: &[&str], seconds: u32) -> Value {
     v["rr"].clone()
 }
 
-/// Bytes and packets r's tbf on `dev` has sent so far (`tc -s qdisc`).
-fn qdisc_sent(lab: &Lab, dev: &str) -> (f64, f64) {
-    let mut cmd = lab.exec_r("tc");
-    cmd.args(["-s", "qdisc", "show", "dev", dev]);
-    let out = run_bounded(&mut cmd, Duration::from_secs(10)).unwrap();
-    let line = out
-        .stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("Sent "))
-        .unwrap_or_else(|| panic!("no Sent line:\n{}", out.stdout));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    (words[1].parse().unwrap(), words[3].parse().unwrap())
-}
-
 fn f(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
@@ -111,22 +95,17 @@ fn tcp_rr_burst_fills_both_directions_of_a_100_mbit_path() {
     let lab = Lab::up("tcp_rr_burst").unwrap();
     lab.shape(100).unwrap();
     let _r = Responder::start(&lab);
-    let (up_dev, down_dev) = (format!("{}rb", lab.name()), format!("{}ra", lab.name()));
-    let (up0, down0) = (qdisc_sent(&lab, &up_dev), qdisc_sent(&lab, &down_dev));
+    let (up0, down0) = (lab.tbf_sent("b").unwrap(), lab.tbf_sent("a").unwrap());
     let steal = Steal::start();
     let rr = rr_probe(&lab, &["-O", "1", "-r", "32k,32k", "--burst", "8"], 5);
-    let (up1, down1) = (qdisc_sent(&lab, &up_dev), qdisc_sent(&lab, &down_dev));
+    let (up1, down1) = (lab.tbf_sent("b").unwrap(), lab.tbf_sent("a").unwrap());
     let formula = 100e6 * MSS / (MSS + FRAME_OVERHEAD);
     // In a test that carries data both ways, each bottleneck also carries
     // the pure ACKs of the other direction's data, which the formula for
     // one-way TCP leaves out. The payload share of what tbf actually sent
     // is its bytes less 66 bytes of headers per packet (ACKs carry none).
-    let share = |(b0, p0): (f64, f64), (b1, p1): (f64, f64)| {
-        let (bytes, pkts) = (b1 - b0, p1 - p0);
-        (bytes - pkts * FRAME_OVERHEAD) / bytes
-    };
-    let truth_up = 100e6 * share(up0, up1);
-    let truth_down = 100e6 * share(down0, down1);
+    let truth_up = 100e6 * up0.payload_share_until(&up1);
+    let truth_down = 100e6 * down0.payload_share_until(&down1);
     let up = f(&rr, "request_bytes_per_second") * 8.0;
     let down = f(&rr, "response_bytes_per_second") * 8.0;
     eprintln!(

@@ -132,6 +132,42 @@ pub fn tbf_burst_bytes(rate_bps: f64) -> f64 {
     (rate_bps / 8.0 * seconds).max(16384.0)
 }
 
+/// TCP payload per full frame through tbf: MSS 1448 (timestamps on).
+#[allow(dead_code)]
+pub const MSS: f64 = 1448.0;
+/// Header bytes per TCP frame as tbf meters it: TCP 32 (timestamps) +
+/// IP 20 + Ethernet 14. The truth at rate R is R x MSS / (MSS + this).
+#[allow(dead_code)]
+pub const FRAME_OVERHEAD: f64 = 66.0;
+
+/// What [`Lab::tbf_sent`] read: counters since the qdisc was added.
+#[derive(Clone, Copy, Debug)]
+pub struct TbfSent {
+    pub bytes: f64,
+    pub packets: f64,
+}
+
+#[allow(dead_code)]
+impl TbfSent {
+    /// TCP payload tbf passed between `self` and `later`: its bytes less
+    /// [`FRAME_OVERHEAD`] per packet (pure ACKs and SYNs carry none; their
+    /// options are few).
+    pub fn tcp_payload_until(&self, later: &TbfSent) -> f64 {
+        let bytes = later.bytes - self.bytes;
+        let packets = later.packets - self.packets;
+        bytes - packets * FRAME_OVERHEAD
+    }
+    /// The payload share of the bytes tbf passed between `self` and `later`.
+    pub fn payload_share_until(&self, later: &TbfSent) -> f64 {
+        let bytes = later.bytes - self.bytes;
+        if bytes <= 0.0 {
+            0.0
+        } else {
+            self.tcp_payload_until(later) / bytes
+        }
+    }
+}
+
 /// Waits for `child` at most `timeout` (polling `try_wait`); on timeout
 /// kills it and returns `None`.
 pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
@@ -316,6 +352,32 @@ impl Lab {
             &limit_bytes.to_string(),
         ])
         .map(drop)
+    }
+    /// Bytes and packets r's tbf has passed so far on its egress toward
+    /// `end` ("a" or "b"), from `tc -s qdisc`: the kernel's own account of
+    /// what crossed the bottleneck. Bytes are frames as tbf meters them
+    /// (Ethernet header included; a GSO packet counts per segment).
+    pub fn tbf_sent(&self, end: &str) -> Result<TbfSent> {
+        let dev = format!("{}r{end}", self.name);
+        let mut cmd = self.exec_r("tc");
+        cmd.args(["-s", "qdisc", "show", "dev", &dev]);
+        let out = run_bounded(&mut cmd, Duration::from_secs(10))?;
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("Sent "))
+            .with_context(|| format!("no Sent line for {dev}:\n{}", out.stdout))?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> Result<f64> {
+            words
+                .get(i)
+                .and_then(|w| w.parse().ok())
+                .with_context(|| format!("bad Sent line for {dev}: {line}"))
+        };
+        Ok(TbfSent {
+            bytes: num(1)?,
+            packets: num(3)?,
+        })
     }
     /// Random drop of `percent` % of the packets r forwards.
     pub fn drop_percent(&self, percent: f64) -> Result<()> {

@@ -331,7 +331,21 @@ async fn run_test(
         msg
     };
     let (local, remote) = tokio::join!(running.finish(), remote);
-    let local = local.map_err(|e| ProbeError::io("local streams", std::io::Error::other(e)))?;
+    let local = match local {
+        Ok(local) => local,
+        // A responder that went away breaks the data streams and the
+        // control connection together, and which one this side notices
+        // first is a race. The control connection's account (closed,
+        // reset, or the responder's own error message) says why; the
+        // broken stream only says that something did.
+        Err(e) => {
+            return Err(match remote {
+                Ok(Message::Error { message }) => ProbeError::Aborted(message),
+                Err(ce) if ProbeError::aborted_by_peer(&ce) => ce.into(),
+                _ => ProbeError::io("local streams", std::io::Error::other(e)),
+            })
+        }
+    };
     let remote = match remote? {
         Message::Results(stats) => *stats,
         Message::Error { message } => return Err(ProbeError::Aborted(message)),

@@ -151,6 +151,31 @@ impl ProbeError {
     }
 }
 
+impl ProbeError {
+    /// Whether `e` on the control connection means the responder ended
+    /// the test (closed or reset the connection): `aborted`, not an I/O
+    /// error of this host's.
+    pub(crate) fn aborted_by_peer(e: &crate::control::ControlError) -> bool {
+        use crate::control::ControlError as C;
+        match e {
+            C::Closed => true,
+            C::Io(e) => peer_reset(e),
+            _ => false,
+        }
+    }
+}
+
+/// A connection the peer closed abruptly (RST), as opposed to a local
+/// failure.
+fn peer_reset(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+    )
+}
+
 impl From<crate::control::ControlError> for ProbeError {
     fn from(e: crate::control::ControlError) -> Self {
         use crate::control::ControlError as C;
@@ -160,9 +185,41 @@ impl From<crate::control::ControlError> for ProbeError {
                 after,
             },
             C::Closed => ProbeError::Aborted("the responder closed the control connection".into()),
+            C::Io(e) if peer_reset(&e) => {
+                ProbeError::Aborted(format!("the responder reset the control connection: {e}"))
+            }
             C::Io(e) => ProbeError::io("control connection", e),
             C::Frame(e) => ProbeError::Protocol(e.to_string()),
             C::Unauthenticated(e) => ProbeError::Auth(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProbeError;
+    use crate::control::ControlError;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_responder_that_closes_or_resets_the_control_connection_aborted_the_probe() {
+        let reason = |e: ControlError| ProbeError::from(e).reason();
+        assert_eq!(reason(ControlError::Closed), "aborted");
+        assert_eq!(
+            reason(ControlError::Io(Error::from(ErrorKind::ConnectionReset))),
+            "aborted"
+        );
+        assert_eq!(
+            reason(ControlError::Io(Error::from(ErrorKind::BrokenPipe))),
+            "aborted"
+        );
+        // This host's own failures stay I/O errors.
+        assert_eq!(
+            reason(ControlError::Io(Error::from(ErrorKind::OutOfMemory))),
+            "io_error"
+        );
+        assert!(!ProbeError::aborted_by_peer(&ControlError::Timeout(
+            std::time::Duration::from_secs(1)
+        )));
     }
 }

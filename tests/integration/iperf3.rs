@@ -831,12 +831,20 @@ fn stock_clients_bounded_by_bytes_or_blocks() {
         let v = stock_json(p.port, &args);
         let end = &v["end"];
         let (sent, received) = (count(end, "sum_sent"), count(end, "sum_received"));
-        within(&format!("{args:?} sent"), sent, asked, 2 * BLOCK);
         most_of(&format!("{args:?}"), received, sent);
-        // -n: the client waits for all of it; -k counts its reads, which
-        // may be short of a block each.
+        // -n: the client waits for all of it. -k counts its reads, which
+        // may be short of a block each (more of them on a loaded machine),
+        // so the client can end the test before the responder has sent
+        // every block: the responder must then have sent no more than the
+        // count (it stops there itself), and what it sent got through.
         if args.contains(&"-n") {
+            within(&format!("{args:?} sent"), sent, asked, 2 * BLOCK);
             assert!(received >= asked, "{args:?}: received {received}");
+        } else {
+            assert!(
+                sent <= asked && sent >= asked / 4,
+                "{args:?} sent: {sent} for {asked} asked"
+            );
         }
     }
     // --bidir: whichever direction reaches the count first ends the test;

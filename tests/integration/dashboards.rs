@@ -1,8 +1,9 @@
 //! The Grafana dashboards in dashboards/: importable (inputs, datasource
 //! variable, schema), provisionable (panels use the `${datasource}`
 //! variable), every PromQL expression parses (promtool), reads only metrics
-//! a live `pathprobe serve` exports, and the kernel table computes what its
-//! description says on synthetic series (promtool test rules).
+//! a live `pathprobe serve` exports (the request/response series: one that
+//! runs such probes), and the kernel table computes what its description
+//! says on synthetic series (promtool test rules).
 //!
 //! promtool comes from the Debian package `prometheus` (.ci/run installs
 //! it); without it the promtool tests fail and say so.
@@ -17,8 +18,8 @@ use crate::common::dashboards::{
     substitute_variables, variable_promql, MAY_BE_EMPTY,
 };
 use crate::common::promql::{exposed_names, metric_names};
-use crate::common::promtool;
 use crate::common::serve::Serve;
+use crate::common::{promtool, rr};
 
 /// The files the issue asks for; a missing one is a failure, an extra one is
 /// checked like the others.
@@ -214,6 +215,12 @@ fn each_dashboard_covers_its_list() {
                 "pathprobe_probe_cpu_utilization_ratio",
                 "pathprobe_sent_bytes_total",
                 "pathprobe_probe_last_run_timestamp_seconds",
+                "pathprobe_rr_latency_percentile_seconds",
+                "pathprobe_rr_latency_seconds_bucket",
+                "pathprobe_rr_transactions_per_second",
+                "pathprobe_rr_cpu_seconds_per_transaction",
+                "pathprobe_rr_loss_ratio",
+                "pathprobe_rr_ipdv_seconds",
             ],
         ),
         (
@@ -286,6 +293,46 @@ fn each_dashboard_covers_its_list() {
     assert!(
         fleet.to_string().contains("\"groupingToMatrix\""),
         "fleet: mesh matrix transformation missing"
+    );
+    // The latency row: percentile bands over time and a heatmap of the
+    // histogram's buckets.
+    let overview =
+        load(&crate::common::dashboards::dashboards_dir().join("path-overview.json")).unwrap();
+    let heatmap = panels(&overview)
+        .into_iter()
+        .find(|p| p["type"] == "heatmap")
+        .expect("latency heatmap");
+    let target = &heatmap["targets"][0];
+    assert_eq!(target["format"], "heatmap");
+    assert!(target["expr"]
+        .as_str()
+        .unwrap()
+        .contains("sum by (le) (increase(pathprobe_rr_latency_seconds_bucket"));
+    assert_eq!(
+        heatmap["options"]["calculate"], false,
+        "buckets come from Prometheus"
+    );
+    let bands = panels(&overview)
+        .into_iter()
+        .find(|p| p["title"] == "Latency percentiles per probe")
+        .expect("percentile bands");
+    let shown: BTreeSet<&str> = bands["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| {
+            t["expr"]
+                .as_str()?
+                .split("percentile=\"")
+                .nth(1)?
+                .split('"')
+                .next()
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        BTreeSet::from(["0", "50", "90", "99", "99.9", "100"]),
+        "every percentile pathprobe exports"
     );
 }
 
@@ -483,6 +530,14 @@ fn every_metric_name_is_exported_by_a_live_serve() {
         "{exposed:?}"
     );
 
+    // The default configuration runs no request/response probe: those
+    // series are held to a serve that does.
+    let rr_exposed = exposed_names(&rr::scrape());
+    assert!(
+        rr_exposed.contains("pathprobe_rr_latency_seconds_bucket"),
+        "{rr_exposed:?}"
+    );
+
     let mut missing = Vec::new();
     let mut checked = 0;
     for (file, title, expr) in all_queries() {
@@ -496,6 +551,12 @@ fn every_metric_name_is_exported_by_a_live_serve() {
                     pathprobe::metrics::names::find(&name).is_some(),
                     "{file}: {title}: {name} is not a pathprobe metric"
                 );
+                continue;
+            }
+            if rr::rr_only(&name) {
+                if !rr_exposed.contains(&name) {
+                    missing.push(format!("{file}: {title}: {name} (request/response serve)"));
+                }
                 continue;
             }
             if !exposed.contains(&name) {

@@ -247,6 +247,7 @@ fn each_dashboard_covers_its_list() {
                 "pathprobe_probes_total",
                 "pathprobe_scheduler_lag_seconds_bucket",
                 "pathprobe_config_last_reload_successful",
+                "pathprobe_rr_latency_percentile_seconds",
             ],
         ),
     ];
@@ -294,6 +295,17 @@ fn each_dashboard_covers_its_list() {
         fleet.to_string().contains("\"groupingToMatrix\""),
         "fleet: mesh matrix transformation missing"
     );
+    // The latency matrix: p50 per source and destination, as a matrix.
+    let matrix = panels(&fleet)
+        .into_iter()
+        .find(|p| p["title"] == "Latency matrix: p50, source → destination")
+        .expect("latency matrix");
+    assert!(matrix["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .contains("percentile=\"50\""));
+    assert_eq!(matrix["transformations"][0]["id"], "groupingToMatrix");
+    assert_eq!(matrix["fieldConfig"]["defaults"]["unit"], "s");
     // The latency row: percentile bands over time and a heatmap of the
     // histogram's buckets.
     let overview =

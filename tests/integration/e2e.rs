@@ -51,7 +51,7 @@ const RESPONDER: &str = "responder: {listen: \"0.0.0.0:5301\", idle_timeout: 5s}
 /// that it does not take the machine's CPUs for a second every round. Loopback
 /// TCP runs both ways at once and UDP to `b` the other way (b sends), so
 /// that bidir and receive flows exist too.
-/// `b` is also probed with the request/response kinds (half a second
+/// `b` is also probed with the request/response kinds (a fifth of a second
 /// each, to keep a round of probes within the interval), for the latency
 /// panels. Target `down` has no responder behind it: a failing path, as
 /// fleets have, for the failure panels. Every IRQ counts as a NIC's here, so that
@@ -66,8 +66,8 @@ fn prober(b: std::net::Ipv4Addr) -> String {
          \x20 loopback_udp: {{kind: loopback_udp, duration: 1s, bitrate: 200M}}\n\
          \x20 tcp: {{kind: tcp, duration: 1s, connect_timeout: 2s, timeout: 5s}}\n\
          \x20 udp: {{kind: udp, direction: receive, duration: 1s, bitrate: 5M, connect_timeout: 2s, timeout: 5s}}\n\
-         \x20 rr: {{kind: tcp_rr, duration: 500ms, connect_timeout: 2s, timeout: 5s}}\n\
-         \x20 irtt: {{kind: udp_rr, duration: 500ms, connect_timeout: 2s, timeout: 5s}}\n\
+         \x20 rr: {{kind: tcp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
+         \x20 irtt: {{kind: udp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
          targets:\n\
          \x20 - {{name: loopback, modules: [loopback_tcp, loopback_udp]}}\n\
          \x20 - {{name: b, address: \"{b}:5301\", modules: [tcp, udp, rr, irtt]}}\n\

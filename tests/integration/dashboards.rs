@@ -1,8 +1,9 @@
 //! The Grafana dashboards in dashboards/: importable (inputs, datasource
 //! variable, schema), provisionable (panels use the `${datasource}`
 //! variable), every PromQL expression parses (promtool), reads only metrics
-//! a live `pathprobe serve` exports, and the kernel table computes what its
-//! description says on synthetic series (promtool test rules).
+//! a live `pathprobe serve` exports (the request/response series: one that
+//! runs such probes), and the kernel tables compute what their descriptions
+//! say on synthetic series (promtool test rules).
 //!
 //! promtool comes from the Debian package `prometheus` (.ci/run installs
 //! it); without it the promtool tests fail and say so.
@@ -17,8 +18,8 @@ use crate::common::dashboards::{
     substitute_variables, variable_promql, MAY_BE_EMPTY,
 };
 use crate::common::promql::{exposed_names, metric_names};
-use crate::common::promtool;
 use crate::common::serve::Serve;
+use crate::common::{promtool, rr};
 
 /// The files the issue asks for; a missing one is a failure, an extra one is
 /// checked like the others.
@@ -214,6 +215,12 @@ fn each_dashboard_covers_its_list() {
                 "pathprobe_probe_cpu_utilization_ratio",
                 "pathprobe_sent_bytes_total",
                 "pathprobe_probe_last_run_timestamp_seconds",
+                "pathprobe_rr_latency_percentile_seconds",
+                "pathprobe_rr_latency_seconds_bucket",
+                "pathprobe_rr_transactions_per_second",
+                "pathprobe_rr_cpu_seconds_per_transaction",
+                "pathprobe_rr_loss_ratio",
+                "pathprobe_rr_ipdv_seconds",
             ],
         ),
         (
@@ -228,6 +235,9 @@ fn each_dashboard_covers_its_list() {
                 "pathprobe_probe_interrupts",
                 "pathprobe_probe_softirqs",
                 "pathprobe_probe_received_bytes",
+                "pathprobe_rr_latency_percentile_seconds",
+                "pathprobe_rr_transactions_per_second",
+                "pathprobe_rr_cpu_seconds_per_transaction",
             ],
         ),
         (
@@ -240,6 +250,7 @@ fn each_dashboard_covers_its_list() {
                 "pathprobe_probes_total",
                 "pathprobe_scheduler_lag_seconds_bucket",
                 "pathprobe_config_last_reload_successful",
+                "pathprobe_rr_latency_percentile_seconds",
             ],
         ),
     ];
@@ -286,6 +297,57 @@ fn each_dashboard_covers_its_list() {
     assert!(
         fleet.to_string().contains("\"groupingToMatrix\""),
         "fleet: mesh matrix transformation missing"
+    );
+    // The latency matrix: p50 per source and destination, as a matrix.
+    let matrix = panels(&fleet)
+        .into_iter()
+        .find(|p| p["title"] == "Latency matrix: p50, source → destination")
+        .expect("latency matrix");
+    assert!(matrix["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .contains("percentile=\"50\""));
+    assert_eq!(matrix["transformations"][0]["id"], "groupingToMatrix");
+    assert_eq!(matrix["fieldConfig"]["defaults"]["unit"], "s");
+    // The latency row: percentile bands over time and a heatmap of the
+    // histogram's buckets.
+    let overview =
+        load(&crate::common::dashboards::dashboards_dir().join("path-overview.json")).unwrap();
+    let heatmap = panels(&overview)
+        .into_iter()
+        .find(|p| p["type"] == "heatmap")
+        .expect("latency heatmap");
+    let target = &heatmap["targets"][0];
+    assert_eq!(target["format"], "heatmap");
+    assert!(target["expr"]
+        .as_str()
+        .unwrap()
+        .contains("sum by (le) (increase(pathprobe_rr_latency_seconds_bucket"));
+    assert_eq!(
+        heatmap["options"]["calculate"], false,
+        "buckets come from Prometheus"
+    );
+    let bands = panels(&overview)
+        .into_iter()
+        .find(|p| p["title"] == "Latency percentiles per probe")
+        .expect("percentile bands");
+    let shown: BTreeSet<&str> = bands["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| {
+            t["expr"]
+                .as_str()?
+                .split("percentile=\"")
+                .nth(1)?
+                .split('"')
+                .next()
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        BTreeSet::from(["0", "50", "90", "99", "99.9", "100"]),
+        "every percentile pathprobe exports"
     );
 }
 
@@ -483,6 +545,14 @@ fn every_metric_name_is_exported_by_a_live_serve() {
         "{exposed:?}"
     );
 
+    // The default configuration runs no request/response probe: those
+    // series are held to a serve that does.
+    let rr_exposed = exposed_names(&rr::scrape());
+    assert!(
+        rr_exposed.contains("pathprobe_rr_latency_seconds_bucket"),
+        "{rr_exposed:?}"
+    );
+
     let mut missing = Vec::new();
     let mut checked = 0;
     for (file, title, expr) in all_queries() {
@@ -496,6 +566,12 @@ fn every_metric_name_is_exported_by_a_live_serve() {
                     pathprobe::metrics::names::find(&name).is_some(),
                     "{file}: {title}: {name} is not a pathprobe metric"
                 );
+                continue;
+            }
+            if rr::rr_only(&name) {
+                if !rr_exposed.contains(&name) {
+                    missing.push(format!("{file}: {title}: {name} (request/response serve)"));
+                }
                 continue;
             }
             if !exposed.contains(&name) {
@@ -630,6 +706,12 @@ fn kernel_release_table_computes_what_its_description_says() {
             ],
         }],
     });
+    run_table_test(rules, &tests);
+}
+
+/// Runs `tests` (a promtool test file reading `table.rules.yml`) against
+/// `rules`, recorded in one group.
+fn run_table_test(rules: Vec<Value>, tests: &Value) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("table.rules.yml"),
@@ -638,7 +720,7 @@ fn kernel_release_table_computes_what_its_description_says() {
     .unwrap();
     std::fs::write(
         dir.path().join("table.test.yml"),
-        serde_yaml::to_string(&tests).unwrap(),
+        serde_yaml::to_string(tests).unwrap(),
     )
     .unwrap();
     let (ok, text) = promtool::run(promtool::command().current_dir(dir.path()).args([
@@ -647,6 +729,149 @@ fn kernel_release_table_computes_what_its_description_says() {
         "table.test.yml",
     ]));
     assert!(ok, "{text}");
+}
+
+/// The "Request/response per kernel release" table on synthetic series
+/// through `promtool test rules`: one tcp_rr path, an hour each on releases
+/// A and B, evaluated at the end with a 2 h range and 1 m steps. B doubles
+/// the p50, makes the p99 swing, halves the rate and doubles the prober's
+/// CPU per transaction. Every figure is a power of two (or three times one),
+/// so that the results are exact in binary floating point.
+#[test]
+fn rr_release_table_computes_what_its_description_says() {
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let values: Vec<(&str, &str)> = default_values()
+        .into_iter()
+        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
+        .collect();
+    let table = panels(&kernel)
+        .into_iter()
+        .find(|p| p["title"] == "Request/response per kernel release")
+        .expect("request/response release table");
+    let rules: Vec<Value> = table["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let r = t["refId"].as_str().unwrap();
+            let e = substitute_variables(t["expr"].as_str().unwrap(), &values);
+            json!({"record": format!("table:{r}"), "expr": e})
+        })
+        .collect();
+    // Each column's name, as the table shows it, for its refId.
+    let names = &table["transformations"][1]["options"]["renameByName"];
+
+    let path = r#"instance="h",job="p",target="peer",module="rr",kind="tcp_rr",direction="send""#;
+    let minutes = 120;
+    // `a` for the first hour (release A), `b` for the second (B).
+    let per_release = |a: &str, b: &str| -> String {
+        (0..minutes)
+            .map(|i| if i < 60 { a } else { b })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let present = |from: usize, to: usize| -> String {
+        (0..minutes)
+            .map(|i| match i {
+                i if (from..to).contains(&i) => "1",
+                i if i == to => "stale",
+                _ => "_",
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // 2^-10 and 2^-9 s in turns under B: mean 3 x 2^-11, max 2^-9.
+    let p99: Vec<&str> = (0..minutes)
+        .map(|i| match i {
+            0..60 => "0.00048828125",
+            _ if i % 2 == 0 => "0.0009765625",
+            _ => "0.001953125",
+        })
+        .collect();
+    let mut series = vec![
+        json!({
+            "series": format!("pathprobe_rr_latency_percentile_seconds{{{path},percentile=\"50\"}}"),
+            "values": per_release("0.0001220703125", "0.000244140625"),
+        }),
+        json!({
+            "series": format!("pathprobe_rr_latency_percentile_seconds{{{path},percentile=\"99\"}}"),
+            "values": p99.join(" "),
+        }),
+        // Another percentile, which no column reads.
+        json!({
+            "series": format!("pathprobe_rr_latency_percentile_seconds{{{path},percentile=\"100\"}}"),
+            "values": per_release("1", "1"),
+        }),
+        json!({
+            "series": format!("pathprobe_rr_transactions_per_second{{{path}}}"),
+            "values": per_release("4096", "2048"),
+        }),
+        json!({
+            "series": format!("pathprobe_rr_cpu_seconds_per_transaction{{{path},side=\"local\"}}"),
+            "values": per_release("0.0000152587890625", "0.000030517578125"),
+        }),
+        json!({
+            "series": format!("pathprobe_rr_cpu_seconds_per_transaction{{{path},side=\"remote\"}}"),
+            "values": per_release("0.00000762939453125", "0.00000762939453125"),
+        }),
+        // The peer's release, which the table does not group by.
+        json!({
+            "series": format!("pathprobe_probe_kernel_info{{{path},side=\"remote\",release=\"R\"}}"),
+            "values": present(0, minutes),
+        }),
+    ];
+    for (release, from, to) in [("A", 0, 60), ("B", 60, minutes)] {
+        series.push(json!({
+            "series": format!("pathprobe_probe_kernel_info{{{path},side=\"local\",release=\"{release}\"}}"),
+            "values": present(from, to),
+        }));
+    }
+    let column = |name: &str, a: f64, b: f64| -> Value {
+        let r = names
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(_, v)| v.as_str() == Some(name))
+            .and_then(|(k, _)| k.strip_prefix("Value #"))
+            .unwrap_or_else(|| panic!("no column {name:?}"));
+        let rec = format!("table:{r}");
+        let samples: Vec<Value> = [("A", a), ("B", b)]
+            .iter()
+            .map(|(rel, v)| {
+                json!({
+                    "labels": format!("{rec}{{{path},release=\"{rel}\"}}"),
+                    "value": v,
+                })
+            })
+            .collect();
+        json!({"expr": rec, "eval_time": "119m", "exp_samples": samples})
+    };
+    let tests = json!({
+        "rule_files": ["table.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                column("Mean p50", 0.0001220703125, 0.000244140625),
+                column("Mean p99", 0.00048828125, 0.00146484375),
+                column("Max p99", 0.00048828125, 0.001953125),
+                column("Transactions/s", 4096.0, 2048.0),
+                column("CPU per transaction, local", 0.0000152587890625, 0.000030517578125),
+                column("CPU per transaction, remote", 0.00000762939453125, 0.00000762939453125),
+                column("Samples", 60.0, 60.0),
+                // B's p50 is twice A's: 100% slower than the first release.
+                column("p50 % vs first", 0.0, 1.0),
+            ],
+        }],
+    });
+    assert_eq!(
+        rules.len(),
+        8,
+        "a column added to the table needs a line here"
+    );
+    run_table_test(rules, &tests);
 }
 
 /// Every entry of MAY_BE_EMPTY names a real query, and exactly the queries

@@ -3,9 +3,10 @@
 //! against what it stored.
 //!
 //! Namespace `a` runs `pathprobe serve` probing loopback (TCP, UDP), the
-//! `pathprobe serve` in `b` (TCP, UDP) through the router `r`, and a port
-//! of `b` where nothing listens; and a Prometheus (1 s scrapes, 1 s rule
-//! evaluation, temporary storage) that scrapes both services. The test then
+//! `pathprobe serve` in `b` (TCP, UDP, tcp_rr, udp_rr) through the router
+//! `r`, and a port of `b` where nothing listens; and a Prometheus (1 s
+//! scrapes, 1 s rule evaluation, temporary storage) that scrapes both
+//! services. The test then
 //! 1. evaluates every query of every dashboard in dashboards/, with the
 //!    template variables filled in, and requires data from each;
 //! 2. loads config/alerts.yml as it is and requires every rule to evaluate
@@ -50,8 +51,10 @@ const RESPONDER: &str = "responder: {listen: \"0.0.0.0:5301\", idle_timeout: 5s}
 /// that it does not take the machine's CPUs for a second every round. Loopback
 /// TCP runs both ways at once and UDP to `b` the other way (b sends), so
 /// that bidir and receive flows exist too.
-/// Target `down` has no responder behind it: a failing path, as fleets
-/// have, for the failure panels. Every IRQ counts as a NIC's here, so that
+/// `b` is also probed with the request/response kinds (a fifth of a second
+/// each, to keep a round of probes within the interval), for the latency
+/// panels. Target `down` has no responder behind it: a failing path, as
+/// fleets have, for the failure panels. Every IRQ counts as a NIC's here, so that
 /// the per-IRQ series exist whatever the machine's interrupt names.
 fn prober(b: std::net::Ipv4Addr) -> String {
     format!(
@@ -63,19 +66,23 @@ fn prober(b: std::net::Ipv4Addr) -> String {
          \x20 loopback_udp: {{kind: loopback_udp, duration: 1s, bitrate: 200M}}\n\
          \x20 tcp: {{kind: tcp, duration: 1s, connect_timeout: 2s, timeout: 5s}}\n\
          \x20 udp: {{kind: udp, direction: receive, duration: 1s, bitrate: 5M, connect_timeout: 2s, timeout: 5s}}\n\
+         \x20 rr: {{kind: tcp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
+         \x20 irtt: {{kind: udp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
          targets:\n\
          \x20 - {{name: loopback, modules: [loopback_tcp, loopback_udp]}}\n\
-         \x20 - {{name: b, address: \"{b}:5301\", modules: [tcp, udp]}}\n\
+         \x20 - {{name: b, address: \"{b}:5301\", modules: [tcp, udp, rr, irtt]}}\n\
          \x20 - {{name: down, address: \"{b}:5399\", modules: [tcp]}}\n"
     )
 }
 
 /// (target, module) pairs `a` probes successfully.
-const PATHS: [(&str, &str); 4] = [
+const PATHS: [(&str, &str); 6] = [
     ("loopback", "loopback_tcp"),
     ("loopback", "loopback_udp"),
     ("b", "tcp"),
     ("b", "udp"),
+    ("b", "rr"),
+    ("b", "irtt"),
 ];
 
 fn repo() -> PathBuf {

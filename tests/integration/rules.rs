@@ -8,8 +8,9 @@
 //!   quiet tests, so the tests can tell;
 //! - every metric the rule expressions read, recording rules resolved to
 //!   their definitions, is one a live `pathprobe serve` with the default
-//!   configuration exposes on /metrics, and the rules find the paths of
-//!   that scrape;
+//!   configuration exposes on /metrics (the request/response series, which
+//!   only exist on a serve running such probes: one that does), and the
+//!   rules find the paths of those scrapes;
 //! - every alert has a severity, a summary, a runbook description and
 //!   documentation in docs/ALERTS.md.
 //!
@@ -26,7 +27,7 @@ use serde_yaml::Value;
 
 use crate::common::metrics::parse_sample;
 use crate::common::serve::Serve;
-use crate::common::{promql, promtool};
+use crate::common::{promql, promtool, rr};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -195,6 +196,8 @@ fn rules_use_only_exported_metrics_and_recorded_series() {
         "pathprobe_tcp_retransmits",
         "pathprobe_probe_kernel_info",
         "pathprobe_config_last_reload_successful",
+        "pathprobe_rr_latency_percentile_seconds",
+        "pathprobe_rr_loss_ratio",
         "up",
     ] {
         assert!(used.contains(core), "no rule uses {core}");
@@ -468,6 +471,7 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
             rule["record"].is_string().then_some((name, expr))
         })
         .collect();
+    let rr_exposed = promql::exposed_names(&rr::scrape());
     let mut missing = Vec::new();
     let mut read = BTreeSet::new();
     for (name, rule) in rules() {
@@ -477,6 +481,19 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
                 !metric.contains(':'),
                 "{name} reads {metric}, which no rule records"
             );
+            // The default configuration runs no request/response probe, so
+            // these are held to a serve that does.
+            if rr::rr_only(&metric) {
+                assert!(
+                    exported(&metric),
+                    "{name} reads {metric}, which pathprobe does not define"
+                );
+                if !rr_exposed.contains(&metric) {
+                    missing.push(format!("{name} reads {metric} (request/response serve)"));
+                }
+                read.insert(metric);
+                continue;
+            }
             // Only a serve in mesh mode has these, and the failure reason
             // only after a failed probe; they must be defined.
             if metric.starts_with("pathprobe_mesh_") || metric == "pathprobe_probe_failure_info" {
@@ -673,6 +690,105 @@ fn rules_find_the_paths_of_a_live_scrape_and_alert_on_a_drop() {
     );
 }
 
+#[test]
+fn rr_rules_find_the_paths_of_a_live_scrape_and_alert_on_a_rise() {
+    // The request/response series of a live serve (tcp_rr and udp_rr, with
+    // their real label sets) become the input of a promtool unit test: a
+    // day at the scraped values, then an hour with every p99 three times as
+    // high and a millisecond more. The recording rules must find every path
+    // and both legs of udp_rr, and the latency alert must fire for every
+    // path and nothing else (loss is a real figure here, so its alert is
+    // left out of that).
+    let body = rr::scrape();
+    const DAY: usize = 24 * 60;
+    const RISE: usize = 60;
+    let mut series = String::new();
+    let (mut paths, mut legs) = (0, 0);
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, labels, value) =
+            parse_sample(line).unwrap_or_else(|| panic!("unparsable sample {line:?}"));
+        let values = match name {
+            "pathprobe_rr_latency_percentile_seconds" if labels.contains("percentile=\"99\"") => {
+                assert!(
+                    value > 0.0,
+                    "a p99 of 0 has no baseline to rise from: {line}"
+                );
+                paths += 1;
+                format!("{value}x{} {}x{RISE}", DAY - 1, 3.0 * value + 1e-3)
+            }
+            "pathprobe_rr_loss_ratio" => {
+                legs += 1;
+                format!("{value}x{}", DAY + RISE)
+            }
+            _ => continue,
+        };
+        series.push_str(&format!(
+            "      - series: '{name}{}'\n        values: '{values}'\n",
+            with_target_labels(labels).replace('\'', "''")
+        ));
+    }
+    assert_eq!(paths, rr::MODULES.len(), "a p99 per module:\n{body}");
+    assert_eq!(legs, 2, "udp_rr's upstream and downstream legs:\n{body}");
+
+    let before = format!("{}m", DAY - 1);
+    let after = format!("{}m", DAY + RISE);
+    let expect = |expr: &str, at: &str, want: usize| {
+        format!(
+            "      - expr: '{expr}'\n        eval_time: {at}\n        exp_samples:\n          \
+             - labels: '{{}}'\n            value: {want}\n"
+        )
+    };
+    let mut tests = String::new();
+    for (expr, at, want) in [
+        (
+            "count(pathprobe:rr_latency_p99_seconds:baseline_ratio == 1)",
+            &before,
+            paths,
+        ),
+        ("count(pathprobe:rr_loss_ratio:median15m)", &before, legs),
+        (
+            "count(pathprobe:rr_latency_p99_seconds:baseline_ratio > 3)",
+            &after,
+            paths,
+        ),
+        (
+            "count(ALERTS{alertname=\"PathprobeLatencyAboveBaseline\",alertstate=\"firing\"})",
+            &after,
+            paths,
+        ),
+    ] {
+        tests.push_str(&expect(expr, at, want));
+    }
+    for at in [&before, &after] {
+        tests.push_str(&format!(
+            "      - expr: 'ALERTS{{alertstate=\"firing\",alertname!~\"PathprobeLatencyAboveBaseline|PathprobeUDPRRLossHigh\"}}'\n        \
+             eval_time: {at}\n        exp_samples: []\n"
+        ));
+    }
+    tests.push_str(&format!(
+        "      - expr: 'ALERTS{{alertname=\"PathprobeLatencyAboveBaseline\"}}'\n        \
+         eval_time: {before}\n        exp_samples: []\n"
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let test_file = dir.path().join("live_rr.yml");
+    let doc = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ngroup_eval_order: [{}]\ntests:\n  \
+         - name: live request/response scrape\n    interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{tests}",
+        root().join("config/alerts.yml").display(),
+        group_names().join(", "),
+    );
+    std::fs::write(&test_file, &doc).unwrap();
+    let (ok, text) = promtool_output(&["test", "rules", test_file.to_str().unwrap()], dir.path());
+    assert!(
+        ok,
+        "the rules on the live request/response series:\n{text}\ntest file:\n{doc}"
+    );
+}
+
 /// Group names of alerts.yml, recording groups first (as written).
 fn group_names() -> Vec<String> {
     let doc = load(&root().join("config/alerts.yml"));
@@ -769,6 +885,63 @@ const NAIVE: &[Naive] = &[
                unless pathprobe_release:throughput_bytes_per_second:median1h)",
         ),
         for_: None,
+    },
+    // The hour's median alone fires late on a rise that has recovered.
+    Naive {
+        alert: "PathprobeLatencyAboveBaseline",
+        quiet_test: "latency above baseline stays quiet",
+        expr: Some(
+            "pathprobe:rr_latency_p99_seconds:baseline_ratio > 1.5 \
+               and pathprobe:rr_latency_p99_seconds:median1h \
+                 > pathprobe:rr_latency_p99_seconds:median7d + 0.0001",
+        ),
+        for_: None,
+    },
+    // The latest probe alone fires on a single slow probe.
+    Naive {
+        alert: "PathprobeLatencyAboveBaseline",
+        quiet_test: "latency above baseline stays quiet",
+        expr: Some(
+            "pathprobe_rr_latency_percentile_seconds{percentile=\"99\"} \
+               > 1.5 * pathprobe:rr_latency_p99_seconds:median7d",
+        ),
+        for_: Some("0s"),
+    },
+    // A ratio without the 100 us floor fires on a loopback path whose 20 us
+    // doubled.
+    Naive {
+        alert: "PathprobeLatencyAboveBaseline",
+        quiet_test: "latency above baseline stays quiet",
+        expr: Some(
+            "pathprobe:rr_latency_p99_seconds:baseline_ratio > 1.5 \
+               and pathprobe_rr_latency_percentile_seconds{percentile=\"99\"} \
+                 > 1.5 * pathprobe:rr_latency_p99_seconds:median7d",
+        ),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeLatencyAboveBaseline",
+        quiet_test: "latency above baseline stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeUDPRRLossHigh",
+        quiet_test: "udp rr loss stays quiet",
+        expr: Some("pathprobe:rr_loss_ratio:median15m > 0.01"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobeUDPRRLossHigh",
+        quiet_test: "udp rr loss stays quiet",
+        expr: Some("pathprobe_rr_loss_ratio > 0.01"),
+        for_: Some("0s"),
+    },
+    Naive {
+        alert: "PathprobeUDPRRLossHigh",
+        quiet_test: "udp rr loss stays quiet",
+        expr: None,
+        for_: Some("0s"),
     },
     Naive {
         alert: "PathprobeExporterDown",

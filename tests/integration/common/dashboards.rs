@@ -226,9 +226,13 @@ pub const MAY_BE_EMPTY: &[(&str, Option<&str>)] = &[
 
 /// Whether a query from [`panel_queries`] may return nothing on a healthy
 /// setup (see [`MAY_BE_EMPTY`]); an end-to-end test should still run it
-/// (it must evaluate without error) but not demand data from it.
+/// (it must evaluate without error) but not demand data from it. So may
+/// every query of a request/response series: the default configuration
+/// runs no probe of those kinds (see [`super::rr`]).
 pub fn may_be_empty(title: &str, expr: &str) -> bool {
     MAY_BE_EMPTY
         .iter()
         .any(|(t, piece)| *t == title && piece.is_none_or(|p| expr.contains(p)))
+        || super::promql::metric_names(expr)
+            .is_ok_and(|names| names.iter().any(|n| super::rr::rr_only(n)))
 }

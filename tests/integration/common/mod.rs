@@ -3,8 +3,9 @@
 //! responder ([`responder::start`]), the lab of network namespaces
 //! ([`lab::Lab`]), one HTTP client ([`http`]), one reader of metric values
 //! ([`metrics`]), promtool ([`promtool`]), the PromQL name reader
-//! ([`promql`]), the dashboards' queries ([`dashboards`]), and which tests
-//! may run side by side ([`turn`]).
+//! ([`promql`]), the dashboards' queries ([`dashboards`]), a serve that runs
+//! the request/response kinds ([`rr`]), and which tests may run side by
+//! side ([`turn`]).
 
 pub mod browser;
 pub mod dashboards;
@@ -14,5 +15,6 @@ pub mod metrics;
 pub mod promql;
 pub mod promtool;
 pub mod responder;
+pub mod rr;
 pub mod serve;
 pub mod turn;

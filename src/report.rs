@@ -148,9 +148,11 @@ fn evidence_table(d: &DirectionSummary) -> String {
         let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
         let _ = writeln!(
             out,
-            "    udp drops        {} lost, {} dropped at the receiving socket, receiver RcvbufErrors {}, sender SndbufErrors {}",
+            "    udp drops        {} lost, {} dropped at the receiving socket ({} buffers of {:.1} datagrams), receiver RcvbufErrors {}, sender SndbufErrors {}",
             opt(e.lost_datagrams),
+            opt(e.socket_drop_datagrams()),
             opt(e.socket_drops),
+            e.datagrams_per_buffer.unwrap_or(1.0),
             opt(e.receiver_rcvbuf_errors),
             opt(e.sender_sndbuf_errors),
         );
@@ -284,7 +286,7 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
                 );
                 let _ = write!(
                     out,
-                    "; send {}, receive {} ({} coalesced, {} dropped at the socket)",
+                    "; send {}, receive {} ({} coalesced, {} packets dropped at the socket)",
                     u.send_mode.unwrap_or("?"),
                     u.receive_mode.unwrap_or("?"),
                     u.packets_coalesced,

@@ -148,6 +148,12 @@ pub struct Evidence {
     pub socket_drops: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver_rcvbuf_errors: Option<u64>,
+    /// UDP: datagrams per buffer the receivers read (1 without GRO). The
+    /// kernel counts the drops above in buffers as it queued them, so a
+    /// GRO buffer of 46 datagrams dropped whole counts once: this turns
+    /// those counts into datagrams, as the received buffers held them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datagrams_per_buffer: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sender_sndbuf_errors: Option<u64>,
     /// The receiving host's net.ipv4.tcp_rmem max, for the advice.
@@ -162,14 +168,22 @@ impl Evidence {
     /// UDP: the share of lost datagrams the receiving host dropped itself
     /// for lack of socket buffer room, by the larger of the socket's own
     /// count and the host's RcvbufErrors (the socket count cannot include
-    /// other sockets; the host's may). Unknown without either count.
+    /// other sockets; the host's may), in datagrams. Unknown without
+    /// either count.
     pub fn receiver_drop_share(&self) -> Option<f64> {
         let lost = self.lost_datagrams.filter(|&l| l > 0)?;
         let drops = match (self.socket_drops, self.receiver_rcvbuf_errors) {
             (None, None) => return None,
             (a, b) => a.unwrap_or(0).max(b.unwrap_or(0)),
         };
-        Some(clamp01(drops as f64 / lost as f64))
+        let per_buffer = self.datagrams_per_buffer.unwrap_or(1.0);
+        Some(clamp01(drops as f64 * per_buffer / lost as f64))
+    }
+    /// The datagrams the receiving socket's drops held (see
+    /// [`Evidence::datagrams_per_buffer`]), at most the datagrams lost.
+    pub fn socket_drop_datagrams(&self) -> Option<u64> {
+        let drops = self.socket_drops? as f64 * self.datagrams_per_buffer.unwrap_or(1.0);
+        Some((drops.round() as u64).min(self.lost_datagrams.unwrap_or(u64::MAX)))
     }
 }
 
@@ -345,6 +359,9 @@ pub fn gather(
         receiver_rcvbuf_errors: (kind == Kind::Udp)
             .then(|| receiver_host.udp_buffer_errors.map(|u| u.receive))
             .flatten(),
+        datagrams_per_buffer: (kind == Kind::Udp)
+            .then(|| datagrams_per_buffer(receivers))
+            .flatten(),
         sender_sndbuf_errors: (kind == Kind::Udp)
             .then(|| sender_host.udp_buffer_errors.map(|u| u.send))
             .flatten(),
@@ -355,6 +372,21 @@ pub fn gather(
             .then_some(sender_host.tcp_wmem_max)
             .flatten(),
     }
+}
+
+/// Datagrams per buffer over the receivers that said how many buffers
+/// they read: at least 1, since a buffer is counted only for a datagram.
+fn datagrams_per_buffer(receivers: &[&StreamStats]) -> Option<f64> {
+    let (packets, buffers) = receivers
+        .iter()
+        .filter_map(|s| {
+            let u = s.udp_received.as_ref()?;
+            Some((u.packets, u.buffers?))
+        })
+        .fold((0u64, 0u64), |(p, b), (up, ub)| {
+            (p.saturating_add(up), b.saturating_add(ub))
+        });
+    (buffers > 0).then(|| (packets as f64 / buffers as f64).max(1.0))
 }
 
 /// UDP datagrams lost: the senders' count less what arrived, or the
@@ -571,6 +603,7 @@ impl Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::model::{Role, UdpReceiveStats};
 
     fn thread(run: f64, wait: f64, irq: f64) -> ThreadEvidence {
         ThreadEvidence {
@@ -756,6 +789,55 @@ mod tests {
         let d = diagnose(&e);
         assert_eq!(d.limit, Limit::Network);
         assert!((d.strength - 0.95).abs() < 1e-9);
+    }
+
+    #[test]
+    fn gro_drops_count_buffers_and_are_turned_into_datagrams() {
+        // Loopback UDP with GSO and GRO, as measured: 1,760,236 datagrams
+        // lost, the socket (and the host) counted 38,266 drops, each a GRO
+        // buffer of about 46 datagrams. Read as datagrams, the drops
+        // would explain 2% of the loss and the verdict would blame the path.
+        let mut e = Evidence {
+            kind: Some(Kind::Udp),
+            sender_throughput_bits_per_second: 53.6e9,
+            throughput_bits_per_second: 47.0e9,
+            loss_ratio: Some(0.1226),
+            lost_datagrams: Some(1_760_236),
+            socket_drops: Some(38_266),
+            receiver_rcvbuf_errors: Some(38_266),
+            datagrams_per_buffer: Some(46.0),
+            sender: Some(thread(0.9, 0.0, 0.0)),
+            receiver: Some(thread(0.66, 0.0, 0.0)),
+            ..Evidence::default()
+        };
+        assert_eq!(e.socket_drop_datagrams(), Some(1_760_236));
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiverCpu, "{d:?}");
+        // Without the buffer count (an older peer) the drops stay as the
+        // kernel counted them, and the verdict cannot see it.
+        e.datagrams_per_buffer = None;
+        assert_eq!(e.socket_drop_datagrams(), Some(38_266));
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+    }
+
+    #[test]
+    fn datagrams_per_buffer_is_over_the_receivers_that_counted_buffers() {
+        let rx = |packets, buffers| {
+            let mut s = StreamStats {
+                role: Some(Role::Receiver),
+                ..StreamStats::default()
+            };
+            s.udp_received = Some(UdpReceiveStats {
+                packets,
+                buffers,
+                ..UdpReceiveStats::default()
+            });
+            s
+        };
+        let (a, b, old) = (rx(4600, Some(100)), rx(1000, Some(1000)), rx(500, None));
+        assert_eq!(datagrams_per_buffer(&[&a, &b, &old]), Some(5600.0 / 1100.0));
+        assert_eq!(datagrams_per_buffer(&[&old]), None);
+        assert_eq!(datagrams_per_buffer(&[&rx(0, Some(0))]), None);
     }
 
     #[test]

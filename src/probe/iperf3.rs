@@ -629,6 +629,7 @@ pub fn remote_side(
                     mode: None,
                     socket_drops: None,
                     coalesced: None,
+                    buffers: None,
                 });
             }
             (Kind::Udp, Role::Sender) => {

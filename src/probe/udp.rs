@@ -287,6 +287,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     };
     let mut batch = RecvBatch::new(mode, (plan.length as usize).max(HEADER_LEN));
     let mut coalesced = 0u64;
+    let mut buffers = 0u64;
     let mut drops = 0u32;
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + plan.omit;
@@ -351,6 +352,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             // datagram has a known arrival time (docs/UDP.md).
             let mut timed = true;
             let many = info.segment.is_some_and(|s| s < buffer.len());
+            let counted_before = account.unique();
             for (off, len) in udp_io::segments(buffer.len(), info.segment.unwrap_or(0)) {
                 let dgram = &buffer[off..off + len];
                 let (seq, send_ns, omitted) = match plan.wire {
@@ -404,6 +406,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                     }
                 }
             }
+            buffers += u64::from(account.unique() > counted_before);
         }
     }
     let opened = meter.opened_at().unwrap_or(window_start);
@@ -415,6 +418,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         drops.max(udp_io::socket_drops(&sock).unwrap_or(0)),
     ));
     received.coalesced = (mode == RecvMode::Gro).then_some(coalesced);
+    received.buffers = Some(buffers);
     stats.udp_received = Some(received);
     if let Some(iv) = intervals {
         stats.intervals = iv.finish(last_arrival, Some(seq_next));

@@ -249,6 +249,13 @@ fn check_stream_figures(s: &StreamStats, max_seconds: f64) -> Result<(), String>
                 u.socket_drops
             ));
         }
+        // Each counted buffer brought at least one counted datagram.
+        if u.buffers.unwrap_or(0) > u.packets {
+            return Err(format!(
+                "{:?} buffers for {} datagrams received",
+                u.buffers, u.packets
+            ));
+        }
     }
     if let Some(t) = &s.sched {
         times.extend([

@@ -312,6 +312,12 @@ pub struct UdpReceiveStats {
     /// Datagrams that arrived coalesced with others in one GRO buffer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesced: Option<u64>,
+    /// Buffers (the kernel's packets) that brought the counted datagrams:
+    /// `packets` without GRO, fewer with it. The kernel counts the drops
+    /// in `socket_drops` in the same unit, so the two give the datagrams
+    /// those drops held. Absent from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffers: Option<u64>,
 }
 
 /// Everything one side measured during a test.

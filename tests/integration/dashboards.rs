@@ -623,17 +623,7 @@ fn kernel_release_table_computes_what_its_description_says() {
     let path =
         r#"instance="h",job="p",target="loopback",module="m",kind="loopback_tcp",direction="send""#;
     let minutes = 120;
-    // Present in [from, to) minutes, stale at `to`, absent otherwise.
-    let present = |from: usize, to: usize| -> String {
-        (0..minutes)
-            .map(|i| match i {
-                i if (from..to).contains(&i) => "1",
-                i if i == to => "stale",
-                _ => "_",
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let present = |from: usize, to: usize| present_minutes(minutes, from, to);
     let throughput: Vec<&str> = (0..minutes)
         .map(|i| match i {
             0..40 => "100",
@@ -771,16 +761,7 @@ fn rr_release_table_computes_what_its_description_says() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let present = |from: usize, to: usize| -> String {
-        (0..minutes)
-            .map(|i| match i {
-                i if (from..to).contains(&i) => "1",
-                i if i == to => "stale",
-                _ => "_",
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let present = |from: usize, to: usize| present_minutes(minutes, from, to);
     // 2^-10 and 2^-9 s in turns under B: mean 3 x 2^-11, max 2^-9.
     let p99: Vec<&str> = (0..minutes)
         .map(|i| match i {
@@ -904,4 +885,17 @@ fn may_be_empty_names_real_queries() {
         .filter(|(_, t, e)| !may_be_empty(t, e))
         .count();
     assert!(must > 45, "only {must} queries must return data");
+}
+
+/// A promtool input series of `minutes` values: 1 in [from, to) minutes,
+/// stale at `to`, absent otherwise.
+fn present_minutes(minutes: usize, from: usize, to: usize) -> String {
+    (0..minutes)
+        .map(|i| match i {
+            i if (from..to).contains(&i) => "1",
+            i if i == to => "stale",
+            _ => "_",
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

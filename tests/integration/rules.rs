@@ -663,31 +663,14 @@ fn rules_find_the_paths_of_a_live_scrape_and_alert_on_a_drop() {
     }
     // Nothing else fires on a healthy scrape, before or after the drop
     // (loss and retransmits are real figures here, so left out).
-    for at in [&before, &after] {
-        tests.push_str(&format!(
-            "      - expr: 'ALERTS{{alertstate=\"firing\",alertname!~\"PathprobeThroughputBelowBaseline|PathprobeUDPLossHigh|PathprobeTCPRetransmitsHigh\"}}'\n        \
-             eval_time: {at}\n        exp_samples: []\n"
-        ));
-    }
-    tests.push_str(&format!(
-        "      - expr: 'ALERTS{{alertname=\"PathprobeThroughputBelowBaseline\"}}'\n        \
-         eval_time: {before}\n        exp_samples: []\n"
-    ));
-
-    let dir = tempfile::tempdir().unwrap();
-    let test_file = dir.path().join("live.yml");
-    let doc = format!(
-        "rule_files:\n  - {}\nevaluation_interval: 1m\ngroup_eval_order: [{}]\ntests:\n  \
-         - name: live scrape\n    interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{tests}",
-        root().join("config/alerts.yml").display(),
-        group_names().join(", "),
+    quiet_but_for(
+        &mut tests,
+        "PathprobeThroughputBelowBaseline",
+        "PathprobeUDPLossHigh|PathprobeTCPRetransmitsHigh",
+        &before,
+        &after,
     );
-    std::fs::write(&test_file, &doc).unwrap();
-    let (ok, text) = promtool_output(&["test", "rules", test_file.to_str().unwrap()], dir.path());
-    assert!(
-        ok,
-        "the rules on the live series:\n{text}\ntest file:\n{doc}"
-    );
+    promtool_live_test("live scrape", &series, &tests);
 }
 
 #[test]
@@ -762,31 +745,46 @@ fn rr_rules_find_the_paths_of_a_live_scrape_and_alert_on_a_rise() {
     ] {
         tests.push_str(&expect(expr, at, want));
     }
-    for at in [&before, &after] {
+    quiet_but_for(
+        &mut tests,
+        "PathprobeLatencyAboveBaseline",
+        "PathprobeUDPRRLossHigh",
+        &before,
+        &after,
+    );
+    promtool_live_test("live request/response scrape", &series, &tests);
+}
+
+/// Appends to `tests`: no alert but `alert` and those matching `real`
+/// (alerts on figures that are real in a live scrape) fires `before` or
+/// `after`, and `alert` does not fire `before`.
+fn quiet_but_for(tests: &mut String, alert: &str, real: &str, before: &str, after: &str) {
+    for at in [before, after] {
         tests.push_str(&format!(
-            "      - expr: 'ALERTS{{alertstate=\"firing\",alertname!~\"PathprobeLatencyAboveBaseline|PathprobeUDPRRLossHigh\"}}'\n        \
+            "      - expr: 'ALERTS{{alertstate=\"firing\",alertname!~\"{alert}|{real}\"}}'\n        \
              eval_time: {at}\n        exp_samples: []\n"
         ));
     }
     tests.push_str(&format!(
-        "      - expr: 'ALERTS{{alertname=\"PathprobeLatencyAboveBaseline\"}}'\n        \
+        "      - expr: 'ALERTS{{alertname=\"{alert}\"}}'\n        \
          eval_time: {before}\n        exp_samples: []\n"
     ));
+}
 
+/// Runs `promtool test rules` on alerts.yml with `series` as input and
+/// `tests` as its expression tests, one minute apart.
+fn promtool_live_test(name: &str, series: &str, tests: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let test_file = dir.path().join("live_rr.yml");
+    let test_file = dir.path().join("live.yml");
     let doc = format!(
         "rule_files:\n  - {}\nevaluation_interval: 1m\ngroup_eval_order: [{}]\ntests:\n  \
-         - name: live request/response scrape\n    interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{tests}",
+         - name: {name}\n    interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{tests}",
         root().join("config/alerts.yml").display(),
         group_names().join(", "),
     );
     std::fs::write(&test_file, &doc).unwrap();
     let (ok, text) = promtool_output(&["test", "rules", test_file.to_str().unwrap()], dir.path());
-    assert!(
-        ok,
-        "the rules on the live request/response series:\n{text}\ntest file:\n{doc}"
-    );
+    assert!(ok, "the rules on the {name}:\n{text}\ntest file:\n{doc}");
 }
 
 /// Group names of alerts.yml, recording groups first (as written).

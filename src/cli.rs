@@ -825,6 +825,8 @@ mod tests {
             "10m",
             "--first-message-timeout",
             "500ms",
+            "--max-connections-per-second",
+            "300",
         ])
         .section()
         .unwrap();
@@ -840,6 +842,7 @@ mod tests {
             Duration::from_secs(600)
         );
         assert_eq!(s.first_message_timeout, Duration::from_millis(500));
+        assert_eq!(s.max_connections_per_second, 300);
         let d = ResponderSection::default();
         assert_eq!(s.max_bitrate, d.max_bitrate);
         assert_eq!(s.max_length, d.max_length);
@@ -862,6 +865,24 @@ mod tests {
         assert!(help.contains("(e.g. 2s) [default: 2s]"), "{help}");
         assert!(help.contains("(-w) accepted [default: 256M]"), "{help}");
         assert!(help.contains("[default: clamp]"), "{help}");
+        assert!(help.contains("are reset [default: 20000]"), "{help}");
+    }
+
+    #[test]
+    fn tcp_crr_mode_takes_rr_sizes_and_no_burst() {
+        let spec = probe(&["--mode", "tcp_crr", "-r", "64,1k", "h"])
+            .spec()
+            .unwrap();
+        assert_eq!(spec.kind, Kind::TcpCrr);
+        let rr = spec.rr.unwrap();
+        assert_eq!((rr.request_size, rr.response_size, rr.burst), (64, 1024, 1));
+        assert!(rr.nodelay);
+        assert!(spec.validate().is_ok());
+        let burst = probe(&["--mode", "tcp_crr", "--burst", "2", "h"])
+            .spec()
+            .unwrap();
+        assert!(burst.validate().unwrap_err().0.contains("no --burst"));
+        assert!(usage_error(&["respond", "--max-connections-per-second", "0"]).contains("0"));
     }
 
     #[test]

@@ -463,7 +463,9 @@ impl Answerer<'_> {
             meter.syscall();
             let _ = stream.set_nodelay(true);
         }
-        let ipv6 = stream.peer_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+        // Only the TOS needs the family, which costs a getpeername.
+        let ipv6 =
+            self.options.tos.is_some() && stream.peer_addr().map(|a| a.is_ipv6()).unwrap_or(false);
         apply_options(&SockRef::from(&*stream), self.options, ipv6).map_err(|e| failure_of(&e))?;
         let ctx = self.ctx;
         let waited = |e: &std::io::Error| -> Result<(), CrrFailure> {

@@ -20,7 +20,9 @@
 //! for a new outgoing connection on loopback (tcp_tw_reuse's default 2),
 //! elsewhere only with tcp_tw_reuse=1. A test that runs out of ports counts
 //! one `no_local_port` failure and stops opening connections, as every
-//! further attempt would fail the same way. No SO_LINGER 0 on a good
+//! further attempt would fail the same way; the port of its end-of-test
+//! connection is bound before the first transaction, so that it can still
+//! say it is done. No SO_LINGER 0 on a good
 //! connection: an RST per transaction is not what applications do, and a
 //! firewall would count it. The responder resets only connections it gives
 //! up on (past their deadline, or sending more than the test's request).
@@ -208,6 +210,7 @@ pub fn ask(d: Dialer, ctx: &StreamContext, stats: &mut StreamStats) {
     };
     let mut spacing = Spacing::new(d.rate_limit);
     let mut meter = ThreadMeter::default();
+    let end_socket = reserve_end(&d);
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + ctx.plan.omit;
     let end = window_start + ctx.plan.duration;
@@ -275,25 +278,33 @@ pub fn ask(d: Dialer, ctx: &StreamContext, stats: &mut StreamStats) {
         crr: Some(counts),
     });
     if !ctx.stop.is_stopped() {
-        say_end(&d, &end_hello);
+        say_end(&d, end_socket, &end_hello);
     }
+}
+
+/// The socket of the prober's last connection, bound before the first
+/// transaction so that its port is kept: a test that ran out of ports can
+/// still tell the responder it is over, rather than have it take the
+/// silence for a prober gone.
+fn reserve_end(d: &Dialer) -> Option<Socket> {
+    let sock = Socket::new(
+        Domain::for_address(d.addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .ok()?;
+    let ip = d.bind.unwrap_or(match d.addr {
+        SocketAddr::V4(_) => IpAddr::from([0u8; 4]),
+        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+    });
+    sock.bind(&SocketAddr::new(ip, 0).into()).ok()?;
+    Some(sock)
 }
 
 /// The prober's last connection, which tells the responder its
 /// transactions are over; a failure only costs the responder its grace.
-fn say_end(d: &Dialer, end_hello: &[u8]) {
-    let Ok(sock) = Socket::new(
-        Domain::for_address(d.addr),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    ) else {
-        return;
-    };
-    if let Some(ip) = d.bind {
-        if sock.bind(&SocketAddr::new(ip, 0).into()).is_err() {
-            return;
-        }
-    }
+fn say_end(d: &Dialer, sock: Option<Socket>, end_hello: &[u8]) {
+    let Some(sock) = sock else { return };
     if sock.connect_timeout(&d.addr.into(), END_DEADLINE).is_err() {
         return;
     }

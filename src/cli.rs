@@ -125,6 +125,10 @@ pub struct RespondArgs {
     /// Wait for a new connection's first message (e.g. 2s).
     #[arg(long, value_parser = parse_duration)]
     first_message_timeout: Option<Duration>,
+    /// Connections per second one tcp_crr test may open; probers pace
+    /// themselves to it, and those beyond it are reset.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_second: Option<u32>,
     /// File holding the shared secret probers must prove they know.
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
@@ -165,19 +169,23 @@ pub struct ProbeArgs {
     udp: bool,
     /// The kind of probe: tcp and udp are throughput (as -u); tcp_rr is
     /// request/response transactions on one TCP connection (netperf's
-    /// TCP_RR), with -r and --burst; udp_rr is isochronous UDP round
-    /// trips (irtt's): a -l byte request every --interval (default 64
-    /// bytes every 10ms), RTT, IPDV and loss each way.
-    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr", "udp_rr"], conflicts_with = "udp")]
+    /// TCP_RR), with -r and --burst; tcp_crr is a new connection per
+    /// transaction (netperf's TCP_CRR), with -r: connect time,
+    /// transaction latency, connections/s and failures by reason; udp_rr
+    /// is isochronous UDP round trips (irtt's): a -l byte request every
+    /// --interval (default 64 bytes every 10ms), RTT, IPDV and loss each
+    /// way.
+    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr", "tcp_crr", "udp_rr"], conflicts_with = "udp")]
     mode: Option<String>,
-    /// tcp_rr: request and response sizes in bytes, REQ,RESP (netperf's
-    /// -r; k/m suffixes; one size for both). Default 1,1.
+    /// tcp_rr and tcp_crr: request and response sizes in bytes, REQ,RESP
+    /// (netperf's -r; k/m suffixes; one size for both). Default 1,1.
     #[arg(short = 'r', long = "rr-size", value_name = "REQ,RESP", value_parser = parse_rr_sizes)]
     rr_size: Option<(u32, u32)>,
     /// tcp_rr: transactions in flight at once on the connection (default 1).
     #[arg(long, value_name = "N")]
     burst: Option<u32>,
-    /// tcp_rr: leave Nagle's algorithm on (TCP_NODELAY is set by default).
+    /// tcp_rr and tcp_crr: leave Nagle's algorithm on (TCP_NODELAY is set
+    /// by default).
     #[arg(long)]
     nagle: bool,
     /// Reverse: the responder sends.
@@ -395,6 +403,10 @@ fn with_responder_defaults(cmd: clap::Command) -> clap::Command {
             "first_message_timeout",
             units::format_duration(d.first_message_timeout),
         ),
+        (
+            "max_connections_per_second",
+            d.max_connections_per_second.to_string(),
+        ),
     ];
     cmd.mut_subcommand("respond", |mut respond| {
         for (id, value) in defaults {
@@ -454,6 +466,9 @@ impl RespondArgs {
                 .first_message_timeout
                 .filter(|t| !t.is_zero())
                 .unwrap_or(d.first_message_timeout),
+            max_connections_per_second: self
+                .max_connections_per_second
+                .unwrap_or(d.max_connections_per_second),
             secret_file: self.auth_secret_file.clone(),
             secret: read_secret(self.auth_secret_file.as_deref())?,
             allow: self.allow.clone(),
@@ -568,6 +583,7 @@ impl ProbeArgs {
     fn kind(&self) -> Kind {
         match self.mode.as_deref() {
             Some("tcp_rr") => Kind::TcpRr,
+            Some("tcp_crr") => Kind::TcpCrr,
             Some("udp_rr") => Kind::UdpRr,
             Some("udp") => Kind::Udp,
             _ if self.udp => Kind::Udp,
@@ -809,6 +825,8 @@ mod tests {
             "10m",
             "--first-message-timeout",
             "500ms",
+            "--max-connections-per-second",
+            "300",
         ])
         .section()
         .unwrap();
@@ -824,6 +842,7 @@ mod tests {
             Duration::from_secs(600)
         );
         assert_eq!(s.first_message_timeout, Duration::from_millis(500));
+        assert_eq!(s.max_connections_per_second, 300);
         let d = ResponderSection::default();
         assert_eq!(s.max_bitrate, d.max_bitrate);
         assert_eq!(s.max_length, d.max_length);
@@ -846,6 +865,24 @@ mod tests {
         assert!(help.contains("(e.g. 2s) [default: 2s]"), "{help}");
         assert!(help.contains("(-w) accepted [default: 256M]"), "{help}");
         assert!(help.contains("[default: clamp]"), "{help}");
+        assert!(help.contains("are reset [default: 20000]"), "{help}");
+    }
+
+    #[test]
+    fn tcp_crr_mode_takes_rr_sizes_and_no_burst() {
+        let spec = probe(&["--mode", "tcp_crr", "-r", "64,1k", "h"])
+            .spec()
+            .unwrap();
+        assert_eq!(spec.kind, Kind::TcpCrr);
+        let rr = spec.rr.unwrap();
+        assert_eq!((rr.request_size, rr.response_size, rr.burst), (64, 1024, 1));
+        assert!(rr.nodelay);
+        assert!(spec.validate().is_ok());
+        let burst = probe(&["--mode", "tcp_crr", "--burst", "2", "h"])
+            .spec()
+            .unwrap();
+        assert!(burst.validate().unwrap_err().0.contains("no --burst"));
+        assert!(usage_error(&["respond", "--max-connections-per-second", "0"]).contains("0"));
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
                 };
             }
         }
-        Kind::TcpRr | Kind::UdpRr => {}
+        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {}
         Kind::Udp => {
             if let Some(u) = &d.udp {
                 let _ = write!(
@@ -336,14 +336,22 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
     out
 }
 
-/// A `tcp_rr` result in netperf's terms: transactions per second, the
-/// latency distribution, the rate each way, and CPU per transaction.
+/// A `tcp_rr` (or `tcp_crr`) result in netperf's terms: transactions per
+/// second, the latency distribution, the rate each way, and CPU per
+/// transaction; for `tcp_crr` also connect time and failures by reason.
 fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
+    let shape = match &rr.crr {
+        Some(_) => format!(
+            "tcp_crr  {} / {} bytes, a connection each",
+            rr.request_size, rr.response_size
+        ),
+        None => format!(
+            "tcp_rr   {} / {} bytes, burst {}",
+            rr.request_size, rr.response_size, rr.burst
+        ),
+    };
     let mut out = format!(
-        "tcp_rr   {} / {} bytes, burst {}: {} transactions / {:.2} sec = {:.1} trans/s; {:.4} Mbps request, {:.4} Mbps response\n",
-        rr.request_size,
-        rr.response_size,
-        rr.burst,
+        "{shape}: {} transactions / {:.2} sec = {:.1} trans/s; {:.4} Mbps request, {:.4} Mbps response\n",
         rr.transactions,
         rr.seconds,
         rr.transactions_per_second,
@@ -371,6 +379,64 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
         rr.local_service_demand_microseconds,
         rr.remote_cpu_seconds,
         rr.remote_service_demand_microseconds
+    );
+    if let Some(c) = &rr.crr {
+        out.push_str(&crr_lines(c));
+    }
+    out
+}
+
+/// `tcp_crr`'s own lines: connect time, and every connection accounted for.
+fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
+    use crate::protocol::crr::{CrrFailure, CrrFailures};
+    let us = |s: f64| s * 1e6;
+    let mut out = String::new();
+    if let Some(l) = &c.connect {
+        let _ = writeln!(
+            out,
+            "connect  min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})",
+            us(l.min),
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.p999),
+            us(l.max),
+            us(l.mean)
+        );
+    }
+    let reasons = |f: &CrrFailures| -> String {
+        let named: Vec<String> = CrrFailure::ALL
+            .iter()
+            .filter(|r| f.get(**r) > 0)
+            .map(|r| format!("{} {}", r.as_str(), f.get(*r)))
+            .collect();
+        if named.is_empty() {
+            "none".into()
+        } else {
+            named.join(", ")
+        }
+    };
+    let limit = match c.connection_rate_limit {
+        0 => String::new(),
+        n => format!(" (paced to the responder's {n}/s)"),
+    };
+    let _ = writeln!(
+        out,
+        "conns    {} attempted, {} established = {:.1} conn/s{limit}; failed {}: {}",
+        c.connections_attempted,
+        c.connections_established,
+        c.connections_per_second,
+        c.failed,
+        reasons(&c.failures)
+    );
+    let _ = writeln!(
+        out,
+        "remote   {} connections, {} answered; failed {}: {}; {} turned away over its limits",
+        c.remote_connections,
+        c.remote_answered,
+        c.remote_failed,
+        reasons(&c.remote_failures),
+        c.remote_over_limit
     );
     out
 }

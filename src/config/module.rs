@@ -31,6 +31,10 @@ pub enum ModuleKind {
     /// Isochronous UDP round trips to a remote responder (irtt's): RTT
     /// percentiles, IPDV and loss in each direction.
     UdpRr,
+    /// A new TCP connection per request/response transaction to a remote
+    /// responder (netperf's TCP_CRR): connect time and transaction latency
+    /// percentiles, connections/s, failures by reason.
+    TcpCrr,
     /// TCP throughput to a stock iperf3 server (`iperf3 -s`), through
     /// iperf3's protocol, on the module's `port` (default 5201).
     Iperf3Tcp,
@@ -46,6 +50,7 @@ impl ModuleKind {
             ModuleKind::Udp | ModuleKind::LoopbackUdp | ModuleKind::Iperf3Udp => Kind::Udp,
             ModuleKind::TcpRr => Kind::TcpRr,
             ModuleKind::UdpRr => Kind::UdpRr,
+            ModuleKind::TcpCrr => Kind::TcpCrr,
         }
     }
 
@@ -67,6 +72,7 @@ impl ModuleKind {
             ModuleKind::LoopbackUdp => "loopback_udp",
             ModuleKind::TcpRr => "tcp_rr",
             ModuleKind::UdpRr => "udp_rr",
+            ModuleKind::TcpCrr => "tcp_crr",
             ModuleKind::Iperf3Tcp => "iperf3_tcp",
             ModuleKind::Iperf3Udp => "iperf3_udp",
         }
@@ -212,8 +218,8 @@ impl Module {
         }
     }
 
-    /// The request/response shape of a `tcp_rr` module, its keys over
-    /// the engine's defaults; `None` for other kinds.
+    /// The request/response shape of a `tcp_rr` or `tcp_crr` module, its
+    /// keys over the engine's defaults; `None` for other kinds.
     pub fn rr(&self) -> Option<crate::probe::spec::RrParams> {
         if self.kind == ModuleKind::UdpRr {
             // Sizes come from `length` (ProbeSpec::effective_udp_rr).
@@ -226,12 +232,14 @@ impl Module {
             });
         }
         let d = crate::probe::spec::DEFAULT_RR;
-        (self.kind == ModuleKind::TcpRr).then(|| crate::probe::spec::RrParams {
-            request_size: self.request_size.unwrap_or(d.request_size),
-            response_size: self.response_size.unwrap_or(d.response_size),
-            burst: self.burst.unwrap_or(d.burst),
-            nodelay: self.nodelay.unwrap_or(d.nodelay),
-            interval_us: 0,
+        matches!(self.kind, ModuleKind::TcpRr | ModuleKind::TcpCrr).then(|| {
+            crate::probe::spec::RrParams {
+                request_size: self.request_size.unwrap_or(d.request_size),
+                response_size: self.response_size.unwrap_or(d.response_size),
+                burst: self.burst.unwrap_or(d.burst),
+                nodelay: self.nodelay.unwrap_or(d.nodelay),
+                interval_us: 0,
+            }
         })
     }
 
@@ -342,10 +350,13 @@ impl Module {
             ("nodelay", self.nodelay.is_some()),
         ];
         if let Some((key, _)) = rr_keys.iter().find(|(_, set)| *set) {
-            if self.kind != ModuleKind::TcpRr {
+            if !matches!(self.kind, ModuleKind::TcpRr | ModuleKind::TcpCrr) {
                 return Err((
                     key,
-                    format!("applies to tcp_rr modules only, not {}", self.kind.as_str()),
+                    format!(
+                        "applies to tcp_rr and tcp_crr modules only, not {}",
+                        self.kind.as_str()
+                    ),
                 ));
             }
         }
@@ -357,6 +368,22 @@ impl Module {
                 "tcp_rr runs on one connection: leave streams and direction at their defaults"
                     .to_string(),
             ));
+        }
+        if self.kind == ModuleKind::TcpCrr {
+            if self.burst.is_some() {
+                return Err((
+                    "burst",
+                    "applies to tcp_rr only: tcp_crr opens one connection per transaction, one at a time"
+                        .to_string(),
+                ));
+            }
+            if self.streams != 1 || self.direction != ModuleDirection::Send {
+                return Err((
+                    "kind",
+                    "tcp_crr runs one transaction at a time: leave streams and direction at their defaults"
+                        .to_string(),
+                ));
+            }
         }
         if self.send_interval.is_some() && self.kind != ModuleKind::UdpRr {
             return Err((
@@ -580,5 +607,35 @@ mod tests {
         assert_eq!(tcp.check().unwrap_err().0, "burst");
         let multi: Module = serde_yaml::from_str("kind: tcp_rr\nstreams: 2\n").unwrap();
         assert!(multi.check().is_err());
+    }
+
+    #[test]
+    fn a_tcp_crr_module_takes_message_sizes_but_no_burst_and_runs_one_stream() {
+        let m: Module =
+            serde_yaml::from_str("kind: tcp_crr\nrequest_size: 100\nresponse_size: 2k\n").unwrap();
+        assert_eq!(m.check(), Ok(()));
+        let spec = &m.specs()[0].1;
+        assert_eq!(spec.kind, Kind::TcpCrr);
+        let req = spec.to_request();
+        let rr = req.rr.unwrap();
+        assert_eq!(
+            (rr.request_size, rr.response_size, rr.burst),
+            (100, 2048, 1)
+        );
+        assert!(rr.nodelay);
+        assert_eq!(req.length, 2048);
+        assert_eq!(m.kind.as_str(), "tcp_crr");
+        let burst: Module = serde_yaml::from_str("kind: tcp_crr\nburst: 2\n").unwrap();
+        let (key, why) = burst.check().unwrap_err();
+        assert_eq!(key, "burst");
+        assert!(why.contains("one connection per transaction"), "{why}");
+        for bad in ["streams: 2", "direction: both", "direction: receive"] {
+            let m: Module = serde_yaml::from_str(&format!("kind: tcp_crr\n{bad}\n")).unwrap();
+            assert_eq!(m.check().unwrap_err().0, "kind", "{bad}");
+        }
+        let zero: Module = serde_yaml::from_str("kind: tcp_crr\nrequest_size: 0\n").unwrap();
+        assert!(zero.check().unwrap_err().1.contains("between 1 byte"));
+        let udp: Module = serde_yaml::from_str("kind: udp\nrequest_size: 4\n").unwrap();
+        assert!(udp.check().unwrap_err().1.contains("tcp_crr"));
     }
 }

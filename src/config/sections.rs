@@ -66,6 +66,8 @@ pub struct ResponderSection {
     pub allow_tos: bool,
     /// Whether a prober may pin this host's data threads.
     pub allow_affinity: bool,
+    /// Connections per second one `tcp_crr` test may open; at least 1.
+    pub max_connections_per_second: u32,
     /// Wait for a new connection's first message and for the proof after
     /// the challenge.
     #[serde(deserialize_with = "quantity::duration")]
@@ -112,6 +114,7 @@ impl Default for ResponderSection {
             allowed_congestion: limits.allowed_congestion,
             allow_tos: limits.allow_tos,
             allow_affinity: limits.allow_affinity,
+            max_connections_per_second: limits.max_connections_per_second,
             secret_file: None,
             secret: None,
             allow: Vec::new(),
@@ -140,6 +143,7 @@ impl ResponderSection {
             allowed_congestion: self.allowed_congestion.clone(),
             allow_tos: self.allow_tos,
             allow_affinity: self.allow_affinity,
+            max_connections_per_second: self.max_connections_per_second,
             secret: self.secret.clone(),
             access: AccessList {
                 allow: self.allow.clone(),
@@ -166,6 +170,12 @@ impl ResponderSection {
         }
         if self.first_message_timeout.is_zero() {
             return Err(("first_message_timeout", "must be greater than zero".into()));
+        }
+        if self.max_connections_per_second == 0 {
+            return Err((
+                "max_connections_per_second",
+                "must be at least 1: every tcp_crr test is held to a rate".into(),
+            ));
         }
         Ok(())
     }
@@ -596,6 +606,27 @@ mod tests {
             ..d
         };
         assert_eq!(zero.check().unwrap_err().0, "first_message_timeout");
+    }
+
+    #[test]
+    fn responder_section_bounds_tcp_crr_connections_and_tells_probers() {
+        let c: super::super::Config =
+            serde_yaml::from_str("responder:\n  max_connections_per_second: 500\n").unwrap();
+        let r = c.responder.to_responder_config();
+        assert_eq!(r.max_connections_per_second, 500);
+        assert_eq!(r.limits().max_connections_per_second, 500);
+        let d = ResponderSection::default();
+        assert_eq!(d.max_connections_per_second, 20_000);
+        assert_eq!(d.check(), Ok(()));
+        let zero = ResponderSection {
+            max_connections_per_second: 0,
+            ..d
+        };
+        assert_eq!(zero.check().unwrap_err().0, "max_connections_per_second");
+        assert!(serde_yaml::from_str::<super::super::Config>(
+            "responder:\n  max_connections_per_second: -1\n"
+        )
+        .is_err());
     }
 
     #[test]

@@ -284,28 +284,49 @@ pub static RR_LATENCY: MetricDef = def(
     Histogram,
     "pathprobe_rr_latency_seconds",
     &[],
-    "tcp_rr: latency of every transaction (request written to response read); udp_rr (kind label): round-trip time less the responder's processing time; of every probe since the service started, in buckets from 10 us to 10 s.",
+    "tcp_rr: latency of every transaction (request written to response read); tcp_crr (kind label): of every transaction, a connection each (socket created to response read); udp_rr: round-trip time less the responder's processing time; of every probe since the service started, in buckets from 10 us to 10 s.",
 );
 pub static RR_LATENCY_PERCENTILE: MetricDef = def(
     Probe,
     Gauge,
     "pathprobe_rr_latency_percentile_seconds",
     &[PERCENTILE],
-    "tcp_rr: transaction latency (udp_rr: round-trip time) of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits); for those who do not write histogram_quantile.",
+    "tcp_rr and tcp_crr: transaction latency (udp_rr: round-trip time) of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits); for those who do not write histogram_quantile.",
 );
 pub static RR_TRANSACTIONS_RATE: MetricDef = def(
     Probe,
     Gauge,
     "pathprobe_rr_transactions_per_second",
     &[],
-    "tcp_rr: transactions completed per second in the latest probe.",
+    "tcp_rr and tcp_crr: transactions completed per second in the latest probe; for tcp_crr each is a connection, so this is its connections per second.",
 );
 pub static RR_CPU_PER_TRANSACTION: MetricDef = def(
     Probe,
     Gauge,
     "pathprobe_rr_cpu_seconds_per_transaction",
     &[SIDE],
-    "tcp_rr: data-thread CPU (user + system) per transaction in the latest probe, on the prober (local) and the responder (remote): netperf's service demand, in seconds.",
+    "tcp_rr and tcp_crr: data-thread CPU (user + system) per transaction in the latest probe, on the prober (local) and the responder (remote): netperf's service demand, in seconds. The responder's tcp_crr figure leaves out the accept and the hello read, which its accept loop does.",
+);
+pub static RR_CONNECT: MetricDef = def(
+    Probe,
+    Histogram,
+    "pathprobe_rr_connect_seconds",
+    &[],
+    "tcp_crr: connection set-up time of every transaction (connect() called to returned: SYN to SYN-ACK, as the prober sees it) of every probe since the service started, in the buckets of pathprobe_rr_latency_seconds.",
+);
+pub static RR_CONNECT_PERCENTILE: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_rr_connect_percentile_seconds",
+    &[PERCENTILE],
+    "tcp_crr: connection set-up time of the latest probe at percentile 0 (min), 50, 90, 99, 99.9 and 100 (max), from its own histogram (3 significant digits).",
+);
+pub static RR_CONNECTION_FAILURES_TOTAL: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_rr_connection_failures_total",
+    &[REASON],
+    "tcp_crr: transactions that failed, over every probe since the service started, by reason as the prober saw it: refused, timeout (not connected or answered within 2 s), reset, closed (before the whole response), no_local_port (the prober's ephemeral ports held, in TIME_WAIT), unreachable, invalid (more than the response), other. Every reason exists at 0 from the start.",
 );
 pub static RR_LOSS: MetricDef = def(
     Probe,
@@ -472,7 +493,7 @@ pub static RESPONDER_REJECTIONS: MetricDef = def(
     Counter,
     "pathprobe_responder_rejections_total",
     &[REASON],
-    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test), overload (closed at once: 256 connections were already waiting for a first message).",
+    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test, reset), connection_limit (a tcp_crr connection of a running test over its max_connections_per_second, its count, or its queue of 16, reset), overload (closed at once: 256 connections were already waiting for a first message).",
 );
 pub static RESPONDER_CLAMPED_TESTS: MetricDef = def(
     Responder,
@@ -644,6 +665,9 @@ pub static ALL: &[&MetricDef] = &[
     &RR_LATENCY_PERCENTILE,
     &RR_TRANSACTIONS_RATE,
     &RR_CPU_PER_TRANSACTION,
+    &RR_CONNECT,
+    &RR_CONNECT_PERCENTILE,
+    &RR_CONNECTION_FAILURES_TOTAL,
     &RR_LOSS,
     &RR_LOST_TOTAL,
     &RR_IPDV,
@@ -806,7 +830,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 70);
+        assert_eq!(ALL.len(), 73);
     }
 
     #[test]

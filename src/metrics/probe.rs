@@ -65,6 +65,18 @@ pub(crate) fn render_target(
     }
 }
 
+/// A latency summary as the `percentile` label values of its gauges.
+fn percentiles(l: &crate::protocol::rr::LatencyStats) -> [(&'static str, f64); 6] {
+    [
+        ("0", l.min),
+        ("50", l.p50),
+        ("90", l.p90),
+        ("99", l.p99),
+        ("99.9", l.p999),
+        ("100", l.max),
+    ]
+}
+
 fn render_series(
     out: &mut Exposition,
     key: Option<&ProbeKey>,
@@ -84,6 +96,10 @@ fn render_series(
     if let Some(h) = &series.latency {
         let (buckets, count) = h.cumulative();
         out.add_histogram(&names::RR_LATENCY, &base, &buckets, h.sum, count);
+    }
+    if let Some(h) = &series.connect {
+        let (buckets, count) = h.cumulative();
+        out.add_histogram(&names::RR_CONNECT, &base, &buckets, h.sum, count);
     }
     let mut add = |def: &'static names::MetricDef, extra: &[(&str, &str)], value: f64| {
         let mut labels = Vec::with_capacity(base.len() + extra.len());
@@ -118,6 +134,13 @@ fn render_series(
         }
         for (flow, n) in &series.rr_lost {
             add(&names::RR_LOST_TOTAL, &[(FLOW, flow.as_str())], *n as f64);
+        }
+        for (reason, n) in &series.crr_failures {
+            add(
+                &names::RR_CONNECTION_FAILURES_TOTAL,
+                &[(REASON, reason.as_str())],
+                *n as f64,
+            );
         }
     }
     // Before its first probe a series has only its counters and the
@@ -210,16 +233,13 @@ fn render_series(
             rr.transactions_per_second,
         );
         if let Some(l) = &rr.latency {
-            let quantiles = [
-                ("0", l.min),
-                ("50", l.p50),
-                ("90", l.p90),
-                ("99", l.p99),
-                ("99.9", l.p999),
-                ("100", l.max),
-            ];
-            for (q, v) in quantiles {
+            for (q, v) in percentiles(l) {
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
+            }
+        }
+        if let Some(l) = rr.crr.as_ref().and_then(|c| c.connect.as_ref()) {
+            for (q, v) in percentiles(l) {
+                add(&names::RR_CONNECT_PERCENTILE, &[(PERCENTILE, q)], v);
             }
         }
         for (side, us) in [
@@ -231,15 +251,7 @@ fn render_series(
     }
     if let Some(u) = &r.udp_rr {
         if let Some(l) = &u.rtt {
-            let quantiles = [
-                ("0", l.min),
-                ("50", l.p50),
-                ("90", l.p90),
-                ("99", l.p99),
-                ("99.9", l.p999),
-                ("100", l.max),
-            ];
-            for (q, v) in quantiles {
+            for (q, v) in percentiles(l) {
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
             }
         }

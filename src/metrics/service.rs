@@ -254,6 +254,7 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
         ("rate_limited", &c.rejected_rate_limited),
         ("budget_exhausted", &c.rejected_budget),
         ("bad_token", &c.rejected_bad_token),
+        ("connection_limit", &c.rejected_connection_limit),
         ("overload", &c.overload),
     ] {
         out.add(

@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use crate::probe::{Direction, FlowDirection, ProbeError, ProbeResult};
+use crate::protocol::crr::CrrFailure;
 
 use super::names;
 use super::MetricsError;
@@ -151,11 +152,16 @@ pub(crate) struct SeriesState {
     pub sent_bytes: BTreeMap<FlowDirection, u64>,
     /// Only flows that have had a TCP result, or of a TCP module.
     pub retransmits: BTreeMap<FlowDirection, u64>,
-    /// tcp_rr: every probe's transaction latencies added up.
+    /// tcp_rr and tcp_crr: every probe's transaction latencies added up.
     pub latency: Option<LatencyHistogram>,
     /// udp_rr: datagrams lost on each leg (send: requests, receive:
     /// replies) over every probe; both legs at 0 from the start.
     pub rr_lost: BTreeMap<FlowDirection, u64>,
+    /// tcp_crr: every probe's connection set-up times added up.
+    pub connect: Option<LatencyHistogram>,
+    /// tcp_crr: failed transactions by reason over every probe; every
+    /// reason at 0 from the start.
+    pub crr_failures: BTreeMap<CrrFailure, u64>,
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
@@ -221,9 +227,16 @@ impl SeriesState {
                 BTreeMap::new()
             },
             // Known from the kind, so the histogram exists at 0 from the start.
-            latency: (kind == "tcp_rr" || kind == "udp_rr").then(LatencyHistogram::default),
+            latency: matches!(kind, "tcp_rr" | "udp_rr" | "tcp_crr")
+                .then(LatencyHistogram::default),
             rr_lost: if kind == "udp_rr" {
                 BTreeMap::from([(FlowDirection::Send, 0), (FlowDirection::Receive, 0)])
+            } else {
+                BTreeMap::new()
+            },
+            connect: (kind == "tcp_crr").then(LatencyHistogram::default),
+            crr_failures: if kind == "tcp_crr" {
+                CrrFailure::ALL.iter().map(|r| (*r, 0)).collect()
             } else {
                 BTreeMap::new()
             },
@@ -284,6 +297,8 @@ impl TargetState {
             retransmits,
             latency,
             rr_lost,
+            connect,
+            crr_failures,
             ..
         } = series;
         if let Some(l) = latest
@@ -294,6 +309,21 @@ impl TargetState {
             .and_then(|rr| rr.latency.as_ref())
         {
             latency.get_or_insert_with(LatencyHistogram::default).add(l);
+        }
+        if let Some(c) = latest
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.rr.as_ref())
+            .and_then(|rr| rr.crr.as_ref())
+        {
+            if let Some(l) = &c.connect {
+                connect.get_or_insert_with(LatencyHistogram::default).add(l);
+            }
+            for reason in CrrFailure::ALL {
+                let n = crr_failures.entry(reason).or_insert(0);
+                *n = n.saturating_add(c.failures.get(reason));
+            }
         }
         if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr.as_ref()) {
             if let Some(l) = &u.rtt {

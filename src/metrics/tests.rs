@@ -980,6 +980,7 @@ fn responder_counters_are_exported() {
     c.rejected_bad_token.store(14, Ordering::Relaxed);
     c.overload.store(15, Ordering::Relaxed);
     c.tests_clamped.store(16, Ordering::Relaxed);
+    c.rejected_connection_limit.store(17, Ordering::Relaxed);
     c.bytes.store(123_456_789, Ordering::Relaxed);
     c.active_tests.store(1, Ordering::Relaxed);
     let mut out = Exposition::default();
@@ -1009,6 +1010,7 @@ fn responder_counters_are_exported() {
         ("budget_exhausted", 13.0),
         ("bad_token", 14.0),
         ("overload", 15.0),
+        ("connection_limit", 17.0),
     ] {
         assert_eq!(value(&s, rej, &[("reason", reason)]), n, "{reason}");
     }
@@ -1129,6 +1131,7 @@ fn rich_scrape() -> String {
     store.record_skipped(&ProbeKey::new("d", "tcp_send"), "overrun");
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
     store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
+    store.record(ProbeKey::new("g", "crr"), crr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_millis(3));
@@ -1211,6 +1214,7 @@ fn direct_text_matches_prometheus_text_encoder() {
     store.record_skipped(&ProbeKey::new("d", "udp"), "overrun");
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
     store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
+    store.record(ProbeKey::new("g", "crr"), crr_outcome());
     let counters = crate::responder::ResponderCounters::default();
     counters.bytes.store(u64::MAX, Ordering::Relaxed);
     let service = ServiceState::new(at(T0));
@@ -1595,6 +1599,136 @@ fn rr_outcome() -> ProbeOutcome {
     let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome("tcp_rr", Direction::Send, T0, Ok(rr_result(40e-6, b)))
+}
+
+// ---- tcp_crr -----------------------------------------------------------------
+
+fn crr_result(
+    connect_buckets: Vec<u64>,
+    failures: crate::protocol::crr::CrrFailures,
+) -> ProbeResult {
+    let mut latency = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    latency[4] = connect_buckets.iter().sum(); // <= 250 us
+    let mut r = rr_result(120e-6, latency);
+    r.kind = Kind::TcpCrr;
+    if let Some(rr) = r.rr.as_mut() {
+        rr.crr = Some(crate::probe::tcp_crr::CrrSummary {
+            connections_attempted: rr.transactions + failures.total(),
+            connections_established: rr.transactions,
+            connections_per_second: 5000.0,
+            connect: Some(crate::protocol::rr::LatencyStats {
+                min: 5e-6,
+                mean: 30e-6,
+                p50: 30e-6,
+                p90: 50e-6,
+                p99: 100e-6,
+                p999: 200e-6,
+                max: 5e-3,
+                sum: 0.25,
+                buckets: connect_buckets,
+            }),
+            failed: failures.total(),
+            failures,
+            ..Default::default()
+        });
+    }
+    r
+}
+
+fn crr_outcome() -> ProbeOutcome {
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[2] = 5;
+    outcome(
+        "tcp_crr",
+        Direction::Send,
+        T0,
+        Ok(crr_result(b, Default::default())),
+    )
+}
+
+#[test]
+fn tcp_crr_connect_time_and_failures_count_from_0_beside_the_transaction_figures() {
+    use crate::protocol::crr::{CrrFailure, CrrFailures};
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "crr");
+    let labels = BTreeMap::new();
+    store.register(
+        key.clone(),
+        SeriesPlan {
+            kind: "tcp_crr",
+            tcp: false,
+            directions: vec![Direction::Send],
+            labels: &labels,
+            skip_reasons: &[],
+        },
+    );
+    let k = [
+        ("target", "b"),
+        ("module", "crr"),
+        ("kind", "tcp_crr"),
+        ("direction", "send"),
+    ];
+    let failures = |s: &[Sample], reason| {
+        value(
+            s,
+            "pathprobe_rr_connection_failures_total",
+            &with(&k, &[("reason", reason)]),
+        )
+    };
+    // Every reason, and both histograms, exist at 0 before the first probe.
+    let s = store_text(&store);
+    for r in CrrFailure::ALL {
+        assert_eq!(failures(&s, r.as_str()), 0.0, "{}", r.as_str());
+    }
+    assert_eq!(value(&s, "pathprobe_rr_connect_seconds_count", &k), 0.0);
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
+    assert!(find(&s, "pathprobe_rr_connect_percentile_seconds", &k).is_empty());
+
+    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    b[2] = 700; // <= 50 us
+    b[4] = 300; // <= 250 us
+    let mut f = CrrFailures::default();
+    f.add(CrrFailure::Refused);
+    f.add(CrrFailure::Timeout);
+    f.add(CrrFailure::Timeout);
+    store.record(
+        key.clone(),
+        outcome("tcp_crr", Direction::Send, T0, Ok(crr_result(b.clone(), f))),
+    );
+    store.record(
+        key.clone(),
+        outcome(
+            "tcp_crr",
+            Direction::Send,
+            T0 + 60,
+            Ok(crr_result(b, CrrFailures::default())),
+        ),
+    );
+    let s = store_text(&store);
+    assert_eq!(failures(&s, "refused"), 1.0);
+    assert_eq!(failures(&s, "timeout"), 2.0);
+    assert_eq!(failures(&s, "no_local_port"), 0.0);
+    let le = |bound: &str| {
+        value(
+            &s,
+            "pathprobe_rr_connect_seconds_bucket",
+            &with(&k, &[("le", bound)]),
+        )
+    };
+    assert_eq!(le("0.00005"), 1400.0);
+    assert_eq!(le("0.00025"), 2000.0);
+    assert_eq!(value(&s, "pathprobe_rr_connect_seconds_count", &k), 2000.0);
+    assert_eq!(value(&s, "pathprobe_rr_connect_seconds_sum", &k), 0.5);
+    // The transactions join tcp_rr's series under their own kind label.
+    assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 2000.0);
+    let q = |name, q: &str| value(&s, name, &with(&k, &[("percentile", q)]));
+    assert_eq!(q("pathprobe_rr_connect_percentile_seconds", "50"), 30e-6);
+    assert_eq!(q("pathprobe_rr_connect_percentile_seconds", "100"), 5e-3);
+    assert_eq!(q("pathprobe_rr_latency_percentile_seconds", "50"), 120e-6);
+    assert_eq!(
+        value(&s, "pathprobe_rr_transactions_per_second", &k),
+        20_000.0
+    );
 }
 
 // ---- udp_rr ------------------------------------------------------------------

@@ -11,10 +11,11 @@ use super::datapath::{DataSocket, DRAIN_GRACE};
 use super::result::{ProbeContext, ProbeResult};
 use super::side::{End, TestSide};
 use super::spec::{IpFamily, Kind, ProbeSpec};
+use super::tcp_crr::{Connections, Dialer};
 use super::{tcp, udp, verify, ProbeError};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
-use crate::protocol::message::{Hello, HelloAuth};
+use crate::protocol::message::{Hello, HelloAuth, Limits};
 use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
 
 /// Where to probe: a host name or address, and the responder's port.
@@ -173,11 +174,11 @@ pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, Pro
 }
 
 /// The handshake's outcome: the test token, when it was derived rather
-/// than sent.
+/// than sent, and the responder's limits.
 async fn handshake(
     control: &mut Control<TcpStream>,
     spec: &ProbeSpec,
-) -> Result<Option<String>, ProbeError> {
+) -> Result<(Option<String>, Limits), ProbeError> {
     let t = spec.connect_timeout;
     let client_nonce = match &spec.secret {
         Some(_) => Some(Nonce::random().map_err(|e| ProbeError::Auth(e.to_string()))?),
@@ -210,7 +211,7 @@ async fn handshake(
         Err(e) => return Err(e.into()),
     };
     let (Some(secret), Some(client)) = (&spec.secret, client_nonce) else {
-        return Ok(None);
+        return Ok((None, welcome.limits));
     };
     let answer =
         auth::answer_challenge(secret, &client, welcome.auth.as_ref()).map_err(ProbeError::Auth)?;
@@ -234,7 +235,7 @@ async fn handshake(
         });
     }
     control.seal(answer.sealer);
-    Ok(Some(answer.token))
+    Ok((Some(answer.token), welcome.limits))
 }
 
 async fn run_test(
@@ -249,7 +250,7 @@ async fn run_test(
         .local_addr()
         .map_err(|e| ProbeError::io("control connection", e))?;
     let mut control = Control::new(control);
-    let derived_token = handshake(&mut control, spec).await?;
+    let (derived_token, limits) = handshake(&mut control, spec).await?;
     let asked = spec.to_request();
     control.send(&Message::Request(asked.clone()), t).await?;
     let (token, request, clamped) = match control.recv(t).await? {
@@ -291,6 +292,20 @@ async fn run_test(
                     .await?;
             expect_ready(&mut control, t).await?;
             sockets
+        }
+        // No connection before the start: each transaction makes its own.
+        Kind::TcpCrr => {
+            expect_ready(&mut control, t).await?;
+            vec![(
+                0,
+                DataSocket::Connections(Connections::Dial(Dialer {
+                    addr,
+                    bind: spec.bind,
+                    token: token.clone(),
+                    options: side.tcp.clone(),
+                    rate_limit: limits.max_connections_per_second,
+                })),
+            )]
         }
         Kind::Udp | Kind::UdpRr => {
             let socks = udp::open_flows(

@@ -368,6 +368,9 @@ impl StopFlag {
 pub enum DataSocket {
     Tcp(TcpStream),
     Udp(UdpSocket),
+    /// `tcp_crr`: no socket of its own, but a connection per transaction,
+    /// made by the prober or handed over by the responder's accept loop.
+    Connections(super::tcp_crr::Connections),
 }
 
 /// One stream to run on this side.

@@ -305,7 +305,7 @@ async fn converse(
     let sockets = match request.kind {
         Kind::Tcp => open_tcp_streams(addr, spec, &side, count, cookie).await?,
         Kind::Udp => open_udp_streams(addr, spec, request, count, t).await?,
-        Kind::TcpRr | Kind::UdpRr => {
+        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {
             return Err(ProbeError::BadArgument(format!(
                 "{} needs a pathprobe responder: iperf3 has no request/response test",
                 request.kind
@@ -503,7 +503,7 @@ pub fn local_results(request: &TestRequest, local: &SideStats) -> Results {
         cpu_util_system: pct(system),
         sender_has_retransmits: match (sends, request.kind) {
             (false, _) => -1,
-            (true, Kind::Tcp | Kind::TcpRr) => 1,
+            (true, Kind::Tcp | Kind::TcpRr | Kind::TcpCrr) => 1,
             (true, Kind::Udp | Kind::UdpRr) => 0,
         },
         congestion_used: local.streams.iter().find_map(|s| s.congestion.clone()),

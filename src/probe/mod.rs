@@ -4,8 +4,8 @@
 //! - [`client`]: the prober's control conversation with a responder.
 //! - [`iperf3`]: the same, with a stock iperf3 server.
 //! - [`side`]: one side of a test, built the same way by both ends.
-//! - [`tcp`], [`tcp_rr`], [`udp`] and [`udp_rr`]: one file per probe kind,
-//!   their data loops.
+//! - [`tcp`], [`tcp_rr`], [`tcp_crr`], [`udp`] and [`udp_rr`]: one file per
+//!   probe kind, their data loops.
 //! - [`datapath`], [`pacing`], [`accounting`], [`tcpinfo`]: stream threads,
 //!   UDP pacing, UDP loss/jitter accounting, TCP_INFO.
 //! - [`verify`]: what the prober checks of a responder's replies.
@@ -23,6 +23,7 @@ pub mod side;
 pub mod spec;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_crr;
 pub mod tcp_rr;
 pub mod tcpinfo;
 pub mod udp;

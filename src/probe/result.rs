@@ -666,9 +666,17 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
-            rr: ctx.rr.filter(|_| ctx.kind == Kind::TcpRr).map(|p| {
-                super::tcp_rr::RrSummary::combine(p, local.streams.first(), remote.streams.first())
-            }),
+            // tcp_crr's connection figures come inside the same summary.
+            rr: ctx
+                .rr
+                .filter(|_| matches!(ctx.kind, Kind::TcpRr | Kind::TcpCrr))
+                .map(|p| {
+                    super::tcp_rr::RrSummary::combine(
+                        p,
+                        local.streams.first(),
+                        remote.streams.first(),
+                    )
+                }),
             udp_rr: ctx.rr.filter(|_| ctx.kind == Kind::UdpRr).map(|p| {
                 super::udp_rr::UdpRrSummary::combine(
                     p,

@@ -6,7 +6,9 @@
 //! What differs between the ends is only which way each stream runs for
 //! them ([`End::role`]) and how the sockets were obtained: the prober
 //! connects them (`tcp::open_streams`, `udp::open_flows`), the responder
-//! accepts them. Everything else (the plan, the socket options, the
+//! accepts them. A `tcp_crr` stream has no socket of its own but a
+//! connection per transaction, which the prober makes and the responder is
+//! handed as the test runs ([`tcp_crr::Connections`]). Everything else (the plan, the socket options, the
 //! interface and IRQ lookup, the stream threads, the host figures) is here,
 //! once. A new kind of test adds its socket preparation to
 //! [`TestSide::prepare`] and its loops to its own file, and both ends run it.
@@ -24,7 +26,8 @@ use super::datapath::{
 use super::spec::{stream_layout, FlowDirection};
 use super::stats::{Role, SideStats, StreamStats};
 use super::tcp::{self, apply_options, TcpOptions};
-use super::{tcp_rr, udp, udp_rr};
+use super::tcp_crr::Connections;
+use super::{tcp_crr, tcp_rr, udp, udp_rr};
 use crate::host::{HostDelta, HostSnapshot};
 use crate::protocol::message::token_id;
 use crate::protocol::{Kind, TestRequest};
@@ -107,7 +110,7 @@ impl TestSide {
                 offload: !request.no_offload,
                 rr: request
                     .rr
-                    .filter(|_| matches!(request.kind, Kind::TcpRr | Kind::UdpRr)),
+                    .filter(|_| matches!(request.kind, Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr)),
                 wire: Default::default(),
                 send_limit: None,
             },
@@ -164,6 +167,8 @@ impl TestSide {
                     None => Ok(()),
                 }
             }
+            // tcp_crr's loops apply the options to every connection.
+            (Kind::TcpCrr, DataSocket::Connections(_)) => Ok(()),
             (kind, _) => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("a {kind} test was handed a data socket of another kind"),
@@ -330,6 +335,13 @@ pub fn spawn_stream(
                     }
                     (DataSocket::Udp(s), Role::Sender) => udp::send(s, &ctx, &mut stats),
                     (DataSocket::Udp(s), Role::Receiver) => udp::receive(s, &ctx, &mut stats),
+                    // tcp_crr: the prober dials, the responder is handed.
+                    (DataSocket::Connections(Connections::Dial(d)), _) => {
+                        tcp_crr::ask(d, &ctx, &mut stats)
+                    }
+                    (DataSocket::Connections(Connections::Accepted(a)), _) => {
+                        tcp_crr::answer(a, &ctx, &mut stats)
+                    }
                 }
             }));
             match ran {

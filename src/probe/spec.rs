@@ -9,8 +9,9 @@ pub use crate::protocol::model::{stream_layout, Direction, FlowDirection, Kind};
 pub use crate::protocol::rr::RrParams;
 use crate::protocol::TestRequest;
 
-/// A `tcp_rr` probe's shape unless asked otherwise: netperf's TCP_RR
-/// default of 1-byte requests and responses, one at a time, Nagle off.
+/// A `tcp_rr` (and `tcp_crr`) probe's shape unless asked otherwise:
+/// netperf's default of 1-byte requests and responses, one at a time,
+/// Nagle off.
 pub const DEFAULT_RR: RrParams = RrParams {
     request_size: 1,
     response_size: 1,
@@ -177,7 +178,7 @@ impl ProbeSpec {
     pub fn effective_length(&self) -> u32 {
         match self.kind {
             // The responder holds the larger message to its max_length.
-            Kind::TcpRr => {
+            Kind::TcpRr | Kind::TcpCrr => {
                 let rr = self.effective_rr();
                 rr.request_size.max(rr.response_size)
             }
@@ -196,7 +197,7 @@ impl ProbeSpec {
             return crate::protocol::udp_rr::bitrate(rr.request_size, rr.interval_us);
         }
         self.bitrate.unwrap_or(match self.kind {
-            Kind::Tcp | Kind::TcpRr => 0,
+            Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => 0,
             Kind::Udp | Kind::UdpRr => DEFAULT_UDP_BITRATE,
         })
     }
@@ -220,7 +221,7 @@ impl ProbeSpec {
         }
     }
 
-    /// The request/response shape a `tcp_rr` probe runs.
+    /// The request/response shape a `tcp_rr` or `tcp_crr` probe runs.
     pub fn effective_rr(&self) -> RrParams {
         self.rr.unwrap_or(DEFAULT_RR)
     }
@@ -281,6 +282,7 @@ impl ProbeSpec {
                 }
             }
             Kind::UdpRr => self.validate_udp_rr(),
+            Kind::TcpCrr => self.validate_tcp_crr(),
             _ => Ok(()),
         }?;
         if let Some(c) = &self.congestion {
@@ -292,6 +294,28 @@ impl ProbeSpec {
             }
         }
         Ok(())
+    }
+
+    fn validate_tcp_crr(&self) -> Result<(), SpecError> {
+        let rr = self.effective_rr();
+        if rr.request_size == 0 || rr.response_size == 0 || self.effective_length() > 16 << 20 {
+            Err(SpecError(format!(
+                "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
+                rr.request_size, rr.response_size
+            )))
+        } else if rr.burst != 1 {
+            Err(SpecError(
+                "tcp_crr opens one connection per transaction, one at a time: no --burst".into(),
+            ))
+        } else if self.streams != 1 || self.direction != Direction::Send || self.interval.is_some()
+        {
+            Err(SpecError(
+                "tcp_crr runs one transaction at a time: no -P, -R, --bidir or interval reports"
+                    .into(),
+            ))
+        } else {
+            Ok(())
+        }
     }
 
     fn validate_udp_rr(&self) -> Result<(), SpecError> {
@@ -360,7 +384,7 @@ impl ProbeSpec {
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
             rr: match self.kind {
-                Kind::TcpRr => Some(self.effective_rr()),
+                Kind::TcpRr | Kind::TcpCrr => Some(self.effective_rr()),
                 Kind::UdpRr => Some(self.effective_udp_rr()),
                 Kind::Tcp | Kind::Udp => None,
             },
@@ -507,5 +531,73 @@ mod tests {
         };
         assert!(bad.validate().is_err());
         assert!(ProbeSpec::default().validate().is_ok());
+    }
+
+    #[test]
+    fn tcp_crr_takes_netperfs_sizes_one_transaction_at_a_time() {
+        let crr = ProbeSpec {
+            kind: Kind::TcpCrr,
+            ..ProbeSpec::default()
+        };
+        assert_eq!(crr.validate(), Ok(()));
+        let req = crr.to_request();
+        assert_eq!(req.rr, Some(DEFAULT_RR));
+        assert_eq!((req.length, req.bitrate), (1, 0));
+        let sized = ProbeSpec {
+            rr: Some(RrParams {
+                request_size: 64,
+                response_size: 1500,
+                ..DEFAULT_RR
+            }),
+            ..crr.clone()
+        };
+        assert_eq!(sized.to_request().length, 1500);
+        let cases = [
+            (
+                ProbeSpec {
+                    rr: Some(RrParams {
+                        burst: 4,
+                        ..DEFAULT_RR
+                    }),
+                    ..crr.clone()
+                },
+                "no --burst",
+            ),
+            (
+                ProbeSpec {
+                    streams: 2,
+                    ..crr.clone()
+                },
+                "one transaction at a time",
+            ),
+            (
+                ProbeSpec {
+                    direction: Direction::Receive,
+                    ..crr.clone()
+                },
+                "one transaction at a time",
+            ),
+            (
+                ProbeSpec {
+                    interval: Some(Duration::from_secs(1)),
+                    ..crr.clone()
+                },
+                "interval reports",
+            ),
+            (
+                ProbeSpec {
+                    rr: Some(RrParams {
+                        response_size: 0,
+                        ..DEFAULT_RR
+                    }),
+                    ..crr.clone()
+                },
+                "between 1 byte and 16 MiB",
+            ),
+        ];
+        for (spec, why) in cases {
+            let e = spec.validate().unwrap_err().0;
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

@@ -280,6 +280,7 @@ pub fn ask(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) 
         response_bytes: read - read_at_open,
         latency: summarize(&hist),
         udp: None,
+        crr: None,
     });
     // Half-close and wait for the responder to close: it then has read
     // every request and written every response.
@@ -413,6 +414,7 @@ pub fn answer(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStat
         response_bytes: written - written_at_open,
         latency: None,
         udp: None,
+        crr: None,
     });
     drop(stream);
 }
@@ -442,6 +444,9 @@ pub struct RrSummary {
     pub remote_cpu_seconds: f64,
     pub local_service_demand_microseconds: f64,
     pub remote_service_demand_microseconds: f64,
+    /// `tcp_crr`: connections, connect time and failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crr: Option<super::tcp_crr::CrrSummary>,
 }
 
 impl RrSummary {
@@ -473,6 +478,10 @@ impl RrSummary {
             remote_cpu_seconds: remote_cpu,
             local_service_demand_microseconds: ratio(local_cpu * 1e6, l.transactions as f64),
             remote_service_demand_microseconds: ratio(remote_cpu * 1e6, r.transactions as f64),
+            crr: l
+                .crr
+                .as_ref()
+                .map(|_| super::tcp_crr::CrrSummary::combine(local, remote, seconds)),
         }
     }
 }

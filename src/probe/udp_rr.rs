@@ -250,6 +250,7 @@ pub fn ask(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         response_bytes: counts.received * len as u64,
         latency: summarize(&tally.rtt),
         udp: Some(counts),
+        crr: None,
     });
     let s = socket2::SockRef::from(&sock);
     stats.send_buffer_bytes = s.send_buffer_size().unwrap_or(0) as u64;
@@ -445,6 +446,7 @@ pub fn answer(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         response_bytes: counts.sent * len as u64,
         latency: None,
         udp: Some(counts),
+        crr: None,
     });
     let s = socket2::SockRef::from(&sock);
     stats.send_buffer_bytes = s.send_buffer_size().unwrap_or(0) as u64;

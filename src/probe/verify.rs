@@ -55,7 +55,7 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
     let min_length = match agreed.kind {
         Kind::Udp => crate::protocol::udp::HELLO_LEN as u32,
         Kind::UdpRr => crate::protocol::udp_rr::MIN_LENGTH,
-        Kind::Tcp | Kind::TcpRr => 1,
+        Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => 1,
     };
     // Message sizes and burst are the test itself: a responder refuses
     // what it will not run, it does not run another.

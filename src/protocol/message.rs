@@ -14,7 +14,10 @@
 //!    UDP flows, each sending hello datagrams carrying the token)
 //!                           ◀─────    Ready
 //!   Start                   ─────▶
-//!   (data moves)
+//!   (data moves; a tcp_crr test opens no data connection before Start,
+//!    but one per transaction after it, each opening with
+//!    DataHello{token, 0} and its request, and a last with
+//!    DataHello{token, 1}: see [`super::crr`])
 //!                           ◀─────    Results{responder's figures}
 //! ```
 //!
@@ -167,6 +170,10 @@ pub struct Limits {
     /// "clamp" or "refuse": what happens to a request over the first five.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub limit_policy: String,
+    /// Connections per second one `tcp_crr` test may open; the prober
+    /// paces itself to it, and the responder resets those beyond it.
+    #[serde(default)]
+    pub max_connections_per_second: u32,
 }
 
 /// The test a prober asks for. Durations travel as milliseconds so that the

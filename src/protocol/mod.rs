@@ -7,6 +7,7 @@
 //! - [`model`]: the vocabulary and figures carried inside messages (test
 //!   kind, direction, each side's measurements).
 //! - [`rr`]: request/response tests' parameters and figures.
+//! - [`crr`]: connect/request/response tests' bounds and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
 //! - [`udp_rr`]: isochronous UDP round trips' replies and limits.
 //! - [`iperf3`]: iperf3's wire protocol, spoken to stock iperf3 peers.
@@ -17,6 +18,7 @@
 //! accounting in [`crate::probe`]) so that another wire protocol, such as
 //! iperf3's, can drive the same data path.
 
+pub mod crr;
 pub mod frame;
 pub mod iperf3;
 #[cfg(test)]

@@ -18,6 +18,9 @@ pub enum Kind {
     TcpRr,
     /// Isochronous UDP round trips (irtt's).
     UdpRr,
+    /// A new TCP connection per request/response transaction (netperf's
+    /// TCP_CRR): connect latency.
+    TcpCrr,
 }
 
 /// Which way data moves, seen from the prober.
@@ -47,6 +50,7 @@ impl Kind {
             Kind::Udp => "udp",
             Kind::TcpRr => "tcp_rr",
             Kind::UdpRr => "udp_rr",
+            Kind::TcpCrr => "tcp_crr",
         }
     }
 }

@@ -8,6 +8,7 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 
+use super::crr::{CrrFailures, CrrStats};
 use super::frame::{decode_frame, decode_payload, encode_frame, frame_len, MAX_FRAME_LEN};
 use super::message::{
     Hello, HelloAuth, Limits, Message, RejectReason, TestRequest, Welcome, WelcomeAuth,
@@ -16,6 +17,7 @@ use super::model::{
     CpuLoad, Direction, FlowDirection, HostDelta, IntervalStats, Kind, Role, SideStats,
     StreamStats, TcpLimits, TcpStats, ThreadSched, UdpReceiveStats, UdpSendStats,
 };
+use super::rr::{LatencyStats, RrStats};
 use super::udp::{hello_datagram, parse_hello, UdpHeader, HEADER_LEN, HELLO_LEN};
 
 /// Any Unicode text, control characters, quotes and backslashes included:
@@ -52,7 +54,7 @@ fn welcome_auth() -> impl Strategy<Value = Option<WelcomeAuth>> {
 fn limits() -> impl Strategy<Value = Limits> {
     (
         any::<(u64, u32, u64, u32, u32)>(),
-        any::<(u32, u32, u64)>(),
+        any::<(u32, u32, u64, u32)>(),
         prop_oneof![
             Just(String::new()),
             Just("clamp".to_string()),
@@ -69,11 +71,80 @@ fn limits() -> impl Strategy<Value = Limits> {
             max_tests_per_client_per_minute: b.1,
             max_bytes_per_hour: b.2,
             limit_policy,
+            max_connections_per_second: b.3,
         })
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::Tcp), Just(Kind::Udp)]
+    prop_oneof![
+        Just(Kind::Tcp),
+        Just(Kind::Udp),
+        Just(Kind::TcpRr),
+        Just(Kind::UdpRr),
+        Just(Kind::TcpCrr)
+    ]
+}
+
+fn latency() -> impl Strategy<Value = LatencyStats> {
+    (
+        (float(), float(), float(), float()),
+        (float(), float(), float(), float()),
+        prop::collection::vec(any::<u64>(), 0..4),
+    )
+        .prop_map(
+            |((min, mean, p50, p90), (p99, p999, max, sum), buckets)| LatencyStats {
+                min,
+                mean,
+                p50,
+                p90,
+                p99,
+                p999,
+                max,
+                sum,
+                buckets,
+            },
+        )
+}
+
+/// A request/response stream's figures, those of `tcp_crr` included.
+fn rr_stats() -> impl Strategy<Value = RrStats> {
+    (
+        any::<(u64, u64, u64)>(),
+        proptest::option::of(latency()),
+        proptest::option::of((
+            any::<(u64, u64, u64, u32)>(),
+            any::<[u64; 8]>(),
+            proptest::option::of(latency()),
+        )),
+    )
+        .prop_map(
+            |((transactions, request_bytes, response_bytes), latency, crr)| RrStats {
+                transactions,
+                request_bytes,
+                response_bytes,
+                latency,
+                udp: None,
+                crr: crr.map(
+                    |((connections, established, over_limit, rate_limit), f, connect)| CrrStats {
+                        connections,
+                        established,
+                        failures: CrrFailures {
+                            refused: f[0],
+                            timeout: f[1],
+                            reset: f[2],
+                            closed: f[3],
+                            no_local_port: f[4],
+                            unreachable: f[5],
+                            invalid: f[6],
+                            other: f[7],
+                        },
+                        connect,
+                        over_limit,
+                        rate_limit,
+                    },
+                ),
+            },
+        )
 }
 
 fn direction() -> impl Strategy<Value = Direction> {
@@ -165,7 +236,7 @@ prop_compose! {
                 }
             )
         ),
-        tcp_limits in proptest::option::of(
+        (tcp_limits, rr) in (proptest::option::of(
             (
                 proptest::option::of(float()),
                 proptest::option::of(float()),
@@ -175,13 +246,13 @@ prop_compose! {
                 busy_seconds, rwnd_limited_seconds, delivery_rate_app_limited, bytes_retrans,
                 ..TcpLimits::default()
             })
-        ),
+        ), proptest::option::of(rr_stats())),
     ) -> StreamStats {
         StreamStats {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
             receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
-            sched, tcp_limits, rr: None,
+            sched, tcp_limits, rr,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The wire vocabulary of request/response tests (`tcp_rr`): what the
-//! prober asks for ([`RrParams`]) and what each end counted ([`RrStats`]).
+//! The wire vocabulary of request/response tests (`tcp_rr`, and the
+//! `udp_rr` and `tcp_crr` kinds built on it): what the prober asks for
+//! ([`RrParams`]) and what each end counted ([`RrStats`]).
 //! The latency distribution travels as fixed buckets ([`LATENCY_BUCKETS`]),
 //! so that the exporter can add runs into one Prometheus histogram.
 
@@ -55,6 +56,9 @@ pub struct RrStats {
     /// `udp_rr`: datagram counts by direction, IPDV and processing time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<super::udp_rr::UdpRrStats>,
+    /// `tcp_crr`: connections, failures by reason and connect time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crr: Option<super::crr::CrrStats>,
 }
 
 /// A latency distribution's summary, in seconds.

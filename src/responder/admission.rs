@@ -145,9 +145,9 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
             crate::protocol::udp_rr::MIN_LENGTH,
             crate::protocol::udp_rr::MAX_LENGTH,
         ),
-        Kind::Tcp | Kind::TcpRr => (1, super::TCP_LENGTH_CEILING),
+        Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => (1, super::TCP_LENGTH_CEILING),
     };
-    if r.kind == Kind::TcpRr {
+    if matches!(r.kind, Kind::TcpRr | Kind::TcpCrr) {
         check_rr(r, c.max_length.clamp(min_len, ceiling))?;
     } else if r.kind == Kind::UdpRr {
         check_udp_rr(r, &request, c.max_length.clamp(min_len, ceiling))?;
@@ -184,34 +184,48 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
     Ok(Admission { request, clamped })
 }
 
-/// A `tcp_rr` request is run as asked or refused, under either policy:
-/// other message sizes or another burst would be another test. `length`
-/// carries the larger message, held to `max_length` as other kinds' are.
+/// A `tcp_rr` or `tcp_crr` request is run as asked or refused, under
+/// either policy: other message sizes or another burst would be another
+/// test. `length` carries the larger message, held to `max_length` as
+/// other kinds' are. A `tcp_crr` test has one transaction in flight: its
+/// rate and count are the door's (see `door.rs`), not the request's.
 fn check_rr(r: &TestRequest, max_len: u32) -> Result<(), String> {
     use crate::protocol::rr::MAX_BURST;
+    let kind = r.kind;
     let Some(rr) = r.rr else {
-        return Err("a tcp_rr test needs request and response sizes".into());
+        return Err(format!("a {kind} test needs request and response sizes"));
     };
     if rr.request_size == 0 || rr.response_size == 0 {
-        return Err("tcp_rr request and response sizes must be at least 1 byte".into());
+        return Err(format!(
+            "{kind} request and response sizes must be at least 1 byte"
+        ));
     }
     let largest = rr.request_size.max(rr.response_size);
     if largest > max_len {
         return Err(format!(
-            "max_length: a {largest}-byte tcp_rr message exceeds this responder's maximum of {max_len} bytes"
+            "max_length: a {largest}-byte {kind} message exceeds this responder's maximum of {max_len} bytes"
         ));
     }
     if r.length != largest {
-        return Err("a tcp_rr test's length must be its larger message size".into());
-    }
-    if rr.burst == 0 || rr.burst > MAX_BURST {
         return Err(format!(
-            "tcp_rr burst {} is outside 1..={MAX_BURST} transactions in flight",
+            "a {kind} test's length must be its larger message size"
+        ));
+    }
+    let most = if kind == Kind::TcpCrr { 1 } else { MAX_BURST };
+    if rr.burst == 0 || rr.burst > most {
+        return Err(format!(
+            "{kind} burst {} is outside 1..={most} transactions in flight",
             rr.burst
         ));
     }
-    if r.streams != 1 || r.direction != Direction::Send {
-        return Err("a tcp_rr test runs on one connection, in the send direction".into());
+    if rr.interval_us != 0 {
+        return Err(format!("a {kind} test has no send interval"));
+    }
+    let intervals = kind == Kind::TcpCrr && r.interval_ms.is_some();
+    if r.streams != 1 || r.direction != Direction::Send || intervals {
+        return Err(format!(
+            "a {kind} test runs one transaction stream, in the send direction"
+        ));
     }
     Ok(())
 }
@@ -608,6 +622,64 @@ mod tests {
                 ..udp_rr(64, 100)
             };
             assert!(check_limits(&too_many, &c_long).is_err());
+        }
+    }
+
+    #[test]
+    fn tcp_crr_runs_as_asked_one_transaction_at_a_time_or_is_refused() {
+        let crr = |request_size: u32, response_size: u32, burst: u32| TestRequest {
+            kind: Kind::TcpCrr,
+            length: request_size.max(response_size),
+            bitrate: 0,
+            window: None,
+            rr: Some(crate::protocol::rr::RrParams {
+                request_size,
+                response_size,
+                burst,
+                nodelay: true,
+                interval_us: 0,
+            }),
+            ..request()
+        };
+        for policy in [LimitPolicy::Clamp, LimitPolicy::Refuse] {
+            let c = ResponderConfig {
+                max_bitrate: 0,
+                ..limits(policy)
+            };
+            let ok = crr(1, 1, 1);
+            assert_eq!(check_limits(&ok, &c).unwrap().request, ok);
+            let e = check_limits(&crr(1, 1, 2), &c).unwrap_err();
+            assert!(e.contains("tcp_crr burst 2 is outside 1..=1"), "{e}");
+            let e = check_limits(&crr(1, 1 << 20, 1), &c).unwrap_err();
+            assert!(e.contains("max_length") && e.contains("tcp_crr"), "{e}");
+            assert!(check_limits(&crr(0, 1, 1), &c).is_err());
+            let paced = TestRequest {
+                rr: Some(crate::protocol::rr::RrParams {
+                    interval_us: 10,
+                    ..ok.rr.unwrap()
+                }),
+                ..ok.clone()
+            };
+            assert!(check_limits(&paced, &c)
+                .unwrap_err()
+                .contains("no send interval"));
+            for bad in [
+                TestRequest {
+                    streams: 2,
+                    ..ok.clone()
+                },
+                TestRequest {
+                    direction: Direction::Bidir,
+                    ..ok.clone()
+                },
+                TestRequest {
+                    interval_ms: Some(1000),
+                    ..ok.clone()
+                },
+            ] {
+                let e = check_limits(&bad, &c).unwrap_err();
+                assert!(e.contains("one transaction stream"), "{e}");
+            }
         }
     }
 }

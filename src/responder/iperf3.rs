@@ -425,10 +425,10 @@ pub fn to_request(
     let length = match (p.len, kind) {
         (Some(l), _) if l > 0 && l <= i64::from(u32::MAX) => l as u32,
         (Some(_), Kind::Udp) => return Err((errors::IEUDPBLOCKSIZE, "bad length".into())),
-        (Some(_), Kind::Tcp | Kind::TcpRr | Kind::UdpRr) => {
+        (Some(_), Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr) => {
             return Err((errors::IEBLOCKSIZE, "bad length".into()))
         }
-        (None, Kind::Tcp | Kind::TcpRr | Kind::UdpRr) => 128 * 1024,
+        (None, Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr) => 128 * 1024,
         (None, Kind::Udp) => 1460,
     };
     if kind == Kind::Udp && !(16..=65_507).contains(&length) {
@@ -496,7 +496,7 @@ pub fn to_request(
         } else if m.starts_with("max_length") {
             match kind {
                 Kind::Udp => errors::IEUDPBLOCKSIZE,
-                Kind::Tcp | Kind::TcpRr | Kind::UdpRr => errors::IEBLOCKSIZE,
+                Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => errors::IEBLOCKSIZE,
             }
         } else if m.starts_with("max_window") {
             errors::IEBUFSIZE
@@ -575,7 +575,7 @@ async fn run(
                 return Outcome::Failed("UDP port unavailable");
             }
         },
-        Kind::Tcp | Kind::TcpRr | Kind::UdpRr => None,
+        Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => None,
     };
     if control
         .write_all(&[State::CreateStreams.byte()])
@@ -648,7 +648,7 @@ async fn run(
         .values()
         .filter_map(|s| match s {
             DataSocket::Tcp(t) => t.try_clone().ok(),
-            DataSocket::Udp(_) => None,
+            DataSocket::Udp(_) | DataSocket::Connections(_) => None,
         })
         .collect();
     let running = match side.spawn(sockets) {

@@ -3,7 +3,9 @@
 //!
 //! One TCP port carries the control connection and every TCP data
 //! connection; UDP flows use the same port number. Connections are told
-//! apart by their first frame (`Hello` or `DataHello`). The responder runs a
+//! apart by their first frame (`Hello` or `DataHello`). A `tcp_crr` test's
+//! data connections, one per transaction, keep coming while it runs: its
+//! [`door`] bounds them in rate, count and queue. The responder runs a
 //! limited number of tests at once (one by default) and answers any further
 //! prober with `Busy` and a retry hint.
 //!
@@ -15,6 +17,7 @@
 
 pub mod access;
 mod admission;
+pub mod door;
 pub mod iperf3;
 mod log;
 mod session;
@@ -130,6 +133,10 @@ pub struct ResponderConfig {
     pub allow_tos: bool,
     /// Whether a prober may pin this host's data threads to a CPU.
     pub allow_affinity: bool,
+    /// Connections per second one `tcp_crr` test may open (at least 1);
+    /// its count is this over the test. Told to probers in the welcome,
+    /// which pace themselves to it; the door resets those beyond it.
+    pub max_connections_per_second: u32,
     /// When set, probers must prove they hold it.
     pub secret: Option<Secret>,
     pub access: AccessList,
@@ -162,6 +169,7 @@ impl Default for ResponderConfig {
             allowed_congestion: None,
             allow_tos: true,
             allow_affinity: true,
+            max_connections_per_second: crate::protocol::crr::DEFAULT_MAX_CONNECTIONS_PER_SECOND,
             secret: None,
             access: AccessList::default(),
         }
@@ -180,6 +188,7 @@ impl ResponderConfig {
             max_tests_per_client_per_minute: self.max_tests_per_client_per_minute,
             max_bytes_per_hour: self.max_bytes_per_hour,
             limit_policy: self.limit_policy.as_str().into(),
+            max_connections_per_second: self.max_connections_per_second.max(1),
         }
     }
 }
@@ -200,6 +209,9 @@ pub struct ResponderCounters {
     /// Data connections whose hello named no pending test of that client:
     /// a wrong or guessed token.
     pub rejected_bad_token: AtomicU64,
+    /// `tcp_crr` connections with a good token that their test's door
+    /// turned away: over its connection rate or count, or its queue full.
+    pub rejected_connection_limit: AtomicU64,
     /// Accepted tests that asked for more than a limit and were cut down.
     pub tests_clamped: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -256,6 +268,17 @@ struct PendingTest {
     total_streams: u32,
     registered: HashSet<u32>,
     tx: mpsc::UnboundedSender<(u32, DataSocket)>,
+    /// `tcp_crr`: where the test's connections go, for its whole run.
+    door: Option<door::Door>,
+}
+
+/// What became of a TCP data connection offered to the pending tests.
+enum Joined {
+    Yes,
+    /// Its hello named no test of this client: the connection, to reset.
+    Unknown(std::net::TcpStream),
+    /// A `tcp_crr` test's door turned it away.
+    OverLimit(std::net::TcpStream),
 }
 
 pub(crate) struct ResponderState {
@@ -399,9 +422,47 @@ impl ResponderState {
             .add(bytes, Instant::now());
     }
 
+    /// Offers a TCP data connection, its hello read, to the test its token
+    /// names.
+    fn join_tcp(
+        &self,
+        token: &str,
+        peer: IpAddr,
+        stream: u32,
+        socket: std::net::TcpStream,
+    ) -> Joined {
+        use crate::probe::tcp_crr::Arrival;
+        use crate::protocol::crr::{END_STREAM, TRANSACTION_STREAM};
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(test) = pending.get_mut(token).filter(|t| t.peer_ip == peer) else {
+            return Joined::Unknown(socket);
+        };
+        if let Some(door) = test.door.as_mut() {
+            let arrival = match stream {
+                TRANSACTION_STREAM => Arrival::Transaction(socket),
+                END_STREAM => Arrival::End(socket),
+                _ => return Joined::Unknown(socket),
+            };
+            return match door.offer(arrival, Instant::now()) {
+                Ok(()) => Joined::Yes,
+                Err(a) => Joined::OverLimit(a.into_stream()),
+            };
+        }
+        if stream >= test.total_streams || test.registered.contains(&stream) {
+            return Joined::Unknown(socket);
+        }
+        test.registered.insert(stream);
+        match test.tx.send((stream, DataSocket::Tcp(socket))) {
+            Ok(()) => Joined::Yes,
+            // The test is ending.
+            Err(mpsc::error::SendError((_, DataSocket::Tcp(s)))) => Joined::Unknown(s),
+            Err(_) => Joined::Yes,
+        }
+    }
+
     fn register(&self, token: &str, peer: IpAddr, stream: u32, socket: DataSocket) -> bool {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(test) = pending.get_mut(token) else {
+        let Some(test) = pending.get_mut(token).filter(|t| t.door.is_none()) else {
             return false;
         };
         if test.peer_ip != peer || stream >= test.total_streams || !test.registered.insert(stream) {
@@ -413,7 +474,10 @@ impl ResponderState {
     fn knows(&self, token: &str, peer: IpAddr, stream: u32) -> bool {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         pending.get(token).is_some_and(|t| {
-            t.peer_ip == peer && stream < t.total_streams && !t.registered.contains(&stream)
+            t.door.is_none()
+                && t.peer_ip == peer
+                && stream < t.total_streams
+                && !t.registered.contains(&stream)
         })
     }
 }
@@ -723,16 +787,28 @@ async fn handle_connection(
             session::run(stream, peer, hello, &shared).await;
         }
         Ok(Message::DataHello { token, stream: id }) => {
-            let registered = stream
-                .into_std()
-                .and_then(|s| {
-                    crate::probe::tcp::prepare_blocking(&s)?;
-                    Ok(s)
-                })
-                .map(|s| shared.register(&token, peer.ip(), id, DataSocket::Tcp(s)));
-            if !matches!(registered, Ok(true)) {
-                ResponderCounters::inc(&shared.counters.rejected_bad_token);
-                tracing::debug!(%peer, stream = id, "data connection for no pending test");
+            let joined = stream.into_std().and_then(|s| {
+                crate::probe::tcp::prepare_blocking(&s)?;
+                Ok(shared.join_tcp(&token, peer.ip(), id, s))
+            });
+            // Turned-away connections are reset, so that a flood of them
+            // leaves no TIME_WAIT here.
+            match joined {
+                Ok(Joined::Yes) => {}
+                Ok(Joined::OverLimit(s)) => {
+                    ResponderCounters::inc(&shared.counters.rejected_connection_limit);
+                    log::limited_info!(shared.log, "connection_limit", %peer, "tcp_crr connection over its test's limits; reset");
+                    crate::probe::tcp_crr::abort(s);
+                }
+                Ok(Joined::Unknown(s)) => {
+                    ResponderCounters::inc(&shared.counters.rejected_bad_token);
+                    tracing::debug!(%peer, stream = id, "data connection for no pending test");
+                    crate::probe::tcp_crr::abort(s);
+                }
+                Err(_) => {
+                    ResponderCounters::inc(&shared.counters.rejected_bad_token);
+                    tracing::debug!(%peer, stream = id, "data connection could not be taken over");
+                }
             }
         }
         Ok(other) => {

@@ -13,14 +13,17 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::admission::check_limits;
+use super::door::Door;
 use super::log::limited_info;
 use super::{refuse, PendingTest, ResponderCounters, ResponderState, SlotGuard};
 use crate::auth::{self, Challenge};
 use crate::control::{Control, ControlError};
+use crate::probe::datapath::DataSocket;
 use crate::probe::side::{End, TestSide};
 use crate::probe::stats::SideStats;
+use crate::probe::tcp_crr::{Arrivals, Connections};
 use crate::protocol::message::{check_hello, new_token, software, Hello, Welcome};
-use crate::protocol::{Message, RejectReason, TestRequest};
+use crate::protocol::{Kind, Message, RejectReason, TestRequest};
 
 pub(super) async fn run(
     stream: TcpStream,
@@ -328,7 +331,8 @@ async fn run_test(
     shared: &ResponderState,
     slot: &SlotGuard<'_>,
 ) -> Result<SideStats, TestError> {
-    let timeout = shared.config().idle_timeout;
+    let config = shared.config();
+    let timeout = config.idle_timeout;
     // A derived token never travels on the control connection.
     let (token, sent_token) = match derived_token {
         Some(t) => (t, String::new()),
@@ -339,6 +343,18 @@ async fn run_test(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let total = request.total_streams();
+    // A tcp_crr test opens no data connection before the start: its
+    // connections, one per transaction, come through its door while it
+    // runs, for as long as its registration stands.
+    let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
+    let (door, arrivals) = if request.kind == Kind::TcpCrr {
+        let (door, rx, over_limit) =
+            Door::new(config.max_connections_per_second, planned, Instant::now());
+        (Some(door), Some((rx, over_limit)))
+    } else {
+        (None, None)
+    };
+    let expected = if door.is_some() { 0 } else { total };
     shared
         .pending
         .lock()
@@ -350,6 +366,7 @@ async fn run_test(
                 total_streams: total,
                 registered: Default::default(),
                 tx,
+                door,
             },
         );
     // Unregister the token whatever happens below.
@@ -382,7 +399,7 @@ async fn run_test(
     let mut sockets = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let collect = async {
-        while sockets.len() < total as usize {
+        while sockets.len() < expected as usize {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some((id, sock))) => {
                     sockets.insert(id, sock);
@@ -406,7 +423,7 @@ async fn run_test(
     if !collected {
         return Err(TestError::MissingStreams {
             got: sockets.len(),
-            want: total as usize,
+            want: expected as usize,
             timeout,
         });
     }
@@ -425,6 +442,14 @@ async fn run_test(
     );
 
     let side = TestSide::new(End::Responder, request, &token, request.affinity, peer.ip());
+    if let Some((rx, over_limit)) = arrivals {
+        let arrivals = Arrivals {
+            rx: rx.into(),
+            options: side.tcp.clone(),
+            over_limit,
+        };
+        sockets.insert(0, DataSocket::Connections(Connections::Accepted(arrivals)));
+    }
     let ipv6 = control
         .stream()
         .local_addr()

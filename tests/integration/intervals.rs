@@ -20,7 +20,7 @@ async fn run(kind: Kind, direction: Direction) -> ProbeResult {
         bitrate: Some(match kind {
             Kind::Udp => 100_000_000,
             // Paced, so that a 2 s test moves a bounded amount on a busy CI host.
-            Kind::Tcp | Kind::TcpRr | Kind::UdpRr => 2_000_000_000,
+            Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => 2_000_000_000,
         }),
         ..ProbeSpec::default()
     };
@@ -51,7 +51,7 @@ fn check(r: &ProbeResult) {
     assert_eq!(sum(|i| i.streams[0].sender_bytes), s.sender_bytes);
     assert_eq!(sum(|i| i.sums[0].bytes), r.bytes);
     match r.kind {
-        Kind::TcpRr | Kind::UdpRr => {}
+        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {}
         Kind::Tcp => {
             let retrans = sum(|i| i.streams[0].retransmits.expect("TCP has retransmits"));
             let total = s.tcp.as_ref().unwrap().retransmits;

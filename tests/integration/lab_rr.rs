@@ -3,7 +3,8 @@
 //! tbf's truth at once, and large transactions through a slow tbf take the
 //! serialisation time tbf imposes, so the latency percentiles move by the
 //! amount the rate predicts. udp_rr through a one-way nftables drop (a to b
-//! only) reports it as upstream loss, and none downstream.
+//! only) reports it as upstream loss, and none downstream. tcp_crr on a
+//! prober whose ephemeral ports run out stops and says so.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::process::{Child, Stdio};
@@ -247,4 +248,61 @@ fn udp_rr_one_way_drop_is_upstream_loss_only() {
         f(&u, "upstream_loss_percent")
     );
     assert_eq!(f(&u, "received") + up, sent, "{u}");
+}
+
+/// tcp_crr through a path that is not loopback, where Linux does not
+/// reuse a TIME_WAIT port for a new connection (tcp_tw_reuse 0 here; its
+/// default 2 reuses them on loopback only), with 32 ephemeral ports: every
+/// transaction leaves its port in TIME_WAIT on the prober (which closes
+/// first), so the ports run out after about 30 transactions (the control
+/// connection holds one, the end-of-test connection's reserved port
+/// another). The prober counts one `no_local_port` failure and stops, tells
+/// the responder through the reserved port, and the probe reports what it
+/// measured at once.
+#[test]
+fn tcp_crr_out_of_ephemeral_ports_counts_no_local_port_and_stops() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("tcp_crr_ports").unwrap();
+    for setting in [
+        "net.ipv4.ip_local_port_range=40000 40031",
+        "net.ipv4.tcp_tw_reuse=0",
+    ] {
+        let out = run_bounded(
+            lab.exec_a("sysctl").args(["-w", setting]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(out.status.success(), "{setting}: {}", out.stderr);
+    }
+    let _b = Responder::start(&lab);
+    let target = lab.addr_b().to_string();
+    let mut cmd = lab.exec_a(env!("CARGO_BIN_EXE_pathprobe"));
+    cmd.args(["probe", "-J", "-p", &PORT.to_string(), "--mode", "tcp_crr"])
+        .args(["-t", "2"])
+        .arg(&target);
+    let started = Instant::now();
+    let out = run_bounded(&mut cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let rr = &v["rr"];
+    let crr = &rr["crr"];
+    eprintln!(
+        "tcp_crr with 32 ephemeral ports and no TIME_WAIT reuse: {} transactions, {} attempted, failures {}, in {:.3} s (the probe took {:.2} s)",
+        rr["transactions"], crr["connections_attempted"], crr["failures"], f(rr, "seconds"),
+        started.elapsed().as_secs_f64()
+    );
+    let done = rr["transactions"].as_u64().unwrap();
+    assert!((16..=30).contains(&done), "{rr}");
+    assert_eq!(crr["failures"]["no_local_port"], 1, "{crr}");
+    assert_eq!(crr["failed"], 1, "{crr}");
+    assert_eq!(crr["connections_attempted"].as_u64(), Some(done + 1));
+    assert_eq!(crr["remote_answered"].as_u64(), Some(done));
+    // Ended by the prober's word, not by the responder's 3 s grace.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -11,6 +11,7 @@ mod common;
 mod access;
 mod cli;
 mod cross_traffic;
+mod crr;
 mod dashboards;
 mod deploy;
 mod diagnosis;

@@ -144,6 +144,7 @@ fn welcome() -> Value {
             max_tests_per_client_per_minute: 0,
             max_bytes_per_hour: 0,
             limit_policy: "clamp".into(),
+            max_connections_per_second: 0,
         },
         auth: None,
     }))

@@ -12,7 +12,7 @@ use super::serve::Serve;
 
 /// The modules of [`scrape`], as (module, kind): one per request/response
 /// kind pathprobe has.
-pub const MODULES: [(&str, &str); 2] = [("rr", "tcp_rr"), ("irtt", "udp_rr")];
+pub const MODULES: [(&str, &str); 3] = [("rr", "tcp_rr"), ("irtt", "udp_rr"), ("crr", "tcp_crr")];
 
 /// Whether `name` (a metric, or a series of a histogram) is one only
 /// request/response probes export. Those names share a prefix; the test

@@ -312,7 +312,7 @@ async fn run_test(
                 addr,
                 spec.bind,
                 side.stream_count(),
-                request.window,
+                udp::buffer_size(request.window, side.flow_bitrate()),
                 request.tos,
             )?;
             udp::announce_flows(&socks, &token, expect_ready(&mut control, t)).await?;

@@ -443,7 +443,11 @@ async fn open_udp_streams(
     count: usize,
     t: Duration,
 ) -> Result<Vec<(u32, DataSocket)>, ProbeError> {
-    let socks = udp::open_flows(addr, spec.bind, count, request.window, request.tos)?;
+    let buffer = udp::buffer_size(
+        request.window,
+        request.bitrate / u64::from(request.streams.max(1)),
+    );
+    let socks = udp::open_flows(addr, spec.bind, count, buffer, request.tos)?;
     let mut out = Vec::with_capacity(count);
     for (id, s) in socks.into_iter().enumerate() {
         let s = tokio::task::spawn_blocking(move || udp_connect(s, t))

@@ -152,6 +152,11 @@ impl TestSide {
         self.layout.len()
     }
 
+    /// Bits per second of one flow of the test (0: unpaced).
+    pub fn flow_bitrate(&self) -> u64 {
+        self.request.bitrate / u64::from(self.request.streams.max(1))
+    }
+
     /// Applies the test's socket options to a data socket this end did not
     /// configure itself before connecting (every socket on the responder).
     pub fn prepare(&self, socket: &DataSocket, ipv6: bool) -> std::io::Result<()> {
@@ -161,7 +166,10 @@ impl TestSide {
                 apply_options(&socket2::SockRef::from(s), &self.tcp, ipv6)
             }
             (Kind::Udp | Kind::UdpRr, DataSocket::Udp(s)) => {
-                udp::configure_socket(s, self.request.window);
+                udp::configure_socket(
+                    s,
+                    udp::buffer_size(self.request.window, self.flow_bitrate()),
+                );
                 match self.request.tos {
                     Some(tos) => udp::set_tos(s, tos),
                     None => Ok(()),

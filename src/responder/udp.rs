@@ -48,7 +48,8 @@ pub(super) fn flow_socket(
     sock.bind(&local.into())?;
     sock.connect(&peer.into())?;
     let sock: std::net::UdpSocket = sock.into();
-    crate::probe::udp::configure_socket(&sock, None);
+    // Sized again for the test's rate once it starts (`TestSide::prepare`).
+    crate::probe::udp::configure_socket(&sock, crate::probe::udp::UDP_BUFFER);
     Ok(sock)
 }
 

@@ -3,7 +3,7 @@
 //! against what it stored.
 //!
 //! Namespace `a` runs `pathprobe serve` probing loopback (TCP, UDP), the
-//! `pathprobe serve` in `b` (TCP, UDP, tcp_rr, udp_rr) through the router
+//! `pathprobe serve` in `b` (TCP, UDP, tcp_rr, udp_rr, tcp_crr) through the router
 //! `r`, and a port of `b` where nothing listens; and a Prometheus (1 s
 //! scrapes, 1 s rule evaluation, temporary storage) that scrapes both
 //! services. The test then
@@ -68,21 +68,23 @@ fn prober(b: std::net::Ipv4Addr) -> String {
          \x20 udp: {{kind: udp, direction: receive, duration: 1s, bitrate: 5M, connect_timeout: 2s, timeout: 5s}}\n\
          \x20 rr: {{kind: tcp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
          \x20 irtt: {{kind: udp_rr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
+         \x20 crr: {{kind: tcp_crr, duration: 200ms, connect_timeout: 2s, timeout: 5s}}\n\
          targets:\n\
          \x20 - {{name: loopback, modules: [loopback_tcp, loopback_udp]}}\n\
-         \x20 - {{name: b, address: \"{b}:5301\", modules: [tcp, udp, rr, irtt]}}\n\
+         \x20 - {{name: b, address: \"{b}:5301\", modules: [tcp, udp, rr, irtt, crr]}}\n\
          \x20 - {{name: down, address: \"{b}:5399\", modules: [tcp]}}\n"
     )
 }
 
 /// (target, module) pairs `a` probes successfully.
-const PATHS: [(&str, &str); 6] = [
+const PATHS: [(&str, &str); 7] = [
     ("loopback", "loopback_tcp"),
     ("loopback", "loopback_udp"),
     ("b", "tcp"),
     ("b", "udp"),
     ("b", "rr"),
     ("b", "irtt"),
+    ("b", "crr"),
 ];
 
 fn repo() -> PathBuf {

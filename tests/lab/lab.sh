@@ -142,6 +142,16 @@ table inet lab {
     chain forward {
         type filter hook forward priority filter; policy accept;
     }
+    # Runs after the drop rule: short UDP datagrams (a probe's hellos and
+    # FINs, not its data) that r passed on towards each end. A receiving
+    # kernel's InDatagrams counts them too, and hellos are resent every
+    # 20 ms until the control connection answers, so how many there are
+    # depends on the loss of that connection's own segments.
+    chain census {
+        type filter hook forward priority filter + 10; policy accept;
+        oifname "${name}ra" udp length < 128 counter comment "short-udp-to-a"
+        oifname "${name}rb" udp length < 128 counter comment "short-udp-to-b"
+    }
 }
 EOF
     # Prove the path (and resolve the neighbour entries now, so the first

@@ -429,6 +429,33 @@ impl Lab {
             .context("nft counter")
     }
 
+    /// Short UDP datagrams (hellos and FINs, under 120 bytes of payload)
+    /// that r has passed on towards end `end` (a or b) so far, after the
+    /// drop rule.
+    pub fn short_udp_forwarded(&self, end: &str) -> Result<u64> {
+        let out = run_bounded(
+            self.exec_r("nft")
+                .args(["list", "chain", "inet", "lab", "census"]),
+            SCRIPT_TIMEOUT,
+        )?;
+        let tag = format!("\"short-udp-to-{end}\"");
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains(&tag))
+            .with_context(|| format!("no census rule {tag}"))?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words
+            .windows(2)
+            .position(|w| w == ["counter", "packets"])
+            .context("census rule without a counter")?;
+        words
+            .get(i + 2)
+            .context("counter without a value")?
+            .parse()
+            .context("nft census counter")
+    }
+
     /// `/proc/net/snmp` counter of one namespace (per-netns in the kernel),
     /// e.g. `snmp("a", "Tcp", "RetransSegs")`.
     pub fn snmp(&self, end: &str, group: &str, field: &str) -> Result<u64> {

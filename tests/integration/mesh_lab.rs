@@ -10,8 +10,12 @@
 //!   more than one peer, or in both roles, is a collision;
 //! - every directed pair has a fresh success in each cycle, in the slot the
 //!   plan (`pathprobe::mesh::Plan`, computed here from the same members)
-//!   gives it, and every throughput is within 2% of the tbf truth
-//!   (R × 1448/1514), 5% in the first cycle (see the check);
+//!   gives it;
+//! - each result's received bytes are the payload r's tbf passed to its
+//!   target during its slot (`tc -s`, read four times a second), within
+//!   0.1%, and its throughput is within 2% of the tbf truth (R × 1448/1514)
+//!   in every slot where the hypervisor stole at most 2% of the CPUs
+//!   (see the check for why, and what it prints for the others);
 //! - no attempt is `busy` (the hosts' counters).
 //!
 //! Then one host is killed for the first half of a cycle: the pairs it is
@@ -29,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pathprobe::mesh::{MeshParams, Plan};
 
-use crate::common::lab::{require_root, Star};
+use crate::common::lab::{require_root, Star, Steal, FRAME_OVERHEAD};
 use crate::common::metrics::samples;
 use crate::common::serve::Serve;
 
@@ -69,7 +73,75 @@ struct Res {
     end: f64,
     success: bool,
     throughput: f64,
+    /// Payload the receiver counted (pathprobe_probe_received_bytes).
+    received: f64,
+    /// The sender's retransmitted segments (pathprobe_tcp_retransmits).
+    retransmits: f64,
     reason: Option<String>,
+}
+
+/// r's tbf counters on one host's downlink at one moment: what crossed the
+/// bottleneck towards that host since the qdisc was added.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tbf {
+    bytes: f64,
+    packets: f64,
+    dropped: f64,
+}
+
+/// `tc -s qdisc show` of r, for every host's downlink (`<star>r<i>`):
+/// index i - 1 holds host i's.
+fn read_tbf(star: &Star) -> Option<Vec<Tbf>> {
+    let out = star
+        .exec_r("tc")
+        .args(["-s", "qdisc", "show"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut all = vec![None; star.count()];
+    let mut dev: Option<usize> = None;
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.first() == Some(&"qdisc") {
+            dev = w
+                .iter()
+                .position(|x| *x == "dev")
+                .and_then(|i| w.get(i + 1))
+                .and_then(|d| d.strip_prefix(&format!("{}r", star.name())))
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| (1..=star.count()).contains(i))
+                .filter(|_| w.get(1) == Some(&"tbf"));
+        } else if let (Some(i), Some(&"Sent")) = (dev, w.first()) {
+            // Sent B bytes P pkt (dropped D, overlimits O requeues Q)
+            let num = |k: usize| w.get(k)?.trim_end_matches(',').parse::<f64>().ok();
+            all[i - 1] = Some(Tbf {
+                bytes: num(1)?,
+                packets: num(3)?,
+                dropped: num(6)?,
+            });
+            dev = None;
+        }
+    }
+    all.into_iter().collect()
+}
+
+/// One successful result against the truth and against the kernel's
+/// account of its slot.
+#[derive(Debug)]
+#[allow(dead_code)]
+struct SlotCheck {
+    cycle: u64,
+    prober: usize,
+    target: usize,
+    /// Throughput against R x 1448/1514, as a fraction.
+    error: f64,
+    /// Received bytes against the payload t's tbf passed in the slot.
+    bytes_vs_tbf: f64,
+    /// Packets t's tbf dropped in the slot (its queue was full).
+    tbf_dropped: f64,
+    retransmits: f64,
+    /// The share of the CPUs the hypervisor stole during the slot.
+    stolen: f64,
 }
 
 /// What a host's sockets said in one sample: (serving?, peer) of each
@@ -125,6 +197,9 @@ struct Mesh {
     seen_tests: Vec<(f64, usize, bool, usize)>,
     /// Counters of hosts' earlier lives (before a restart), by metric.
     past: BTreeMap<String, f64>,
+    /// r's tbf counters of every downlink, and the machine's CPU time
+    /// stolen by the hypervisor, with the Unix time read.
+    tbf: Vec<(f64, Vec<Tbf>, Steal)>,
 }
 
 impl Mesh {
@@ -151,6 +226,7 @@ impl Mesh {
             in_test: vec![0; n],
             seen_tests: Vec::new(),
             past: BTreeMap::new(),
+            tbf: Vec::new(),
         }
     }
 
@@ -224,6 +300,9 @@ impl Mesh {
             let throughput = samples(body, "pathprobe_throughput_bytes_per_second", &w)
                 .map(|(_, v)| v)
                 .sum();
+            let sum = |metric: &str| samples(body, metric, &w).map(|(_, v)| v).sum();
+            let received = sum("pathprobe_probe_received_bytes");
+            let retransmits = sum("pathprobe_tcp_retransmits");
             let reason = samples(body, "pathprobe_probe_failure_info", &w)
                 .find(|(_, v)| *v == 1.0)
                 .and_then(|(l, _)| label(l, "reason").map(str::to_string));
@@ -233,6 +312,8 @@ impl Mesh {
                 end,
                 success,
                 throughput,
+                received,
+                retransmits,
                 reason,
             });
         }
@@ -254,6 +335,9 @@ impl Mesh {
         let mut next_scrape = Duration::ZERO;
         while unix_now() < until {
             self.sample_sockets();
+            if let Some(t) = read_tbf(&self.star) {
+                self.tbf.push((unix_now().as_secs_f64(), t, Steal::start()));
+            }
             if unix_now() >= next_scrape {
                 self.scrape();
                 next_scrape = unix_now() + Duration::from_secs(2);
@@ -261,6 +345,21 @@ impl Mesh {
             std::thread::sleep(Duration::from_millis(250));
         }
         self.scrape();
+    }
+
+    /// What host `t`'s downlink passed between the last readings at or
+    /// before Unix times `from` and `to`.
+    /// And the share of the CPUs the hypervisor stole meanwhile.
+    fn tbf_between(&self, t: usize, from: f64, to: f64) -> Option<(Tbf, f64)> {
+        let at = |x: f64| self.tbf.iter().rev().find(|(s, _, _)| *s <= x);
+        let ((_, a, sa), (_, b, sb)) = (at(from)?, at(to)?);
+        let (a, b) = (a[t], b[t]);
+        let tbf = Tbf {
+            bytes: b.bytes - a.bytes,
+            packets: b.packets - a.packets,
+            dropped: b.dropped - a.dropped,
+        };
+        Some((tbf, sa.share_until(sb)))
     }
 
     /// Every host's counters now, plus those of their earlier lives.
@@ -378,7 +477,6 @@ fn six_hosts_follow_the_plan_without_collisions_and_survive_a_restart() {
         "the service's plan is the test's"
     );
     let c0 = plan.first_cycle_from(unix_now());
-    let steal = crate::common::lab::Steal::start();
     eprintln!(
         "mesh lab: {} (cycle {:?}); first checked cycle starts in {:.1} s",
         plan.describe(),
@@ -454,7 +552,7 @@ fn six_hosts_follow_the_plan_without_collisions_and_survive_a_restart() {
         .all(|r| r.reason.as_deref() != Some("busy")));
 
     let truth = truth_bytes_per_second(RATE);
-    let mut errors = Vec::new();
+    let mut slots = Vec::new();
     let mut by_cycle: BTreeMap<(u64, usize, usize), Vec<&Res>> = BTreeMap::new();
     for r in &m.results {
         let at = plan.slot_at(Duration::from_secs_f64(r.end));
@@ -504,42 +602,70 @@ fn six_hosts_follow_the_plan_without_collisions_and_survive_a_restart() {
                 plan.cycle_start(c).as_secs(),
                 m.results
             );
-            errors.push((c - c0, p, t, got[0].throughput / truth - 1.0));
+            // The kernel's account of the same slot: what t's downlink
+            // carried, less 66 header bytes a frame (ACKs of t's own test
+            // carry no payload).
+            let from = (plan.cycle_start(c) + plan.period() * k as u32).as_secs_f64();
+            let to = from + plan.period().as_secs_f64();
+            let (tbf, stolen) = m
+                .tbf_between(t, from + 0.05, to + 0.05)
+                .expect("tbf readings");
+            let payload = tbf.bytes - tbf.packets * FRAME_OVERHEAD;
+            slots.push(SlotCheck {
+                cycle: c - c0,
+                prober: p,
+                target: t,
+                error: got[0].throughput / truth - 1.0,
+                bytes_vs_tbf: got[0].received / payload - 1.0,
+                tbf_dropped: tbf.dropped,
+                retransmits: got[0].retransmits,
+                stolen,
+            });
         }
     }
-    // The first cycle is every pair's first connection. In CI it ran up to
-    // 4.2% below the truth (9 of 30 pairs beyond 2%) while the three
-    // cycles after it stayed within 1.2%: likely a cold TCP metrics cache
-    // (no ssthresh cached for the peer yet, so slow start overshoots into
-    // the 20 ms queue and recovers inside the 5 s), not checked further.
-    // The first cycle is held to 5%, the regular ones after it to 2%. The
-    // restart cycle (3) is held to 5% too: its criteria are the killed
-    // host's labelled failures and the others keeping their slots, and in
-    // one CI run four of its pairs (none with the killed host) came in
-    // 2.9-3.6% low while cycles 1 and 2 stayed within 1.2%.
-    let bound = |cycle: u64| if cycle == 0 || cycle == 3 { 0.05 } else { 0.02 };
-    // At 20% steal CI saw every pair 2-14% low in every cycle.
-    let rates_checked = steal.allows("mesh throughput against tbf's rate");
-    // The 2% goal (5% in the first and restart cycles) does not hold on
-    // this VM: three CI runs had 2-4 of 120 results 2.7-3.6% low, all in
-    // one slot, and an idle run had a dozen 3-5% low across two cycles,
-    // with steal under the limit. Until each result is checked against
-    // its downlink's tbf counters over its own slot (issue 11, open), the
-    // goal is printed and only 10% is asserted: a host in two tests at
-    // once, or a probe that miscounts, is far beyond it.
-    let beyond: Vec<_> = errors.iter().filter(|e| e.3.abs() > bound(e.0)).collect();
-    let far: Vec<_> = errors.iter().filter(|e| e.3.abs() > 0.10).collect();
-    if !beyond.is_empty() {
+    // Each figure is what the kernel delivered: the receiver's bytes are
+    // the payload its downlink's tbf passed in the pair's slot, which
+    // carries no other test's data when nobody is in two tests at once.
+    // Two runs on this machine: -0.0011% to -0.0013% (the control
+    // connection's few hundred bytes). A probe that miscounts, or a second
+    // test into the same host, is far outside.
+    let miscounted: Vec<_> = slots
+        .iter()
+        .filter(|s| !(-0.001..=0.0001).contains(&s.bytes_vs_tbf))
+        .collect();
+    assert!(
+        miscounted.is_empty(),
+        "received bytes differ from what tbf passed in the slot: {miscounted:#?}"
+    );
+    // And the rate is the truth R x 1448/1514 within 2%, when the link was
+    // kept full. On this VM it is not when the hypervisor steals the CPUs
+    // from the senders for longer than the 100 ms queue lasts: two runs
+    // had every slot with over 9% stolen 2-15% low (no tbf drop, no
+    // retransmit, the bytes exact), and every slot under 3.5% within 1.5%.
+    // So a slot whose steal exceeded STOLEN_LIMIT is reported, not held
+    // to the truth; the byte check above holds for it all the same.
+    const STOLEN_LIMIT: f64 = 0.02;
+    let (checked, stolen): (Vec<&SlotCheck>, Vec<&SlotCheck>) =
+        slots.iter().partition(|s| s.stolen <= STOLEN_LIMIT);
+    let beyond: Vec<_> = checked.iter().filter(|s| s.error.abs() > 0.02).collect();
+    assert!(
+        beyond.is_empty(),
+        "throughput beyond 2% of the truth ({:.3} Mbit/s) in slots with at most {}% stolen: \
+         {beyond:#?}",
+        truth * 8e-6,
+        STOLEN_LIMIT * 100.0
+    );
+    if !stolen.is_empty() {
+        let worst = stolen.iter().fold(0f64, |a, s| a.max(s.error.abs()));
         println!(
-            "not within the goal ({:.3} Mbit/s, 2%; 5% in the first and the restart cycle): {beyond:?}",
-            truth * 8e-6
+            "not checked against the rate: {} of {} results, in slots where the hypervisor \
+             stole over {}% of the CPUs (worst {:.1}% low; their bytes matched tbf's)",
+            stolen.len(),
+            slots.len(),
+            STOLEN_LIMIT * 100.0,
+            worst * 100.0
         );
     }
-    assert!(
-        far.is_empty() || !rates_checked,
-        "throughput beyond 10% of the truth ({:.3} Mbit/s): {far:?}\nall (cycle, prober, target, error): {errors:?}",
-        truth * 8e-6
-    );
     // The sockets say the same: each test connection seen was of the pair
     // the plan gives the slot (away from the slot's edges).
     let mut off_plan = Vec::new();
@@ -562,10 +688,10 @@ fn six_hosts_follow_the_plan_without_collisions_and_survive_a_restart() {
     }
     assert!(off_plan.is_empty(), "tests outside the plan: {off_plan:?}");
     assert!(on_plan > 100, "{on_plan} samples of tests in their slots");
-    let worst = errors.iter().fold(0f64, |a, e| a.max(e.3.abs()));
+    let worst = slots.iter().fold(0f64, |a, s| a.max(s.error.abs()));
     eprintln!(
         "mesh lab: {} results checked, worst throughput error {:.2}%, {} socket samples, none with a host in two tests; totals {totals:?}",
-        errors.len(),
+        slots.len(),
         worst * 100.0,
         m.samples
     );

@@ -72,6 +72,7 @@ fn drain<R: Read + Send + 'static>(r: Option<R>) -> thread::JoinHandle<String> {
 /// no longer the truth. Tests that compare with the nominal rate measure
 /// it, and above `STEAL_LIMIT` say so instead of failing on the machine.
 #[allow(dead_code)]
+#[derive(Clone, Copy, Debug)]
 pub struct Steal(u64, u64);
 
 /// See [`Steal`].
@@ -99,12 +100,15 @@ impl Steal {
     }
     /// The share stolen so far, 0..=1.
     pub fn share(&self) -> f64 {
-        let (s, t) = Steal::read();
-        let dt = t.saturating_sub(self.1);
+        self.share_until(&Steal::start())
+    }
+    /// The share stolen between `self` and the later reading `later`.
+    pub fn share_until(&self, later: &Steal) -> f64 {
+        let dt = later.1.saturating_sub(self.1);
         if dt == 0 {
             0.0
         } else {
-            s.saturating_sub(self.0) as f64 / dt as f64
+            later.0.saturating_sub(self.0) as f64 / dt as f64
         }
     }
     /// True when the share is within `STEAL_LIMIT`; otherwise prints why
@@ -647,6 +651,20 @@ impl Star {
         ];
         args.extend(limit_bytes.map(|l| l.to_string()));
         script(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(drop)
+    }
+
+    /// The star's name: its namespaces and veths start with it.
+    #[allow(dead_code)]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ip netns exec <router> program`.
+    #[allow(dead_code)]
+    pub fn exec_r(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &format!("{}-r", self.name), program]);
+        cmd
     }
 
     /// `ip netns exec <host i> program`.

@@ -9,9 +9,7 @@
 #![warn(missing_docs)]
 
 use super::error::{read_to_string, HostError};
-use super::percpu::{
-    cpu_columns, found_instead, leading_counts, numbered_lines, saturating_sum, split_label,
-};
+use super::percpu::{found_instead, leading_counts, saturating_sum, split_label, table};
 
 const FILE: &str = "/proc/interrupts";
 
@@ -44,21 +42,7 @@ impl IrqRow {
 
 /// Parses the text of /proc/interrupts.
 pub fn parse_interrupts(text: &str) -> Result<Vec<IrqRow>, HostError> {
-    let mut lines = numbered_lines(text);
-    let Some((header_no, header)) = lines.next() else {
-        return Err(HostError::file(
-            FILE,
-            "expected a header of CPU names, found an empty file",
-        ));
-    };
-    let cpus = cpu_columns(FILE, header_no, header)?;
-    if cpus == 0 {
-        return Err(HostError::line(
-            FILE,
-            header_no,
-            "expected a header of CPU names, found none",
-        ));
-    }
+    let (cpus, lines) = table(FILE, text)?;
 
     let mut rows = Vec::new();
     for (line_no, line) in lines {

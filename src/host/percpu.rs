@@ -8,22 +8,42 @@ use super::error::{quoted, HostError};
 
 /// Non-blank lines with their 1-based line numbers, so that error messages
 /// point at the line a person would see in an editor.
-pub(super) fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .enumerate()
         .map(|(i, line)| (i + 1, line))
         .filter(|(_, line)| !line.trim().is_empty())
 }
 
+/// Reads the header of `file`'s `text`: the number of CPU columns (at
+/// least one), and the numbered rows after it.
+pub(super) fn table<'a>(
+    file: &'static str,
+    text: &'a str,
+) -> Result<(usize, impl Iterator<Item = (usize, &'a str)>), HostError> {
+    let mut lines = numbered_lines(text);
+    let Some((header_no, header)) = lines.next() else {
+        return Err(HostError::file(
+            file,
+            "expected a header of CPU names, found an empty file",
+        ));
+    };
+    let cpus = cpu_columns(file, header_no, header)?;
+    if cpus == 0 {
+        return Err(HostError::line(
+            file,
+            header_no,
+            "expected a header of CPU names, found none",
+        ));
+    }
+    Ok((cpus, lines))
+}
+
 /// Counts the CPU columns of a header such as `   CPU0  CPU1  CPU3`.
 ///
 /// The names are not required to be contiguous: offline CPUs are left out
 /// of the header, and what matters is how many counts each row carries.
-pub(super) fn cpu_columns(
-    file: &'static str,
-    line_no: usize,
-    line: &str,
-) -> Result<usize, HostError> {
+fn cpu_columns(file: &'static str, line_no: usize, line: &str) -> Result<usize, HostError> {
     let mut columns = 0;
     for token in line.split_whitespace() {
         if !is_cpu_name(token) {

@@ -10,30 +10,14 @@
 use std::collections::BTreeMap;
 
 use super::error::{quoted, read_to_string, HostError};
-use super::percpu::{
-    cpu_columns, found_instead, leading_counts, numbered_lines, saturating_sum, split_label,
-};
+use super::percpu::{found_instead, leading_counts, saturating_sum, split_label, table};
 
 const FILE: &str = "/proc/softirqs";
 
 /// Parses the text of /proc/softirqs into the count of each softirq type
 /// (`"NET_RX"`, `"TIMER"`, ...) summed over all CPUs.
 pub fn parse_softirqs(text: &str) -> Result<BTreeMap<String, u64>, HostError> {
-    let mut lines = numbered_lines(text);
-    let Some((header_no, header)) = lines.next() else {
-        return Err(HostError::file(
-            FILE,
-            "expected a header of CPU names, found an empty file",
-        ));
-    };
-    let cpus = cpu_columns(FILE, header_no, header)?;
-    if cpus == 0 {
-        return Err(HostError::line(
-            FILE,
-            header_no,
-            "expected a header of CPU names, found none",
-        ));
-    }
+    let (cpus, lines) = table(FILE, text)?;
 
     let mut totals = BTreeMap::new();
     for (line_no, line) in lines {

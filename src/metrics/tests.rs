@@ -1516,17 +1516,22 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
     r
 }
 
-#[test]
-fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
+/// A store with one send-only job of `kind` (TCP figures when `tcp`),
+/// `module` probing target "b", registered before any probe; its key, and
+/// the labels of its series.
+fn registered_send_job(
+    kind: &'static str,
+    module: &'static str,
+    tcp: bool,
+) -> (ResultStore, ProbeKey, [(&'static str, &'static str); 4]) {
     let store = ResultStore::new();
-    let key = ProbeKey::new("b", "rr");
-    // Registered before its first probe: the histogram is there at 0.
+    let key = ProbeKey::new("b", module);
     let labels = BTreeMap::new();
     store.register(
         key.clone(),
         SeriesPlan {
-            kind: "tcp_rr",
-            tcp: true,
+            kind,
+            tcp,
             directions: vec![Direction::Send],
             labels: &labels,
             skip_reasons: &[],
@@ -1534,10 +1539,17 @@ fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
     );
     let k = [
         ("target", "b"),
-        ("module", "rr"),
-        ("kind", "tcp_rr"),
+        ("module", module),
+        ("kind", kind),
         ("direction", "send"),
     ];
+    (store, key, k)
+}
+
+#[test]
+fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
+    // Registered before its first probe: the histogram is there at 0.
+    let (store, key, k) = registered_send_job("tcp_rr", "rr", true);
     let s = store_text(&store);
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_transactions_per_second", &k).is_empty());
@@ -1649,25 +1661,7 @@ fn crr_outcome() -> ProbeOutcome {
 #[test]
 fn tcp_crr_connect_time_and_failures_count_from_0_beside_the_transaction_figures() {
     use crate::protocol::crr::{CrrFailure, CrrFailures};
-    let store = ResultStore::new();
-    let key = ProbeKey::new("b", "crr");
-    let labels = BTreeMap::new();
-    store.register(
-        key.clone(),
-        SeriesPlan {
-            kind: "tcp_crr",
-            tcp: false,
-            directions: vec![Direction::Send],
-            labels: &labels,
-            skip_reasons: &[],
-        },
-    );
-    let k = [
-        ("target", "b"),
-        ("module", "crr"),
-        ("kind", "tcp_crr"),
-        ("direction", "send"),
-    ];
+    let (store, key, k) = registered_send_job("tcp_crr", "crr", false);
     let failures = |s: &[Sample], reason| {
         value(
             s,
@@ -1774,25 +1768,7 @@ fn udp_rr_outcome() -> ProbeOutcome {
 
 #[test]
 fn udp_rr_loss_counts_by_leg_from_0_and_rtt_joins_the_latency_histogram() {
-    let store = ResultStore::new();
-    let key = ProbeKey::new("b", "irtt");
-    let labels = BTreeMap::new();
-    store.register(
-        key.clone(),
-        SeriesPlan {
-            kind: "udp_rr",
-            tcp: false,
-            directions: vec![Direction::Send],
-            labels: &labels,
-            skip_reasons: &[],
-        },
-    );
-    let k = [
-        ("target", "b"),
-        ("module", "irtt"),
-        ("kind", "udp_rr"),
-        ("direction", "send"),
-    ];
+    let (store, key, k) = registered_send_job("udp_rr", "irtt", false);
     let lost = |s: &[Sample], flow| {
         value(
             s,

@@ -374,18 +374,9 @@ async fn run_test(
     verify::check_results(&request, &local, &remote).map_err(ProbeError::Protocol)?;
     tracing::debug!(elapsed = ?started.elapsed(), "probe finished");
     let ctx = ProbeContext {
-        kind: request.kind,
-        direction: request.direction,
-        target: target.to_string(),
-        local_address: local_addr.to_string(),
-        remote_address: addr.to_string(),
-        timestamp_seconds: timestamp,
-        requested_seconds: plan.duration.as_secs_f64(),
-        omit_seconds: plan.omit.as_secs_f64(),
-        interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
-        bitrate: request.bitrate,
         bitrate_clamped: request.bitrate != asked.bitrate,
         rr: plan.rr,
+        ..ProbeContext::of_run(&request, &plan, target, local_addr, addr, timestamp)
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;

@@ -391,21 +391,8 @@ async fn converse(
     let _ = control.shutdown().await;
     let remote = remote_side(request, &local, &theirs).map_err(ProbeError::Protocol)?;
     verify::check_results(request, &local, &remote).map_err(ProbeError::Protocol)?;
-    let ctx = ProbeContext {
-        kind: request.kind,
-        direction: request.direction,
-        target: target.to_string(),
-        local_address: local_addr.to_string(),
-        remote_address: addr.to_string(),
-        timestamp_seconds: timestamp,
-        requested_seconds: plan.duration.as_secs_f64(),
-        omit_seconds: plan.omit.as_secs_f64(),
-        interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
-        // A stock server paces as asked: it has no clamp to report.
-        bitrate: request.bitrate,
-        bitrate_clamped: false,
-        rr: None,
-    };
+    // A stock server paces as asked: it has no clamp to report.
+    let ctx = ProbeContext::of_run(request, &plan, target, local_addr, addr, timestamp);
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.remote.mark_unknown_host();
     Ok(result)

@@ -503,6 +503,36 @@ pub struct ProbeContext {
     pub rr: Option<crate::protocol::rr::RrParams>,
 }
 
+impl ProbeContext {
+    /// The context of a run of `request` to `target` as both ends planned
+    /// it, at Unix time `timestamp_seconds`; the paced rate as asked, not
+    /// clamped, and no request/response shape (callers that know better
+    /// set them).
+    pub fn of_run(
+        request: &crate::protocol::TestRequest,
+        plan: &super::datapath::Plan,
+        target: &dyn std::fmt::Display,
+        local_address: std::net::SocketAddr,
+        remote_address: std::net::SocketAddr,
+        timestamp_seconds: f64,
+    ) -> ProbeContext {
+        ProbeContext {
+            kind: request.kind,
+            direction: request.direction,
+            target: target.to_string(),
+            local_address: local_address.to_string(),
+            remote_address: remote_address.to_string(),
+            timestamp_seconds,
+            requested_seconds: plan.duration.as_secs_f64(),
+            omit_seconds: plan.omit.as_secs_f64(),
+            interval_seconds: plan.interval.map(|i| i.length.as_secs_f64()),
+            bitrate: request.bitrate,
+            bitrate_clamped: false,
+            rr: None,
+        }
+    }
+}
+
 impl ProbeResult {
     /// Combines the prober's (`local`) and responder's (`remote`) figures.
     pub fn combine(ctx: ProbeContext, local: &SideStats, remote: &SideStats) -> ProbeResult {

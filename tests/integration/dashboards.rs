@@ -589,6 +589,24 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 
 // ---------------------------------------------------------------- kernel table
 
+/// The kernel dashboard's panel titled `title`, the dashboard's variables
+/// with a 2 h range, as its release tables are evaluated, and the
+/// dashboard.
+fn kernel_table(title: &str) -> (Value, Vec<(&'static str, &'static str)>, Value) {
+    let kernel =
+        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
+    let values = default_values()
+        .into_iter()
+        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
+        .collect();
+    let table = panels(&kernel)
+        .into_iter()
+        .find(|p| p["title"] == title)
+        .unwrap_or_else(|| panic!("no panel {title:?}"))
+        .clone();
+    (table, values, kernel)
+}
+
 /// The "Throughput per kernel release" table and the kernel-change
 /// annotation, on synthetic series through `promtool test rules`: one path,
 /// 40 minutes each on releases A (100 B/s), B (80 and 20 alternating: mean
@@ -596,16 +614,7 @@ fn every_metric_name_is_exported_by_a_live_serve() {
 /// steps. Figures chosen so that results are exact in binary floating point.
 #[test]
 fn kernel_release_table_computes_what_its_description_says() {
-    let kernel =
-        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
-    let values: Vec<(&str, &str)> = default_values()
-        .into_iter()
-        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
-        .collect();
-    let table = panels(&kernel)
-        .into_iter()
-        .find(|p| p["title"] == "Throughput per kernel release")
-        .expect("release table");
+    let (table, values, kernel) = kernel_table("Throughput per kernel release");
     let mut rules = Vec::new();
     for t in table["targets"].as_array().unwrap() {
         let r = t["refId"].as_str().unwrap();
@@ -729,16 +738,7 @@ fn run_table_test(rules: Vec<Value>, tests: &Value) {
 /// so that the results are exact in binary floating point.
 #[test]
 fn rr_release_table_computes_what_its_description_says() {
-    let kernel =
-        load(&crate::common::dashboards::dashboards_dir().join("kernel-host.json")).unwrap();
-    let values: Vec<(&str, &str)> = default_values()
-        .into_iter()
-        .map(|(k, v)| if k == "__range" { (k, "2h") } else { (k, v) })
-        .collect();
-    let table = panels(&kernel)
-        .into_iter()
-        .find(|p| p["title"] == "Request/response per kernel release")
-        .expect("request/response release table");
+    let (table, values, _) = kernel_table("Request/response per kernel release");
     let rules: Vec<Value> = table["targets"]
         .as_array()
         .unwrap()

@@ -359,18 +359,7 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
         rr.response_bytes_per_second * 8.0 / 1e6,
     );
     if let Some(l) = &rr.latency {
-        let us = |s: f64| s * 1e6;
-        let _ = writeln!(
-            out,
-            "latency  min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})",
-            us(l.min),
-            us(l.p50),
-            us(l.p90),
-            us(l.p99),
-            us(l.p999),
-            us(l.max),
-            us(l.mean)
-        );
+        out.push_str(&percentile_line("latency", l));
     }
     let _ = writeln!(
         out,
@@ -386,23 +375,28 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
     out
 }
 
+/// One `-v` line of a latency distribution: `what`, padded to the
+/// column, then its percentiles in microseconds.
+fn percentile_line(what: &str, l: &crate::protocol::rr::LatencyStats) -> String {
+    let us = |s: f64| s * 1e6;
+    format!(
+        "{what:<9}min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})\n",
+        us(l.min),
+        us(l.p50),
+        us(l.p90),
+        us(l.p99),
+        us(l.p999),
+        us(l.max),
+        us(l.mean)
+    )
+}
+
 /// `tcp_crr`'s own lines: connect time, and every connection accounted for.
 fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
     use crate::protocol::crr::{CrrFailure, CrrFailures};
-    let us = |s: f64| s * 1e6;
     let mut out = String::new();
     if let Some(l) = &c.connect {
-        let _ = writeln!(
-            out,
-            "connect  min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})",
-            us(l.min),
-            us(l.p50),
-            us(l.p90),
-            us(l.p99),
-            us(l.p999),
-            us(l.max),
-            us(l.mean)
-        );
+        out.push_str(&percentile_line("connect", l));
     }
     let reasons = |f: &CrrFailures| -> String {
         let named: Vec<String> = CrrFailure::ALL
@@ -658,6 +652,26 @@ pub fn direction_label(d: FlowDirection) -> &'static str {
 mod tests {
     use super::*;
     use crate::probe::result::{ProbeContext, ProbeResult};
+
+    #[test]
+    fn percentile_lines_line_up_in_microseconds() {
+        let l = crate::protocol::rr::LatencyStats {
+            min: 10e-6,
+            mean: 25e-6,
+            p50: 20e-6,
+            p90: 40e-6,
+            p99: 80e-6,
+            p999: 160e-6,
+            max: 320e-6,
+            sum: 0.0,
+            buckets: Vec::new(),
+        };
+        assert_eq!(
+            percentile_line("connect", &l),
+            "connect  min 10.0 p50 20.0 p90 40.0 p99 80.0 p99.9 160.0 max 320.0 us (mean 25.0)\n"
+        );
+        assert!(percentile_line("latency", &l).starts_with("latency  min 10.0 "));
+    }
     use crate::probe::spec::Direction;
     use crate::probe::stats::{
         Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,

@@ -457,6 +457,8 @@ pub mod errors {
     pub const IERECVPARAMS: i32 = 114;
     pub const IEACCESSDENIED: i32 = 121;
     pub const IEAUTHTEST: i32 = 142;
+    /// "idle timeout for receiving data" (3.11 and later).
+    pub const IENOMSG: i32 = 144;
     pub const IESETCONGESTION: i32 = 134;
     pub const IESTREAMLISTEN: i32 = 202;
 }

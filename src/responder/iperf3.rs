@@ -12,7 +12,7 @@
 //! with the closest iperf3 error code, or ACCESS_DENIED for "try again
 //! later"), so that a stock client prints a message and exits non-zero.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,7 +21,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::{normalize, LimitPolicy, ResponderCounters, ResponderState};
+use super::log::limited_info;
+use super::{
+    normalize, LimitPolicy, ResponderCounters, ResponderState, MAX_PENDING_CONNECTIONS,
+    MAX_PENDING_PER_CLIENT, MAX_SESSIONS_PER_CLIENT,
+};
 use crate::probe::datapath::{DataSocket, UdpWire};
 use crate::probe::iperf3::local_results;
 use crate::probe::side::{End, TestSide};
@@ -37,36 +41,49 @@ const IEUNIMP: i32 = 13;
 const IENOSCTP: i32 = 18;
 /// Longest results JSON read from a client: a few hundred bytes a stream.
 const MAX_CLIENT_RESULTS: u32 = 64 * 1024;
-/// Connections being read for their cookie at once.
-const MAX_CONNECTING: usize = 64;
 /// How long a refusal may take to write.
 const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A TCP data connection, with its place in the accept order.
 type DataConn = (u64, TcpStream);
 
-/// The test in progress: its cookie, its client, and where its TCP data
-/// connections go.
+/// A test in progress: its cookie, its client, where its TCP data
+/// connections go, and how many of them it still expects. Connections past
+/// that count are refused at once, so that one client cannot queue
+/// connections without bound behind its own test.
 struct Active {
     cookie: [u8; COOKIE_LEN],
     peer: IpAddr,
     tx: mpsc::UnboundedSender<DataConn>,
+    wanted: u32,
 }
+
+/// The tests running on this port: up to the responder's
+/// `max_concurrent_tests`, each found by its client and cookie.
+#[derive(Default)]
+struct Tests {
+    next_id: u64,
+    running: HashMap<u64, Active>,
+}
+
+type Registry = Arc<Mutex<Tests>>;
 
 /// A listener that serves stock iperf3 clients with a responder's state.
 pub struct Iperf3Server {
     shared: Arc<ResponderState>,
     tcp: TcpListener,
-    active: Arc<Mutex<Option<Active>>>,
+    tests: Registry,
 }
 
 impl super::Responder {
-    /// An iperf3 listener sharing this responder's limits, slot and counters.
+    /// An iperf3 listener sharing this responder's limits, slot, counters
+    /// and defences (per-client shares, session caps, refusal budget, log
+    /// limiter).
     pub fn iperf3(&self, tcp: TcpListener) -> Iperf3Server {
         Iperf3Server {
             shared: self.shared.clone(),
             tcp,
-            active: Arc::default(),
+            tests: Registry::default(),
         }
     }
 }
@@ -82,7 +99,9 @@ impl Iperf3Server {
             Ok(a) => a,
             Err(_) => return,
         };
-        let connecting = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTING));
+        // Connections waiting for their cookie, as many as the native port
+        // lets wait for their first message.
+        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_CONNECTIONS));
         let mut tasks = tokio::task::JoinSet::new();
         // iperf3 gives a stream its role by the order the client opened it
         // in (bidir: its senders first). Each connection's cookie is read
@@ -95,17 +114,11 @@ impl Iperf3Server {
                 _ = &mut shutdown => break,
                 accepted = self.tcp.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let Ok(permit) = connecting.clone().try_acquire_owned() else {
-                            ResponderCounters::inc(&self.shared.counters.overload);
-                            continue;
-                        };
-                        let (shared, active) = (self.shared.clone(), self.active.clone());
                         accepted_seq += 1;
-                        let seq = accepted_seq;
-                        tasks.spawn(async move {
-                            let peer = normalize(peer);
-                            connection((seq, stream), peer, local, shared, active, permit).await;
-                        });
+                        let conn = (accepted_seq, stream);
+                        if let Some(task) = admit(conn, normalize(peer), local, &self.shared, &self.tests, &pending) {
+                            tasks.spawn(task);
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "iperf3 accept failed");
@@ -118,6 +131,56 @@ impl Iperf3Server {
         tasks.shutdown().await;
     }
 }
+
+/// Decides what to do with a new connection, as the native port does
+/// (`admit_connection` in the responder), cheapest check first: the allow
+/// and deny lists before anything is read or held, answered within the
+/// responder's separate budget of refusals in flight; then the client's
+/// share of connections waiting for a first message (shared with the
+/// native port), then the port's total.
+fn admit(
+    conn: DataConn,
+    peer: SocketAddr,
+    local: SocketAddr,
+    shared: &Arc<ResponderState>,
+    tests: &Registry,
+    pending: &Arc<tokio::sync::Semaphore>,
+) -> Option<BoxedTask> {
+    let permitted = shared
+        .config
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .access
+        .permits(peer.ip());
+    if !permitted {
+        shared.counters.reject(RejectReason::Denied);
+        limited_info!(shared.log, "iperf3_denied", %peer, "iperf3 client refused by the allow/deny lists");
+        let permit = shared.refusals.clone().try_acquire_owned().ok()?;
+        return Some(Box::pin(async move {
+            refuse_with(conn.1, &encode_server_error(errors::IEAUTHTEST, 0)).await;
+            drop(permit);
+        }));
+    }
+    let Some(client) = shared
+        .pending_clients
+        .try_acquire(peer.ip(), MAX_PENDING_PER_CLIENT)
+    else {
+        ResponderCounters::inc(&shared.counters.overload);
+        limited_info!(shared.log, "iperf3_overload_client", %peer, "iperf3 client has too many connections waiting; closed");
+        return None;
+    };
+    let Ok(permit) = pending.clone().try_acquire_owned() else {
+        ResponderCounters::inc(&shared.counters.overload);
+        limited_info!(shared.log, "iperf3_overload", %peer, "too many iperf3 connections waiting; closed");
+        return None;
+    };
+    let (shared, tests) = (shared.clone(), tests.clone());
+    Some(Box::pin(async move {
+        connection(conn, peer, local, shared, tests, (permit, client)).await;
+    }))
+}
+
+type BoxedTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Writes `bytes` and closes, within a short bound.
 async fn refuse_with(mut stream: TcpStream, bytes: &[u8]) {
@@ -132,24 +195,35 @@ async fn refuse_with(mut stream: TcpStream, bytes: &[u8]) {
     .await;
 }
 
+/// Tells a client "busy, try again later" (ACCESS_DENIED) within the
+/// responder's budget of refusals in flight; past it, closes at once.
+async fn refuse_busy(shared: &ResponderState, stream: TcpStream) {
+    if let Ok(permit) = shared.refusals.clone().try_acquire_owned() {
+        refuse_with(stream, &[State::AccessDenied.byte()]).await;
+        drop(permit);
+    }
+}
+
 async fn connection(
     (seq, mut stream): DataConn,
     peer: SocketAddr,
     local: SocketAddr,
     shared: Arc<ResponderState>,
-    active: Arc<Mutex<Option<Active>>>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    tests: Registry,
+    pending: (
+        tokio::sync::OwnedSemaphorePermit,
+        super::access::ClientPermit,
+    ),
 ) {
     let config = shared.config();
     let counters = &shared.counters;
-    if !config.access.permits(peer.ip()) {
-        counters.reject(RejectReason::Denied);
-        tracing::debug!(%peer, "iperf3 client refused by the allow/deny lists");
-        refuse_with(stream, &encode_server_error(errors::IEAUTHTEST, 0)).await;
-        return;
-    }
     let mut cookie = [0u8; COOKIE_LEN];
-    match tokio::time::timeout(config.first_message_timeout, stream.read_exact(&mut cookie)).await {
+    let read = tokio::time::timeout(config.first_message_timeout, stream.read_exact(&mut cookie));
+    let read = read.await;
+    // Past its cookie a connection is a session (capped below) or a data
+    // stream (capped by the test it joins).
+    drop(pending);
+    match read {
         Err(_) => {
             ResponderCounters::inc(&counters.timeouts);
             tracing::debug!(%peer, "iperf3 connection sent no cookie");
@@ -162,52 +236,71 @@ async fn connection(
         }
         Ok(Ok(_)) => {}
     }
-    drop(permit);
-    // A data connection of the test in progress, or a client told busy.
-    enum Seen {
-        Data(mpsc::UnboundedSender<DataConn>),
-        Busy,
-        Free,
-    }
-    let seen = match active.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        Some(a) if a.peer == peer.ip() && same_cookie(&a.cookie, &cookie) => {
-            Seen::Data(a.tx.clone())
-        }
-        Some(_) => Seen::Busy,
-        None => Seen::Free,
+    // A data connection of a test in progress: its client's, with its
+    // cookie, while the test still expects streams.
+    let joined = {
+        let mut tests = tests.lock().unwrap_or_else(|p| p.into_inner());
+        tests
+            .running
+            .values_mut()
+            .find(|a| a.peer == peer.ip() && same_cookie(&a.cookie, &cookie))
+            .map(|a| {
+                if a.wanted == 0 {
+                    return None;
+                }
+                a.wanted -= 1;
+                Some(a.tx.clone())
+            })
     };
-    match seen {
-        Seen::Data(tx) => {
+    match joined {
+        Some(Some(tx)) => {
             let _ = tx.send((seq, stream));
             return;
         }
-        Seen::Busy => {
-            ResponderCounters::inc(&counters.rejected_busy);
-            refuse_with(stream, &[State::AccessDenied.byte()]).await;
+        Some(None) => {
+            // More connections than the test asked for: closed at once,
+            // never queued.
+            ResponderCounters::inc(&counters.rejected_connection_limit);
+            limited_info!(shared.log, "iperf3_extra_stream", %peer, "iperf3 data connection beyond its test's streams; closed");
             return;
         }
-        Seen::Free => {}
+        None => {}
     }
     if !is_cookie(&cookie) {
         ResponderCounters::inc(&counters.protocol_errors);
         tracing::debug!(%peer, "iperf3 connection opened with no cookie");
         return;
     }
+    // A new session: held to the native port's caps, in all and per
+    // client, which the two ports share.
+    let global = shared.sessions.clone().try_acquire_owned().ok();
+    let own = shared
+        .session_clients
+        .try_acquire(peer.ip(), MAX_SESSIONS_PER_CLIENT);
+    let (Some(_global), Some(_own)) = (global, own) else {
+        ResponderCounters::inc(&counters.overload);
+        limited_info!(shared.log, "iperf3_sessions", %peer, "too many control sessions open; iperf3 client told busy");
+        refuse_busy(&shared, stream).await;
+        return;
+    };
     if config.secret.is_some() {
         // iperf3's RSA authentication is not implemented: with a secret,
         // only authenticated pathprobe probers are served.
         counters.reject(RejectReason::AuthRequired);
+        limited_info!(shared.log, "iperf3_auth_required", %peer, "iperf3 client refused: this responder requires pathprobe's authentication");
         refuse_with(stream, &encode_server_error(errors::IEAUTHTEST, 0)).await;
         return;
     }
     let _ = stream.set_nodelay(true);
-    session(stream, peer, local, cookie, &shared, &active).await;
+    session(stream, peer, local, cookie, &shared, &tests).await;
 }
 
 /// How a session ended, for the counters.
 enum Outcome {
     Done,
     Failed(&'static str),
+    /// Ended because it moved no data: its client sits out a while.
+    Stalled(&'static str),
 }
 
 async fn session(
@@ -216,11 +309,10 @@ async fn session(
     local: SocketAddr,
     cookie: [u8; COOKIE_LEN],
     shared: &ResponderState,
-    active: &Mutex<Option<Active>>,
+    tests: &Mutex<Tests>,
 ) {
     let config = shared.config();
     let counters = &shared.counters;
-    let t = config.idle_timeout;
     if control
         .write_all(&[State::ParamExchange.byte()])
         .await
@@ -228,11 +320,13 @@ async fn session(
     {
         return;
     }
-    let params = match read_params(&mut control, t).await {
+    // A stock client sends its parameters the moment it is asked: a
+    // session that does not is held no longer than a silent connection.
+    let params = match read_params(&mut control, config.first_message_timeout).await {
         Ok(p) => p,
         Err(ParamsError::Timeout) => {
             ResponderCounters::inc(&counters.timeouts);
-            tracing::info!(%peer, "iperf3 client sent no parameters");
+            limited_info!(shared.log, "iperf3_no_params", %peer, "iperf3 client sent no parameters");
             return;
         }
         Err(ParamsError::Closed) => {
@@ -241,7 +335,7 @@ async fn session(
         }
         Err(ParamsError::Bad(why)) => {
             ResponderCounters::inc(&counters.protocol_errors);
-            tracing::info!(%peer, %why, "iperf3 client's parameters refused");
+            limited_info!(shared.log, "iperf3_bad_params", %peer, %why, "iperf3 client's parameters refused");
             refuse_with(control, &encode_server_error(errors::IERECVPARAMS, 0)).await;
             return;
         }
@@ -250,7 +344,7 @@ async fn session(
         Ok(r) => r,
         Err((code, why)) => {
             counters.reject(RejectReason::Limit);
-            tracing::info!(%peer, %why, "iperf3 test refused");
+            limited_info!(shared.log, "iperf3_limit", %peer, %why, "iperf3 test refused");
             refuse_with(control, &encode_server_error(code, 0)).await;
             return;
         }
@@ -265,7 +359,7 @@ async fn session(
         match budget_for(shared, config.max_bytes_per_hour, bytes) {
             Ok(()) => {}
             Err(never) => {
-                tracing::info!(%peer, bytes, never, "iperf3 test refused: over the byte budget");
+                limited_info!(shared.log, "iperf3_budget", %peer, bytes, never, "iperf3 test refused: over the byte budget");
                 if never {
                     counters.reject(RejectReason::Limit);
                     refuse_with(control, &encode_server_error(errors::IETOTALRATE, 0)).await;
@@ -283,12 +377,13 @@ async fn session(
     if let Err((reason, message)) = super::session::allowances(shared, &config, peer.ip(), planned)
     {
         counters.reject(reason);
-        tracing::info!(%peer, %message, "iperf3 test refused");
+        limited_info!(shared.log, "iperf3_allowance", %peer, %message, "iperf3 test refused");
         refuse_with(control, &[State::AccessDenied.byte()]).await;
         return;
     }
     let Ok(slot) = shared.try_claim(peer.ip(), Instant::now() + planned) else {
         ResponderCounters::inc(&counters.rejected_busy);
+        limited_info!(shared.log, "iperf3_busy", %peer, "iperf3 client told busy: the test slots are taken");
         refuse_with(control, &[State::AccessDenied.byte()]).await;
         return;
     };
@@ -298,22 +393,42 @@ async fn session(
     {
         drop(slot);
         counters.reject(RejectReason::RateLimited);
+        limited_info!(shared.log, "iperf3_allowance", %peer, "iperf3 test refused: the client has run its tests for this minute");
         refuse_with(control, &[State::AccessDenied.byte()]).await;
         return;
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    *active.lock().unwrap_or_else(|p| p.into_inner()) = Some(Active {
-        cookie,
-        peer: peer.ip(),
-        tx,
-    });
-    struct Clear<'a>(&'a Mutex<Option<Active>>);
+    // UDP streams have no connection: only TCP ones join through the port.
+    let wanted = match request.kind {
+        Kind::Udp => 0,
+        Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => request.total_streams(),
+    };
+    let id = {
+        let mut t = tests.lock().unwrap_or_else(|p| p.into_inner());
+        t.next_id += 1;
+        let id = t.next_id;
+        t.running.insert(
+            id,
+            Active {
+                cookie,
+                peer: peer.ip(),
+                tx,
+                wanted,
+            },
+        );
+        id
+    };
+    struct Clear<'a>(&'a Mutex<Tests>, u64);
     impl Drop for Clear<'_> {
         fn drop(&mut self) {
-            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .running
+                .remove(&self.1);
         }
     }
-    let _clear = Clear(active);
+    let _clear = Clear(tests, id);
     let began = Instant::now();
     let outcome = run(
         &mut control,
@@ -343,6 +458,14 @@ async fn session(
         Outcome::Failed(why) => {
             ResponderCounters::inc(&counters.tests_failed);
             ResponderCounters::inc(&counters.iperf3_tests_failed);
+            tracing::info!(%peer, protocol = "iperf3", error = why, "test failed");
+        }
+        Outcome::Stalled(why) => {
+            ResponderCounters::inc(&counters.tests_failed);
+            ResponderCounters::inc(&counters.iperf3_tests_failed);
+            // As on the native port: the client sits out before its next
+            // test, so that it cannot take turn after turn at the slot.
+            shared.penalize_stall(peer.ip());
             tracing::info!(%peer, protocol = "iperf3", error = why, "test failed");
         }
     }
@@ -503,6 +626,14 @@ pub fn to_request(
         } else {
             IEUNIMP
         };
+        // Named with the operator's own policy, not the one forced here.
+        let m = match config.limit_policy {
+            LimitPolicy::Refuse => m,
+            LimitPolicy::Clamp => format!(
+                "{} (limit_policy: clamp, but a stock iperf3 client cannot be told of a cut-down test, so it is refused)",
+                m.trim_end_matches(" (limit_policy: refuse)")
+            ),
+        };
         (code, m)
     })?;
     Ok(admitted.request)
@@ -630,7 +761,8 @@ async fn run(
     drop(udp_main);
     if !collected {
         ResponderCounters::inc(&counters.timeouts);
-        return Outcome::Failed("data streams did not arrive");
+        // The slot was held for nothing: as a test that moved no data.
+        return Outcome::Stalled("data streams did not arrive");
     }
     let ipv6 = local.is_ipv6();
     for socket in sockets.values() {
@@ -656,6 +788,8 @@ async fn run(
         Err(_) => return Outcome::Failed("stream threads"),
     };
     let stop = running.stop.clone();
+    let progress = running.progress.clone();
+    let stall_limit = running.stall_limit();
     if control
         .write_all(&[State::TestStart.byte(), State::TestRunning.byte()])
         .await
@@ -676,8 +810,42 @@ async fn run(
         false => planned + crate::probe::datapath::DRAIN_GRACE + t,
     };
     const CUT: &str = "max_duration reached before the client's byte or block count";
+    const STALLED: &str = "no data moved: the client stopped taking part";
+    // A test in which nothing moves is ended as on the native port: a
+    // client that opened its streams and then sends or reads nothing
+    // would otherwise hold the slot until the planned end and past it.
+    let stalled = async {
+        let mut watchdog = tokio::time::interval(Duration::from_millis(250));
+        let mut last = (progress.get(), Instant::now());
+        loop {
+            watchdog.tick().await;
+            let now = progress.get();
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() >= stall_limit {
+                return;
+            }
+        }
+    };
     let watch = async {
-        let r = tokio::time::timeout(limit, control.read_u8()).await;
+        let r = tokio::select! {
+            r = tokio::time::timeout(limit, control.read_u8()) => Some(r),
+            _ = stalled => None,
+        };
+        let Some(r) = r else {
+            limited_info!(shared.log, "iperf3_stalled", %peer, "no data moved; iperf3 test ended");
+            stop.stop();
+            for s in &readers {
+                let _ = s.shutdown(std::net::Shutdown::Read);
+            }
+            // iperf3's "idle timeout for receiving data".
+            let _ = tokio::time::timeout(
+                REFUSAL_TIMEOUT,
+                control.write_all(&encode_server_error(errors::IENOMSG, 0)),
+            )
+            .await;
+            return Err(STALLED);
+        };
         if r.is_err() && open_ended {
             // The error first, and the client gone, before its data
             // connections are closed under it: a client that met the
@@ -714,6 +882,9 @@ async fn run(
     if let Err(why) = ended {
         if why == "no TEST_END from the client" {
             ResponderCounters::inc(&counters.timeouts);
+        }
+        if why == STALLED {
+            return Outcome::Stalled(why);
         }
         return Outcome::Failed(why);
     }
@@ -808,6 +979,21 @@ mod tests {
         );
         let code = |j: &str| to_request(&params(j), &c).unwrap_err().0;
         assert_eq!(code(r#"{"tcp":true,"time":600}"#), errors::IEDURATION);
+        // The refusal names the real limit and the operator's policy.
+        let why =
+            |j: &str, c: &super::super::ResponderConfig| to_request(&params(j), c).unwrap_err().1;
+        let long = why(r#"{"tcp":true,"time":70}"#, &c);
+        assert!(long.contains("maximum of 60 s"), "{long}");
+        assert!(long.contains("limit_policy: clamp"), "{long}");
+        assert!(!long.contains("limit_policy: refuse"), "{long}");
+        let wide = why(r#"{"tcp":true,"parallel":20}"#, &c);
+        assert!(wide.contains("maximum of 16 streams"), "{wide}");
+        let refusing = super::super::ResponderConfig {
+            limit_policy: LimitPolicy::Refuse,
+            ..c.clone()
+        };
+        let long = why(r#"{"tcp":true,"time":70}"#, &refusing);
+        assert!(long.ends_with("(limit_policy: refuse)"), "{long}");
         assert_eq!(code(r#"{"tcp":true,"parallel":64}"#), errors::IENUMSTREAMS);
         assert_eq!(code(r#"{"sctp":true}"#), IENOSCTP);
         assert_eq!(code(r#"{"tcp":true,"MSS":1000}"#), IEUNIMP);

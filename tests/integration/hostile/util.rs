@@ -95,7 +95,11 @@ impl Drop for Proc {
 }
 
 /// Spawns `cmd` with piped stderr; each stderr line goes to `on_line` too.
-fn spawn_logged(mut cmd: Command, limits: Limits, on_line: impl Fn(&str) + Send + 'static) -> Proc {
+pub fn spawn_logged(
+    mut cmd: Command,
+    limits: Limits,
+    on_line: impl Fn(&str) + Send + 'static,
+) -> Proc {
     apply_limits(&mut cmd, limits);
     let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn pathprobe");
     let stderr = Arc::new(Mutex::new(String::new()));

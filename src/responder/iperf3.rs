@@ -6,8 +6,11 @@
 //! Everything but the conversation is the responder's: the allow and deny
 //! lists, the limits (always refused when exceeded: an iperf3 client cannot
 //! be told that its test was cut down), the byte budget, the per-client
-//! allowances, the host's one test slot and its counters; the data path is
-//! the one both ends of a native test run ([`TestSide`]). What iperf3
+//! allowances, the host's test slots and its counters; and its defences
+//! against hostile clients, shared with the native port: the per-client
+//! share of waiting connections, the refusal budget, the session caps, the
+//! stall watchdog and penalty, and the log limiter. The data path is the
+//! one both ends of a native test run ([`TestSide`]). What iperf3
 //! cannot express is refused through iperf3's error path (SERVER_ERROR
 //! with the closest iperf3 error code, or ACCESS_DENIED for "try again
 //! later"), so that a stock client prints a message and exits non-zero.

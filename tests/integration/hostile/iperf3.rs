@@ -519,3 +519,32 @@ fn c5_the_iperf3_port_runs_max_concurrent_tests_at_once() {
     eprintln!("C5 two stock iperf3 tests at once under --max-concurrent 2: {results:?}");
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Item 6 (issue 25 point 9): a refusal over a limit names the real limit
+// and the operator's policy.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn c6_a_stock_client_over_a_limit_is_refused_and_the_log_names_the_real_limit_and_policy() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let v = Victim::start(&[], Limits::default());
+    let out = stock_test(v.iperf3.port(), PROBER_IP, &["-t", "70"]).unwrap_err();
+    assert!(out.contains("test duration too long"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let log = v.proc.stderr();
+        if let Some(l) = log.lines().find(|l| l.contains("iperf3 test refused")) {
+            break l.to_string();
+        }
+        assert!(Instant::now() < deadline, "no refusal logged: {log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("C6 stock client -t 70: {out:?}; responder: {line}");
+    assert!(line.contains("maximum of 60 s"), "{line}");
+    assert!(line.contains("limit_policy: clamp"), "{line}");
+    assert!(!line.contains("limit_policy: refuse"), "{line}");
+}

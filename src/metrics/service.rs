@@ -263,6 +263,10 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
             get(counter),
         );
     }
+    for (i, n) in c.handshakes_by_version.iter().enumerate() {
+        let version = (crate::protocol::OLDEST_PROTOCOL_VERSION + i as u32).to_string();
+        out.add(&names::RESPONDER_HANDSHAKES, &[(VERSION, &version)], get(n));
+    }
     out.add(
         &names::RESPONDER_IGNORED_DATAGRAMS,
         &[],

@@ -225,6 +225,8 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         intervals: Vec::new(),
         warnings: Vec::new(),
         diagnosis: Default::default(),
+        protocol_version: Some(3),
+        peer_clock: None,
     }
 }
 

@@ -632,6 +632,13 @@ pub static MESH_SLOT_SECONDS: MetricDef = def(
     &[],
     "Length of one slot of the mesh schedule: the longest module run plus set-up and the guard for clock skew (mesh mode only).",
 );
+pub static MESH_GUARD_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_guard_seconds",
+    &[],
+    "The mesh schedule's guard (scheduler.mesh.guard): how far members' clocks may disagree before their slots overlap; PathprobePeerClockSkew compares pathprobe_peer_clock_offset_seconds with it (mesh mode only).",
+);
 pub static MESH_MEMBERS: MetricDef = def(
     Service,
     Gauge,
@@ -731,6 +738,7 @@ pub static ALL: &[&MetricDef] = &[
     &HOST_SLOT_WAIT_SECONDS,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
+    &MESH_GUARD_SECONDS,
     &MESH_MEMBERS,
     &PROBE_LAST_SUCCESS,
     &PROBE_CROSS_TRAFFIC,
@@ -854,7 +862,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 73);
+        assert_eq!(ALL.len(), 77);
     }
 
     #[test]

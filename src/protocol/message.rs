@@ -394,13 +394,10 @@ pub fn span(low: u32, high: u32) -> String {
     }
 }
 
-/// A peer's string cut to `max` bytes for a message.
-fn truncate(s: &str, max: usize) -> &str {
-    let mut cut = s.len().min(max);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &s[..cut]
+/// A peer's string cut to `max` characters for a message, without control
+/// characters: the message is logged, and a newline would forge a line.
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 /// Generates a fresh test token: 16 random bytes, hex encoded.
@@ -582,6 +579,13 @@ mod tests {
             );
             assert!(msg.contains(theirs), "{msg}");
         }
+        let forged = Hello {
+            version: 9,
+            software: "x\nlevel=ERROR forged".into(),
+            ..Hello::new()
+        };
+        let msg = negotiate(&forged, PROTOCOL_VERSION).unwrap_err().1;
+        assert!(msg.contains("(xlevel=ERROR forged)"), "{msg}");
         let mut hello = Hello::new();
         hello.protocol = "iperf".into();
         assert_eq!(

@@ -577,6 +577,7 @@ impl ProbeArgs {
                 Wire::Pathprobe
             },
             port: None,
+            ..ProbeSpec::default()
         })
     }
 

@@ -239,6 +239,9 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             r.requested_seconds,
             r.omit_seconds
         );
+        if let Some(line) = peer_line(r) {
+            let _ = writeln!(out, "{line}");
+        }
         for s in &r.streams {
             let _ = write!(
                 out,
@@ -339,6 +342,22 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
 /// A `tcp_rr` (or `tcp_crr`) result in netperf's terms: transactions per
 /// second, the latency distribution, the rate each way, and CPU per
 /// transaction; for `tcp_crr` also connect time and failures by reason.
+/// `-v`'s line on the conversation: the protocol version agreed and the
+/// responder's clock against this host's.
+fn peer_line(r: &ProbeResult) -> Option<String> {
+    let version = r.protocol_version?;
+    let clock = match r.peer_clock {
+        Some(c) => format!(
+            "; its clock {:+.3} s from ours (\u{b1} {:.3} s)",
+            c.offset_seconds, c.uncertainty_seconds
+        ),
+        None => "; its clock unknown (it sent no time)".to_string(),
+    };
+    Some(format!(
+        "  protocol version {version} with the responder{clock}"
+    ))
+}
+
 fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
     let shape = match &rr.crr {
         Some(_) => format!(
@@ -742,6 +761,34 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert!(json["tcp"]["rtt_seconds"].is_null(), "{json}");
         assert!(json["tcp"]["cwnd_bytes"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn verbose_says_the_protocol_version_and_the_peer_clock() {
+        let mut r = ProbeResult::combine(
+            ctx(Kind::Tcp, Direction::Send),
+            &SideStats::default(),
+            &SideStats::default(),
+        );
+        assert!(!text(&r, true).contains("protocol version"));
+        r.protocol_version = Some(2);
+        assert!(text(&r, true).contains(
+            "  protocol version 2 with the responder; its clock unknown (it sent no time)\n"
+        ));
+        r.protocol_version = Some(3);
+        r.peer_clock = Some(crate::protocol::message::ClockOffset {
+            offset_seconds: 30.0004,
+            uncertainty_seconds: 0.0002,
+        });
+        let v = text(&r, true);
+        assert!(
+            v.contains("  protocol version 3 with the responder; its clock +30.000 s from ours (\u{b1} 0.000 s)\n"),
+            "{v}"
+        );
+        assert!(!text(&r, false).contains("protocol version"));
+        let json = json(&r);
+        assert!(json.contains(r#""protocol_version": 3"#), "{json}");
+        assert!(json.contains(r#""offset_seconds": 30.0004"#), "{json}");
     }
 
     #[test]

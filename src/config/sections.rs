@@ -149,6 +149,7 @@ impl ResponderSection {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
+            ..ResponderConfig::default()
         }
     }
 

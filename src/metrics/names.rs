@@ -151,7 +151,21 @@ pub static PROBES: MetricDef = def(
     Counter,
     "pathprobe_probes_total",
     &[RESULT],
-    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_mismatch, rejected, auth_required, auth_failed, denied, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
+    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_unsupported (the responder is more than one protocol version away), rejected, auth_required, auth_failed, denied, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
+);
+pub static PEER_CLOCK_OFFSET: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_peer_clock_offset_seconds",
+    &[],
+    "The target's wall clock minus this host's, estimated at the latest probe's handshake (protocol version 3 on): positive when the target is ahead. Within pathprobe_peer_clock_offset_uncertainty_seconds of the truth. Absent before the first such probe.",
+);
+pub static PEER_CLOCK_UNCERTAINTY: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_peer_clock_offset_uncertainty_seconds",
+    &[],
+    "Half the round trip of the handshake that estimated pathprobe_peer_clock_offset_seconds: the most an asymmetric path can move that estimate.",
 );
 pub static PROBE_FAILURE_INFO: MetricDef = def(
     Probe,
@@ -493,7 +507,14 @@ pub static RESPONDER_REJECTIONS: MetricDef = def(
     Counter,
     "pathprobe_responder_rejections_total",
     &[REASON],
-    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test, reset), connection_limit (a tcp_crr connection of a running test over its max_connections_per_second, its count, or its queue of 16, reset), overload (closed at once: 256 connections were already waiting for a first message).",
+    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch (a prober more than one protocol version away), protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test, reset), connection_limit (a tcp_crr connection of a running test over its max_connections_per_second, its count, or its queue of 16, reset), overload (closed at once: 256 connections were already waiting for a first message).",
+);
+pub static RESPONDER_HANDSHAKES: MetricDef = def(
+    Responder,
+    Counter,
+    "pathprobe_responder_handshakes_total",
+    &[VERSION],
+    "Control handshakes the responder answered with a welcome, by the protocol version agreed with the prober (the highest both speak: during a rolling upgrade, the older end's). Every version this release speaks exists from the start.",
 );
 pub static RESPONDER_CLAMPED_TESTS: MetricDef = def(
     Responder,
@@ -611,6 +632,13 @@ pub static MESH_SLOT_SECONDS: MetricDef = def(
     &[],
     "Length of one slot of the mesh schedule: the longest module run plus set-up and the guard for clock skew (mesh mode only).",
 );
+pub static MESH_GUARD_SECONDS: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_guard_seconds",
+    &[],
+    "The mesh schedule's guard (scheduler.mesh.guard): how far members' clocks may disagree before their slots overlap; PathprobePeerClockSkew compares pathprobe_peer_clock_offset_seconds with it (mesh mode only).",
+);
 pub static MESH_MEMBERS: MetricDef = def(
     Service,
     Gauge,
@@ -644,6 +672,8 @@ pub static ALL: &[&MetricDef] = &[
     &PROBE_LAST_RUN,
     &PROBES,
     &PROBE_FAILURE_INFO,
+    &PEER_CLOCK_OFFSET,
+    &PEER_CLOCK_UNCERTAINTY,
     &THROUGHPUT,
     &RECEIVED_BYTES,
     &SENT_BYTES,
@@ -691,6 +721,7 @@ pub static ALL: &[&MetricDef] = &[
     &HOST_COLLECTOR_SUCCESS,
     &RESPONDER_TESTS,
     &RESPONDER_REJECTIONS,
+    &RESPONDER_HANDSHAKES,
     &RESPONDER_CLAMPED_TESTS,
     &RESPONDER_IGNORED_DATAGRAMS,
     &RESPONDER_ACTIVE_TESTS,
@@ -707,6 +738,7 @@ pub static ALL: &[&MetricDef] = &[
     &HOST_SLOT_WAIT_SECONDS,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
+    &MESH_GUARD_SECONDS,
     &MESH_MEMBERS,
     &PROBE_LAST_SUCCESS,
     &PROBE_CROSS_TRAFFIC,
@@ -830,7 +862,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 73);
+        assert_eq!(ALL.len(), 77);
     }
 
     #[test]

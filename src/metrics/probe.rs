@@ -160,6 +160,14 @@ fn render_series(
     if let Err(failure) = &o.result {
         add(&names::PROBE_FAILURE_INFO, &[(REASON, failure.reason)], 1.0);
     }
+    if let Some(clock) = result.and_then(|r| r.peer_clock) {
+        add(&names::PEER_CLOCK_OFFSET, &[], clock.offset_seconds);
+        add(
+            &names::PEER_CLOCK_UNCERTAINTY,
+            &[],
+            clock.uncertainty_seconds,
+        );
+    }
 
     for flow in o.direction.flows() {
         let f = [(FLOW, flow.as_str())];

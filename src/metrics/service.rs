@@ -38,6 +38,8 @@ struct Lag {
 pub struct MeshFigures {
     pub cycle: Duration,
     pub slot: Duration,
+    /// The margin a slot leaves for clock skew between members.
+    pub guard: Duration,
     pub members: usize,
 }
 
@@ -219,6 +221,7 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
     if let Some(m) = mesh {
         out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());
         out.add(&names::MESH_SLOT_SECONDS, &[], m.slot.as_secs_f64());
+        out.add(&names::MESH_GUARD_SECONDS, &[], m.guard.as_secs_f64());
         out.add(&names::MESH_MEMBERS, &[], m.members as f64);
     }
 }
@@ -262,6 +265,10 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
             &[(REASON, reason)],
             get(counter),
         );
+    }
+    for (i, n) in c.handshakes_by_version.iter().enumerate() {
+        let version = (crate::protocol::OLDEST_PROTOCOL_VERSION + i as u32).to_string();
+        out.add(&names::RESPONDER_HANDSHAKES, &[(VERSION, &version)], get(n));
     }
     out.add(
         &names::RESPONDER_IGNORED_DATAGRAMS,

@@ -225,6 +225,8 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         intervals: Vec::new(),
         warnings: Vec::new(),
         diagnosis: Default::default(),
+        protocol_version: Some(3),
+        peer_clock: None,
     }
 }
 
@@ -1117,11 +1119,17 @@ fn rich_scrape() -> String {
             "udp",
             Direction::Send,
             T0,
-            Ok(result(
-                Kind::Udp,
-                Direction::Send,
-                vec![udp_flow(FlowDirection::Send)],
-            )),
+            Ok(ProbeResult {
+                peer_clock: Some(crate::protocol::message::ClockOffset {
+                    offset_seconds: -30.25,
+                    uncertainty_seconds: 0.0005,
+                }),
+                ..result(
+                    Kind::Udp,
+                    Direction::Send,
+                    vec![udp_flow(FlowDirection::Send)],
+                )
+            }),
         ),
     );
     store.record(
@@ -1138,9 +1146,25 @@ fn rich_scrape() -> String {
     service.set_mesh(Some(super::MeshFigures {
         cycle: Duration::from_secs(600),
         slot: Duration::from_secs(20),
+        guard: Duration::from_secs(1),
         members: 10,
     }));
     render(&store, &HostMetrics::default(), Some(&counters), &service).unwrap()
+}
+
+#[test]
+fn the_peer_clock_offset_is_exported_only_where_it_was_measured() {
+    let text = rich_scrape();
+    let offset: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("pathprobe_peer_clock_offset_seconds{"))
+        .collect();
+    assert_eq!(offset.len(), 1, "{offset:?}");
+    assert!(offset[0].contains(r#"target="c""#), "{}", offset[0]);
+    assert!(offset[0].ends_with(" -30.25"), "{}", offset[0]);
+    assert!(text.contains("pathprobe_mesh_guard_seconds 1\n"));
+    assert!(text.contains("pathprobe_responder_handshakes_total{version=\"2\"} 0\n"));
+    assert!(text.contains("pathprobe_responder_handshakes_total{version=\"3\"} 0\n"));
 }
 
 #[test]
@@ -1206,6 +1230,12 @@ fn direct_text_matches_prometheus_text_encoder() {
     let mut o = tcp_send_ok(T0);
     o.labels
         .insert("note".into(), "a \"quoted\" back\\slash\nnewline é".into());
+    if let Ok(r) = &mut o.result {
+        r.peer_clock = Some(crate::protocol::message::ClockOffset {
+            offset_seconds: 0.125,
+            uncertainty_seconds: 0.001,
+        });
+    }
     store.record(ProbeKey::new("b", "tcp_send"), o);
     store.record(
         ProbeKey::new("d", "udp"),
@@ -1222,6 +1252,7 @@ fn direct_text_matches_prometheus_text_encoder() {
     service.set_mesh(Some(super::MeshFigures {
         cycle: Duration::from_secs(600),
         slot: Duration::from_secs(20),
+        guard: Duration::from_secs(1),
         members: 10,
     }));
     let readings = fixture_readings();

@@ -15,7 +15,7 @@ use super::tcp_crr::{Connections, Dialer};
 use super::{tcp, udp, verify, ProbeError};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
-use crate::protocol::message::{Hello, HelloAuth, Limits};
+use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
 use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
 
 /// Where to probe: a host name or address, and the responder's port.
@@ -173,12 +173,21 @@ pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, Pro
     Err(last.unwrap_or_else(|| ProbeError::BadArgument("no address to probe".into())))
 }
 
-/// The handshake's outcome: the test token, when it was derived rather
-/// than sent, and the responder's limits.
+/// The handshake's outcome.
+struct Handshake {
+    /// The test token, when it was derived rather than sent.
+    token: Option<String>,
+    limits: Limits,
+    /// The protocol version both ends agreed on.
+    version: u32,
+    /// The responder's clock against this side's, when it sent its time.
+    clock: Option<ClockOffset>,
+}
+
 async fn handshake(
     control: &mut Control<TcpStream>,
     spec: &ProbeSpec,
-) -> Result<(Option<String>, Limits), ProbeError> {
+) -> Result<Handshake, ProbeError> {
     let t = spec.connect_timeout;
     let client_nonce = match &spec.secret {
         Some(_) => Some(Nonce::random().map_err(|e| ProbeError::Auth(e.to_string()))?),
@@ -189,10 +198,17 @@ async fn handshake(
             method: auth::METHOD.into(),
             client_nonce: n.to_hex(),
         }),
-        ..Hello::new()
+        ..Hello::speaking(spec.max_protocol_version)
     };
+    let (oldest, newest) = hello.versions();
+    // The round trip is timed on the monotonic clock, so that a wall clock
+    // stepped during the handshake cannot make it negative.
+    let sent_us = hello.time_us.unwrap_or_else(now_us);
+    let sent = Instant::now();
     control.send(&Message::Hello(hello), t).await?;
-    let welcome = match control.recv(t).await {
+    let reply = control.recv(t).await;
+    let received_us = sent_us.saturating_add(sent.elapsed().as_micros() as u64);
+    let welcome = match reply {
         Ok(Message::Welcome(w)) => w,
         Ok(other) => return Err(refusal(other, "welcome")),
         // TCP connected, so no firewall is in the way: whatever holds the
@@ -210,8 +226,32 @@ async fn handshake(
         }
         Err(e) => return Err(e.into()),
     };
+    // A responder that answers with a version this side does not speak
+    // (a broken or much newer one) is refused here, naming both.
+    if !(oldest..=newest).contains(&welcome.version) {
+        return Err(ProbeError::VersionMismatch(format!(
+            "responder chose protocol version {} ({}), prober speaks {} ({}); adjacent releases work together, so upgrade the older end",
+            welcome.version,
+            describe_str(&welcome.software),
+            span(oldest, newest),
+            software(),
+        )));
+    }
+    // The stamp is read only when version 3 was agreed: a version 2 peer
+    // never sends one.
+    let clock = if welcome.version >= 3 {
+        ClockOffset::estimate(sent_us, received_us, welcome.time_us)
+    } else {
+        None
+    };
+    let mut done = Handshake {
+        token: None,
+        limits: welcome.limits,
+        version: welcome.version,
+        clock,
+    };
     let (Some(secret), Some(client)) = (&spec.secret, client_nonce) else {
-        return Ok((None, welcome.limits));
+        return Ok(done);
     };
     let answer =
         auth::answer_challenge(secret, &client, welcome.auth.as_ref()).map_err(ProbeError::Auth)?;
@@ -235,7 +275,8 @@ async fn handshake(
         });
     }
     control.seal(answer.sealer);
-    Ok((Some(answer.token), welcome.limits))
+    done.token = Some(answer.token);
+    Ok(done)
 }
 
 async fn run_test(
@@ -250,7 +291,13 @@ async fn run_test(
         .local_addr()
         .map_err(|e| ProbeError::io("control connection", e))?;
     let mut control = Control::new(control);
-    let (derived_token, limits) = handshake(&mut control, spec).await?;
+    let Handshake {
+        token: derived_token,
+        limits,
+        version,
+        clock,
+    } = handshake(&mut control, spec).await?;
+    tracing::debug!(target = %target, version, clock_offset = ?clock, "handshake done");
     let asked = spec.to_request();
     control.send(&Message::Request(asked.clone()), t).await?;
     let (token, request, clamped) = match control.recv(t).await? {
@@ -380,6 +427,8 @@ async fn run_test(
     };
     let mut result = ProbeResult::combine(ctx, &local, &remote);
     result.clamped = clamped;
+    result.protocol_version = Some(version);
+    result.peer_clock = clock;
     Ok(result)
 }
 
@@ -416,6 +465,11 @@ fn describe(msg: &Message) -> String {
         s.push_str("...");
     }
     s
+}
+
+/// A peer's string cut short for a message.
+fn describe_str(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 /// Turns an unexpected reply into the error it stands for.

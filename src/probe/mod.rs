@@ -110,7 +110,10 @@ impl ProbeError {
             ProbeError::Unreachable { .. } => "unreachable",
             ProbeError::Timeout { .. } => "timeout",
             ProbeError::Busy { .. } => "busy",
-            ProbeError::VersionMismatch(_) => "version_mismatch",
+            // Only a gap of more than one version is left: during a rolling
+            // upgrade, a pair that cannot measure each other until the
+            // older end is upgraded (docs/MESH.md counts it as a rest).
+            ProbeError::VersionMismatch(_) => "version_unsupported",
             ProbeError::Rejected { reason, .. } => match reason {
                 // Access problems get labels of their own: they call for a
                 // configuration fix, not for asking less.
@@ -135,7 +138,7 @@ impl ProbeError {
             ProbeError::Unreachable { .. } => "check the route and firewall to the target",
             ProbeError::Timeout { .. } => "check that a firewall lets the responder's TCP and UDP port through",
             ProbeError::Busy { .. } => "try again later; the responder runs one test at a time",
-            ProbeError::VersionMismatch(_) => "run the same pathprobe release on both ends",
+            ProbeError::VersionMismatch(_) => "adjacent releases negotiate a common protocol version; upgrade the older end to within one release of the other",
             ProbeError::Rejected { reason, .. } => match reason {
                 RejectReason::AuthRequired | RejectReason::AuthFailed => {
                     "give the responder's shared secret with --auth.secret-file (or secret_file in the module), the same secret on both ends"

@@ -64,6 +64,14 @@ pub struct ProbeResult {
     /// What limited the probe: its one direction's verdict, or for bidir
     /// the slower direction's (docs/DIAGNOSIS.md).
     pub diagnosis: Diagnosis,
+    /// The control protocol version the two ends agreed on (native wire
+    /// only): during a rolling upgrade, the older end's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u32>,
+    /// The responder's clock against the prober's, from the handshake's
+    /// stamps (protocol version 3 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_clock: Option<crate::protocol::message::ClockOffset>,
 }
 
 /// One interval of the test: every stream's figures and a sum per direction.
@@ -722,6 +730,8 @@ impl ProbeResult {
             intervals,
             warnings: remote.warnings.clone(),
             diagnosis,
+            protocol_version: None,
+            peer_clock: None,
         }
     }
 

@@ -119,6 +119,10 @@ pub struct ProbeSpec {
     /// Probe this port instead of the target's (iperf3 modules: the
     /// target's port is its pathprobe responder's).
     pub port: Option<u16>,
+    /// The newest control protocol version to offer (native wire); the
+    /// previous release's (2) speaks exactly as that release did. This
+    /// release's newest by default.
+    pub max_protocol_version: u32,
 }
 
 /// The protocol a probe speaks to its peer.
@@ -165,6 +169,7 @@ impl Default for ProbeSpec {
             rr: None,
             wire: Wire::Pathprobe,
             port: None,
+            max_protocol_version: crate::protocol::PROTOCOL_VERSION,
         }
     }
 }

@@ -68,8 +68,12 @@ mod tests {
     use super::*;
     use crate::protocol::message::*;
 
+    /// A hello with a fixed stamp, so that two calls make equal messages.
     fn hello() -> Message {
-        Message::Hello(Hello::new())
+        Message::Hello(Hello {
+            time_us: Some(1_700_000_000_000_000),
+            ..Hello::new()
+        })
     }
 
     #[test]

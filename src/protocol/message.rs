@@ -5,8 +5,8 @@
 //! prober                              responder
 //!                                     (a client outside the allow list gets
 //!                                      Rejected{denied} before anything else)
-//!   Hello{version, auth?}   ─────▶
-//!                           ◀─────    Welcome{limits, auth?} | Rejected{version_mismatch | auth_required | auth_failed}
+//!   Hello{version, max_version?, time_us?, auth?}   ─────▶
+//!                           ◀─────    Welcome{version, time_us?, limits, auth?} | Rejected{version_mismatch | auth_required | auth_failed}
 //!   Auth{proof}             ─────▶    (only when the Welcome carried auth)
 //!   Request{test}           ─────▶
 //!                           ◀─────    Accepted{token, clamped} | Busy{retry_after} | Rejected{reason}
@@ -24,6 +24,19 @@
 //! With authentication (see [`crate::auth`]) the token in `Accepted` is
 //! empty: both ends derive it from the handshake instead.
 //!
+//! ## Versions
+//!
+//! A fleet upgrades host by host, so adjacent releases must still measure
+//! each other. The prober's `version` is the oldest version it speaks
+//! (that is the field a version 2 responder checks, and it refuses
+//! anything but its own), `max_version` the newest; the responder answers
+//! with the highest version both speak in `Welcome.version`, or refuses
+//! with `version_mismatch` naming both ranges (see [`negotiate`]). Version
+//! 3 adds the negotiation itself and the wall-clock stamps (`time_us`) from
+//! which the prober estimates the peer's clock offset (see
+//! [`ClockOffset`]); at version 2 neither is sent, so the frames are those
+//! of the previous release (tests/fixtures/wire/v2).
+//!
 //! Either side may send `Error` and close at any point. Unknown message
 //! types, and unknown fields inside known ones, are tolerated only where the
 //! field is marked optional, so that a later minor version can add fields.
@@ -36,8 +49,12 @@ use super::model::{Direction, Kind, SideStats};
 /// protocol is recognised at once.
 pub const PROTOCOL_NAME: &str = "pathprobe";
 /// Bumped on any change that an older peer would misread.
-/// Version 2 seals every control frame after an authenticated handshake.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 2 seals every control frame after an authenticated handshake;
+/// version 3 negotiates the version and carries wall-clock stamps.
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The oldest version this release still speaks: the previous release's,
+/// so that one rolling upgrade never stops the mesh measuring.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
 
 /// Every message of the control channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,9 +106,19 @@ pub enum Message {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
     pub protocol: String,
+    /// The oldest version the prober speaks: a version 2 responder reads
+    /// only this field, and runs the test when it is 2.
     pub version: u32,
     /// Software name and version, for logs.
     pub software: String,
+    /// The newest version the prober speaks (version 3 on); absent, the
+    /// prober speaks `version` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_version: Option<u32>,
+    /// The prober's wall clock when it sent the hello, microseconds since
+    /// the Unix epoch (version 3 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<u64>,
     /// Present when the prober holds a secret: its method and challenge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<HelloAuth>,
@@ -116,13 +143,70 @@ pub struct WelcomeAuth {
 }
 
 impl Hello {
+    /// The hello of this release: every version it speaks, and the time.
     pub fn new() -> Hello {
+        Hello::speaking(PROTOCOL_VERSION)
+    }
+
+    /// A hello that offers versions up to `newest` (at least the oldest
+    /// spoken). Offering only version 2 sends exactly the previous
+    /// release's hello, field for field.
+    pub fn speaking(newest: u32) -> Hello {
+        let newest = newest.clamp(OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION);
+        let v3 = newest >= 3;
         Hello {
             protocol: PROTOCOL_NAME.to_string(),
-            version: PROTOCOL_VERSION,
+            version: OLDEST_PROTOCOL_VERSION,
             software: software(),
+            max_version: v3.then_some(newest),
+            time_us: if v3 { Some(now_us()) } else { None },
             auth: None,
         }
+    }
+
+    /// The versions this hello offers, oldest first.
+    pub fn versions(&self) -> (u32, u32) {
+        let newest = self.max_version.unwrap_or(self.version).max(self.version);
+        (self.version, newest)
+    }
+}
+
+/// The wall clock in microseconds since the Unix epoch; 0 before it.
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros().min(u64::MAX as u128) as u64)
+        .unwrap_or(0)
+}
+
+/// The peer's clock against this side's, estimated NTP-style from one
+/// exchange: this side stamped `sent` and `received` around the peer's
+/// stamp `peer`. Assuming the two legs take equal time, the peer stamped
+/// at the midpoint, so `offset = peer - (sent + received) / 2`; an
+/// asymmetric path moves it by at most half the round trip, which is
+/// the uncertainty.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClockOffset {
+    /// Positive: the peer's clock is ahead of this side's.
+    pub offset_seconds: f64,
+    /// Half the round trip of the exchange: the offset is within this of
+    /// the truth whatever the legs' asymmetry.
+    pub uncertainty_seconds: f64,
+}
+
+impl ClockOffset {
+    /// The estimate from the three stamps (microseconds); `None` when the
+    /// peer sent no stamp or this side's clock went backwards.
+    pub fn estimate(sent_us: u64, received_us: u64, peer_us: Option<u64>) -> Option<ClockOffset> {
+        let peer = peer_us.filter(|&p| p > 0)?;
+        if received_us < sent_us || sent_us == 0 {
+            return None;
+        }
+        let mid = sent_us as f64 / 2.0 + received_us as f64 / 2.0;
+        Some(ClockOffset {
+            offset_seconds: (peer as f64 - mid) / 1e6,
+            uncertainty_seconds: (received_us - sent_us) as f64 / 2e6,
+        })
     }
 }
 
@@ -135,8 +219,13 @@ impl Default for Hello {
 /// The responder's answer to a compatible [`Hello`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Welcome {
+    /// The version chosen for this conversation: the highest both speak.
     pub version: u32,
     pub software: String,
+    /// The responder's wall clock when it answered, microseconds since the
+    /// Unix epoch (version 3 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<u64>,
     pub limits: Limits,
     /// Present when the responder authenticated the prober's hello.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,9 +353,11 @@ pub fn software() -> String {
     format!("pathprobe/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Checks a prober's [`Hello`]; on success returns nothing, otherwise the
-/// rejection to send back.
-pub fn check_hello(hello: &Hello) -> Result<(), (RejectReason, String)> {
+/// Checks a prober's [`Hello`] against the versions this responder speaks
+/// (`OLDEST_PROTOCOL_VERSION..=newest`); returns the highest version both
+/// speak, otherwise the rejection to send back, naming both sides'
+/// versions.
+pub fn negotiate(hello: &Hello, newest: u32) -> Result<u32, (RejectReason, String)> {
     if hello.protocol != PROTOCOL_NAME {
         return Err((
             RejectReason::BadRequest,
@@ -276,18 +367,37 @@ pub fn check_hello(hello: &Hello) -> Result<(), (RejectReason, String)> {
             ),
         ));
     }
-    if hello.version != PROTOCOL_VERSION {
-        return Err((
-            RejectReason::VersionMismatch,
-            format!(
-                "responder speaks protocol version {PROTOCOL_VERSION} ({}), prober speaks {} ({}); run the same pathprobe release on both ends",
-                software(),
-                hello.version,
-                hello.software
-            ),
-        ));
+    let newest = newest.clamp(OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION);
+    let (low, high) = hello.versions();
+    let chosen = high.min(newest);
+    if chosen >= low.max(OLDEST_PROTOCOL_VERSION) {
+        return Ok(chosen);
     }
-    Ok(())
+    Err((
+        RejectReason::VersionMismatch,
+        format!(
+            "responder speaks protocol versions {} ({}), prober speaks {} ({}); adjacent releases work together, so upgrade the older end",
+            span(OLDEST_PROTOCOL_VERSION, newest),
+            software(),
+            span(low, high),
+            truncate(&hello.software, 64),
+        ),
+    ))
+}
+
+/// "2 to 3", or "2" for a single version.
+pub fn span(low: u32, high: u32) -> String {
+    if low == high {
+        low.to_string()
+    } else {
+        format!("{low} to {high}")
+    }
+}
+
+/// A peer's string cut to `max` characters for a message, without control
+/// characters: the message is logged, and a newline would forge a line.
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 /// Generates a fresh test token: 16 random bytes, hex encoded.
@@ -435,16 +545,65 @@ mod tests {
     }
 
     #[test]
-    fn version_mismatch_is_explained() {
+    fn adjacent_versions_negotiate_and_wider_gaps_are_explained() {
+        // This release with itself: the newest.
+        assert_eq!(negotiate(&Hello::new(), PROTOCOL_VERSION), Ok(3));
+        // A version 2 prober (no range) with this responder.
+        let v2 = Hello::speaking(2);
+        assert_eq!((v2.version, v2.max_version, v2.time_us), (2, None, None));
+        assert_eq!(negotiate(&v2, PROTOCOL_VERSION), Ok(2));
+        // This prober with a responder held to version 2.
+        assert_eq!(negotiate(&Hello::new(), 2), Ok(2));
+        // A next release speaking 3 to 4.
+        let next = Hello {
+            version: 3,
+            max_version: Some(4),
+            ..Hello::new()
+        };
+        assert_eq!(negotiate(&next, PROTOCOL_VERSION), Ok(3));
+        // Two versions away, either way: refused, naming both.
+        for (low, high, theirs) in [
+            (1, None, "prober speaks 1 ("),
+            (5, Some(5), "prober speaks 5 ("),
+        ] {
+            let hello = Hello {
+                version: low,
+                max_version: high,
+                ..Hello::new()
+            };
+            let (reason, msg) = negotiate(&hello, PROTOCOL_VERSION).unwrap_err();
+            assert_eq!(reason, RejectReason::VersionMismatch);
+            assert!(
+                msg.contains("responder speaks protocol versions 2 to 3"),
+                "{msg}"
+            );
+            assert!(msg.contains(theirs), "{msg}");
+        }
+        let forged = Hello {
+            version: 9,
+            software: "x\nlevel=ERROR forged".into(),
+            ..Hello::new()
+        };
+        let msg = negotiate(&forged, PROTOCOL_VERSION).unwrap_err().1;
+        assert!(msg.contains("(xlevel=ERROR forged)"), "{msg}");
         let mut hello = Hello::new();
-        hello.version = 99;
-        let (reason, msg) = check_hello(&hello).unwrap_err();
-        assert_eq!(reason, RejectReason::VersionMismatch);
-        assert!(msg.contains("prober speaks 99"), "{msg}");
-        hello.version = PROTOCOL_VERSION;
         hello.protocol = "iperf".into();
-        assert_eq!(check_hello(&hello).unwrap_err().0, RejectReason::BadRequest);
-        assert!(check_hello(&Hello::new()).is_ok());
+        assert_eq!(
+            negotiate(&hello, PROTOCOL_VERSION).unwrap_err().0,
+            RejectReason::BadRequest
+        );
+    }
+
+    #[test]
+    fn clock_offset_is_the_midpoint_difference_within_half_the_round_trip() {
+        // Sent at 100 s, answered at 100.002 s; the peer stamped 130.001 s.
+        let o = ClockOffset::estimate(100_000_000, 100_002_000, Some(130_001_000)).unwrap();
+        assert!((o.offset_seconds - 30.0).abs() < 1e-9, "{o:?}");
+        assert!((o.uncertainty_seconds - 0.001).abs() < 1e-9, "{o:?}");
+        let behind = ClockOffset::estimate(100_000_000, 100_000_000, Some(95_000_000)).unwrap();
+        assert!((behind.offset_seconds + 5.0).abs() < 1e-9);
+        assert_eq!(ClockOffset::estimate(1, 2, None), None);
+        assert_eq!(ClockOffset::estimate(5, 2, Some(3)), None);
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub mod udp;
 pub mod udp_rr;
 
 pub use frame::{decode_frame, encode_frame, FrameError, MAX_FRAME_LEN};
-pub use message::{Message, RejectReason, TestRequest, PROTOCOL_NAME, PROTOCOL_VERSION};
+pub use message::{
+    Message, RejectReason, TestRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_NAME, PROTOCOL_VERSION,
+};
 pub use model::{
     Direction, FlowDirection, HostDelta, Kind, Role, SideStats, StreamStats, TcpStats,
     UdpReceiveStats, UdpSendStats,

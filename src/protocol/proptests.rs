@@ -294,26 +294,42 @@ prop_compose! {
 /// it untested, so the match in `every_variant_is_generated` must list it.
 fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
-        (text(), any::<u32>(), text(), hello_auth()).prop_map(
-            |(protocol, version, software, auth)| {
-                Message::Hello(Hello {
-                    protocol,
-                    version,
-                    software,
-                    auth,
-                })
-            }
-        ),
-        (any::<u32>(), text(), limits(), welcome_auth()).prop_map(
-            |(version, software, limits, auth)| {
+        (
+            text(),
+            any::<u32>(),
+            text(),
+            any::<Option<u32>>(),
+            any::<Option<u64>>(),
+            hello_auth()
+        )
+            .prop_map(
+                |(protocol, version, software, max_version, time_us, auth)| {
+                    Message::Hello(Hello {
+                        protocol,
+                        version,
+                        software,
+                        max_version,
+                        time_us,
+                        auth,
+                    })
+                }
+            ),
+        (
+            any::<u32>(),
+            text(),
+            any::<Option<u64>>(),
+            limits(),
+            welcome_auth()
+        )
+            .prop_map(|(version, software, time_us, limits, auth)| {
                 Message::Welcome(Welcome {
                     version,
                     software,
+                    time_us,
                     limits,
                     auth,
                 })
-            }
-        ),
+            }),
         text().prop_map(|proof| Message::Auth { proof }),
         test_request().prop_map(Message::Request),
         (text(), test_request(), prop::collection::vec(text(), 0..3)).prop_map(

@@ -140,6 +140,10 @@ pub struct ResponderConfig {
     /// When set, probers must prove they hold it.
     pub secret: Option<Secret>,
     pub access: AccessList,
+    /// The newest control protocol version to agree to; this release's by
+    /// default. Held to 2, the responder answers exactly as the previous
+    /// release did (the compatibility tests use it).
+    pub max_protocol_version: u32,
 }
 
 impl Default for ResponderConfig {
@@ -172,6 +176,7 @@ impl Default for ResponderConfig {
             max_connections_per_second: crate::protocol::crr::DEFAULT_MAX_CONNECTIONS_PER_SECOND,
             secret: None,
             access: AccessList::default(),
+            max_protocol_version: crate::protocol::PROTOCOL_VERSION,
         }
     }
 }
@@ -225,7 +230,14 @@ pub struct ResponderCounters {
     /// Of the tests above, those with stock iperf3 clients.
     pub iperf3_tests_succeeded: AtomicU64,
     pub iperf3_tests_failed: AtomicU64,
+    /// Handshakes answered with a Welcome, by the protocol version agreed
+    /// (index: version - OLDEST_PROTOCOL_VERSION).
+    pub handshakes_by_version: [AtomicU64; HANDSHAKE_VERSIONS],
 }
+
+/// How many protocol versions this release speaks.
+pub const HANDSHAKE_VERSIONS: usize =
+    (crate::protocol::PROTOCOL_VERSION - crate::protocol::OLDEST_PROTOCOL_VERSION + 1) as usize;
 
 impl ResponderCounters {
     fn inc(c: &AtomicU64) {

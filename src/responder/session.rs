@@ -22,7 +22,7 @@ use crate::probe::datapath::DataSocket;
 use crate::probe::side::{End, TestSide};
 use crate::probe::stats::SideStats;
 use crate::probe::tcp_crr::{Arrivals, Connections};
-use crate::protocol::message::{check_hello, new_token, software, Hello, Welcome};
+use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
 use crate::protocol::{Kind, Message, RejectReason, TestRequest};
 
 pub(super) async fn run(
@@ -36,11 +36,14 @@ pub(super) async fn run(
     let config = shared.config();
     let timeout = config.idle_timeout;
     let counters = &shared.counters;
-    if let Err((reason, message)) = check_hello(&hello) {
-        limited_info!(shared.log, "hello_rejected", %peer, %message, "prober rejected");
-        refuse(&mut control, counters, reason, message, timeout).await;
-        return;
-    }
+    let version = match negotiate(&hello, config.max_protocol_version) {
+        Ok(v) => v,
+        Err((reason, message)) => {
+            limited_info!(shared.log, "hello_rejected", %peer, %message, "prober rejected");
+            refuse(&mut control, counters, reason, message, timeout).await;
+            return;
+        }
+    };
     let auth = match Challenge::for_hello(&hello, config.secret.as_ref()) {
         Ok(auth) => auth,
         Err((reason, message)) => {
@@ -49,12 +52,20 @@ pub(super) async fn run(
             return;
         }
     };
+    // At version 2 the Welcome is the previous release's, field for field.
     let welcome = Welcome {
-        version: crate::protocol::PROTOCOL_VERSION,
+        version,
         software: software(),
+        time_us: (version >= 3).then(now_us),
         limits: config.limits(),
         auth: auth.as_ref().map(|a| a.welcome.clone()),
     };
+    if let Some(n) = counters
+        .handshakes_by_version
+        .get((version - crate::protocol::OLDEST_PROTOCOL_VERSION) as usize)
+    {
+        ResponderCounters::inc(n);
+    }
     if control
         .send(&Message::Welcome(welcome), timeout)
         .await
@@ -209,6 +220,7 @@ pub(super) async fn run(
                 kind = %kind,
                 direction = %direction,
                 streams = stats.streams.len(),
+                protocol_version = version,
                 bytes,
                 duration_seconds = format!("{:.3}", began.elapsed().as_secs_f64()),
                 "test done"

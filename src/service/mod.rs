@@ -304,6 +304,7 @@ pub async fn run(
                 state.set_mesh(Some(crate::metrics::MeshFigures {
                     cycle: schedule.plan.cycle(),
                     slot: schedule.plan.slot(),
+                    guard: schedule.guard,
                     members: schedule.plan.members().len(),
                 }));
                 mesh.update(Some(schedule));

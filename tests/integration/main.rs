@@ -34,3 +34,4 @@ mod serve;
 mod serve_process;
 mod udp_rr;
 mod web;
+mod wire_compat;

@@ -846,6 +846,30 @@ const NAIVE: &[Naive] = &[
         expr: Some("pathprobe_probe_success == 0"),
         for_: None,
     },
+    // Before protocol negotiation: only busy was a rest, and a pair two
+    // versions apart during a rolling upgrade paged.
+    Naive {
+        alert: "PathprobeProbeFailing",
+        quiet_test: "probe failing stays quiet in a mesh",
+        expr: Some(
+            "pathprobe_probe_success == 0 unless on (instance, target, module, direction) \
+             (pathprobe_probe_failure_info{reason=\"busy\"} and on (instance) pathprobe_mesh_cycle_seconds)",
+        ),
+        for_: None,
+    },
+    // The offset alone: a lopsided handshake's reading, or a host outside a mesh.
+    Naive {
+        alert: "PathprobePeerClockSkew",
+        quiet_test: "peer clock skew stays quiet",
+        expr: Some("abs(pathprobe_peer_clock_offset_seconds) > 1"),
+        for_: None,
+    },
+    Naive {
+        alert: "PathprobePeerClockSkew",
+        quiet_test: "peer clock skew stays quiet",
+        expr: None,
+        for_: Some("0s"),
+    },
     Naive {
         alert: "PathprobeUDPLossHigh",
         quiet_test: "udp loss stays quiet",

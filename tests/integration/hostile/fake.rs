@@ -134,6 +134,7 @@ fn welcome() -> Value {
     serde_json::to_value(Message::Welcome(Welcome {
         version: PROTOCOL_VERSION,
         software: "fake/0".into(),
+        time_us: None,
         limits: Limits {
             max_duration_ms: 3_600_000,
             max_streams: 128,

@@ -298,7 +298,11 @@ mod tests {
             one_of_each().iter().map(ProbeError::reason).collect();
         let listed: std::collections::BTreeSet<_> = ProbeError::REASONS.iter().copied().collect();
         assert_eq!(seen, listed);
-        assert_eq!(listed.len(), ProbeError::REASONS.len(), "a reason listed twice");
+        assert_eq!(
+            listed.len(),
+            ProbeError::REASONS.len(),
+            "a reason listed twice"
+        );
     }
 
     #[test]

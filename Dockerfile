@@ -60,6 +60,11 @@ RUN groupadd --system --gid 10001 pathprobe \
 
 COPY --from=build /build/target/release/pathprobe /usr/local/bin/pathprobe
 COPY config/pathprobe.yml /etc/pathprobe/pathprobe.yml
+# The history (history.json) lives here, as under systemd's StateDirectory=;
+# mount a volume on it so that a new container keeps the status page's days.
+RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/pathprobe
+ENV STATE_DIRECTORY=/var/lib/pathprobe
+VOLUME ["/var/lib/pathprobe"]
 
 USER 10001:10001
 

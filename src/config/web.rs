@@ -24,8 +24,11 @@ pub struct WebSection {
     #[serde(deserialize_with = "quantity::duration")]
     pub history_bucket: Duration,
     /// Where the history is saved (atomically) and read back at start;
-    /// relative paths are taken from the config file's directory. Unset
-    /// keeps it in memory only.
+    /// relative paths are taken from the config file's directory. Unset:
+    /// `history.json` in the state directory the service manager gives
+    /// (`$STATE_DIRECTORY`, set by systemd's `StateDirectory=` and by the
+    /// shipped image), else in memory only. An empty string keeps it in
+    /// memory whatever the environment says.
     pub history_file: Option<PathBuf>,
     /// How often the history file is written (and at shutdown).
     #[serde(deserialize_with = "quantity::duration")]
@@ -91,8 +94,58 @@ impl WebSection {
         Ok(())
     }
 
-    /// `history_file` taken from `base_dir` when relative.
-    pub fn history_path(&self, base_dir: &std::path::Path) -> Option<PathBuf> {
-        self.history_file.as_ref().map(|p| base_dir.join(p))
+    /// The history file: `history_file` taken from `base_dir` when
+    /// relative; when it is unset, `history.json` in `state_dir` (the value
+    /// of `$STATE_DIRECTORY`, of which systemd may give several, separated
+    /// by colons: the first is ours). A reboot is what a kernel upgrade
+    /// is, so the history that shows the upgrade's effect must outlive it
+    /// without anyone having to ask for that.
+    pub fn history_path(
+        &self,
+        base_dir: &std::path::Path,
+        state_dir: Option<&std::ffi::OsStr>,
+    ) -> Option<PathBuf> {
+        match &self.history_file {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(base_dir.join(p)),
+            None => {
+                let dirs = state_dir?.to_str()?;
+                let first = dirs.split(':').next().filter(|d| !d.is_empty())?;
+                Some(std::path::Path::new(first).join(DEFAULT_HISTORY_FILE))
+            }
+        }
+    }
+}
+
+/// The history file's name in the state directory.
+pub const DEFAULT_HISTORY_FILE: &str = "history.json";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    #[test]
+    fn the_history_goes_to_the_state_directory_unless_told_otherwise() {
+        let base = Path::new("/etc/pathprobe");
+        let state = Some(OsStr::new("/var/lib/pathprobe:/var/lib/other"));
+        let mut web = WebSection::default();
+        assert_eq!(
+            web.history_path(base, state),
+            Some(PathBuf::from("/var/lib/pathprobe/history.json"))
+        );
+        // No state directory: in memory, as before.
+        assert_eq!(web.history_path(base, None), None);
+        assert_eq!(web.history_path(base, Some(OsStr::new(""))), None);
+        // A file named in the config wins, relative to the config's directory.
+        web.history_file = Some(PathBuf::from("h.json"));
+        assert_eq!(
+            web.history_path(base, state),
+            Some(PathBuf::from("/etc/pathprobe/h.json"))
+        );
+        // An empty name turns saving off.
+        web.history_file = Some(PathBuf::new());
+        assert_eq!(web.history_path(base, state), None);
     }
 }

@@ -2,13 +2,15 @@
 //! (/proc/stat), hardware interrupts (/proc/interrupts), softirqs
 //! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
 //! IRQs that carry a peer's traffic (and whether an address is this
-//! host's own), per-thread CPU usage, and kernel identity.
+//! host's own), per-thread CPU usage, the CPU cgroup's quota and
+//! throttling, and kernel identity.
 //!
 //! Each /proc file has a `parse_*` function that takes the file's text and
 //! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
 //! wrapper that reads the real file. Parsers return [`HostError`] on any
 //! input they do not understand; they do not panic.
 
+mod cgroup;
 mod cpus;
 mod error;
 mod iface;
@@ -23,6 +25,7 @@ mod stat;
 mod thread;
 mod uname;
 
+pub use cgroup::{cpu_cgroup_dir, parse_cpu_stat, parse_quota, read_cpu_cgroup, CpuStat};
 pub use cpus::{parse_per_cpu_stat, read_per_cpu_stat};
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs, is_local_address};

@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use super::cgroup::{read_cpu_cgroup, CpuStat};
 use super::cpus::{parse_per_cpu_stat, read_per_cpu_stat};
 use super::error::HostError;
 use super::interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 use super::snmp::{read_snmp, SnmpCounters};
 use super::softirqs::{parse_softirqs, read_softirqs};
 use super::stat::{parse_stat, read_stat, CpuTicks};
-pub use crate::protocol::model::{CpuLoad, HostDelta, UdpBufferErrors};
+pub use crate::protocol::model::{CpuLoad, CpuThrottle, HostDelta, UdpBufferErrors};
 
 /// Host-wide counters at one instant.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct HostSnapshot {
     /// The max of net.ipv4.tcp_rmem.
     tcp_rmem_max: Option<u64>,
     tcp_wmem_max: Option<u64>,
+    /// This process's CPU cgroup: its counters and quota.
+    cgroup: Option<(CpuStat, Option<f64>)>,
     taken_at: Instant,
 }
 
@@ -60,6 +63,7 @@ impl HostSnapshot {
             .ok()
             .as_deref()
             .and_then(buffer_max);
+        snapshot.cgroup = read_cpu_cgroup();
         Ok(snapshot)
     }
 
@@ -112,6 +116,7 @@ impl HostSnapshot {
             snmp: None,
             tcp_rmem_max: None,
             tcp_wmem_max: None,
+            cgroup: None,
             taken_at,
         }
     }
@@ -175,6 +180,18 @@ impl HostSnapshot {
             }),
             tcp_rmem_max: later.tcp_rmem_max,
             tcp_wmem_max: later.tcp_wmem_max,
+            cpu_throttle: self
+                .cgroup
+                .zip(later.cgroup)
+                .map(|((before, _), (after, quota))| {
+                    let d = after.since(&before);
+                    CpuThrottle {
+                        periods: d.periods,
+                        throttled_periods: d.throttled_periods.min(d.periods),
+                        throttled_seconds: d.throttled_seconds,
+                        quota_cpus: quota,
+                    }
+                }),
         }
     }
 
@@ -296,6 +313,7 @@ mod tests {
                 udp_buffer_errors: None,
                 tcp_rmem_max: None,
                 tcp_wmem_max: None,
+                cpu_throttle: None,
             }
         );
     }

@@ -46,6 +46,23 @@ pub struct ProbeFailure {
     pub message: String,
 }
 
+impl ProbeFailure {
+    /// Every value of the `result` label: `success`, every
+    /// [`ProbeError::reason`], and `panic` for a probe task that died.
+    pub const RESULTS: &'static [&'static str] = &{
+        const N: usize = ProbeError::REASONS.len();
+        let mut all = [""; N + 2];
+        all[0] = "success";
+        let mut i = 0;
+        while i < N {
+            all[i + 1] = ProbeError::REASONS[i];
+            i += 1;
+        }
+        all[N + 1] = "panic";
+        all
+    };
+}
+
 impl From<&ProbeError> for ProbeFailure {
     fn from(e: &ProbeError) -> Self {
         ProbeFailure {
@@ -219,7 +236,10 @@ impl SeriesState {
             labels,
             latest: None,
             newest_success: None,
-            results: BTreeMap::from([("success", 0)]),
+            // Every result at 0 from the start: a reason whose series first
+            // appeared at 1 would be invisible to increase() and rate(), and
+            // a path's first failures would not show in its success ratio.
+            results: ProbeFailure::RESULTS.iter().map(|r| (*r, 0)).collect(),
             sent_bytes: flows.iter().map(|f| (*f, 0)).collect(),
             retransmits: if tcp {
                 flows.iter().map(|f| (*f, 0)).collect()

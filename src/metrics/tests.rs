@@ -603,6 +603,15 @@ fn success_after_failure_clears_the_reason_and_counts_both() {
         value(&s, "pathprobe_sent_bytes_total", &[("flow", "send")]),
         0.0
     );
+    // Every other result too, so a reason's first failure is an increase.
+    for result in ProbeFailure::RESULTS {
+        let want = if *result == "busy" { 1.0 } else { 0.0 };
+        assert_eq!(
+            value(&s, "pathprobe_probes_total", &[("result", result)]),
+            want,
+            "{result}"
+        );
+    }
     store.record(key.clone(), tcp_send_ok(T0 + 60));
     store.record(key, tcp_send_ok(T0 + 120));
     let s = store_text(&store);

@@ -162,6 +162,24 @@ pub struct Evidence {
     /// The sending host's net.ipv4.tcp_wmem max, for the advice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sender_tcp_wmem_max: Option<u64>,
+    /// The share of CPU quota periods in which each side's cgroup used its
+    /// quota up (0 without a quota; unknown when the side could not read
+    /// its cgroup). A thread throttled by a container's CPU limit is held
+    /// off the CPU outside its own run and wait times, so its demand reads
+    /// low although the quota was what held it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_throttled: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_throttled: Option<f64>,
+    /// Each side's CPU quota, in CPUs, for the advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_quota_cpus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_quota_cpus: Option<f64>,
+    /// Both ends on one host (loopback, or a probe of one's own address):
+    /// there is no network between them to blame.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub same_host: bool,
 }
 
 impl Evidence {
@@ -211,6 +229,10 @@ pub struct Diagnosis {
     /// lifts the probe (docs/DIAGNOSIS.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub advice: Vec<String>,
+    /// Why the verdict is `unknown`: which candidate came nearest, and
+    /// the threshold it missed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_unknown: Option<String>,
     pub evidence: Evidence,
 }
 
@@ -371,6 +393,12 @@ pub fn gather(
         sender_tcp_wmem_max: (kind == Kind::Tcp)
             .then_some(sender_host.tcp_wmem_max)
             .flatten(),
+        sender_throttled: sender_host.cpu_throttle.map(|t| t.throttled_share()),
+        receiver_throttled: receiver_host.cpu_throttle.map(|t| t.throttled_share()),
+        sender_quota_cpus: sender_host.cpu_throttle.and_then(|t| t.quota_cpus),
+        receiver_quota_cpus: receiver_host.cpu_throttle.and_then(|t| t.quota_cpus),
+        // Set by the caller, which knows the addresses.
+        same_host: false,
     }
 }
 
@@ -442,13 +470,20 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     if let Some(r) = rate {
         push(Limit::RateLimit, r);
     }
-    let (mut sender_sat, mut receiver_sat) = (0.0, 0.0);
+    // A side whose cgroup used its CPU quota up in a share of the periods
+    // was CPU-bound for that share, whatever its thread's own times say.
+    let (mut sender_sat, mut receiver_sat) = (
+        e.sender_throttled.unwrap_or(0.0),
+        e.receiver_throttled.unwrap_or(0.0),
+    );
     let mut irq_crowd: f64 = 0.0;
     if let Some(t) = &e.sender {
         let (sat, irq) = cpu_candidates(t);
-        sender_sat = sat;
+        sender_sat = sender_sat.max(sat);
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
-        push(Limit::SenderCpu, sat);
+    }
+    if e.sender.is_some() || e.sender_throttled.is_some() {
+        push(Limit::SenderCpu, sender_sat);
     }
     // UDP loss the receiving host booked as its own buffer overflows: the
     // receiver did not drain its socket in time, whatever its CPU showed.
@@ -456,10 +491,10 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     let receiver_drops = e.receiver_drop_share().filter(|_| udp_lossy);
     if let Some(t) = &e.receiver {
         let (sat, irq) = cpu_candidates(t);
-        receiver_sat = sat;
+        receiver_sat = receiver_sat.max(sat);
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
     }
-    if e.receiver.is_some() || receiver_drops.is_some() {
+    if e.receiver.is_some() || e.receiver_throttled.is_some() || receiver_drops.is_some() {
         push(
             Limit::ReceiverCpu,
             receiver_sat.max(receiver_drops.unwrap_or(0.0)),
@@ -483,6 +518,9 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
             .busy
             .map(|b| b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0)),
     };
+    // Between two ends on one host there is no path: what the congestion
+    // window or lost datagrams show there is the host's own doing.
+    let network = network.filter(|_| !e.same_host);
     if let Some(n) = network {
         push(Limit::Network, n);
     }
@@ -550,14 +588,45 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
             (first.limit, first.strength, also)
         }
     };
+    let why_unknown = (limit == Limit::Unknown).then(|| why_unknown(&candidates, e));
     Diagnosis {
         limit,
         strength,
         also,
         advice: advice(limit, strength, e),
         candidates,
+        why_unknown,
         evidence: e.clone(),
     }
+}
+
+/// Why no candidate became the verdict: the strongest one and the
+/// threshold it would have needed.
+fn why_unknown(candidates: &[Candidate], e: &Evidence) -> String {
+    let Some(best) = candidates.iter().find(|c| c.limit != Limit::Unknown) else {
+        return if e.same_host {
+            "no evidence was gathered (and on one host the network is never the cause)".into()
+        } else {
+            "no evidence was gathered: neither end reported its threads or TCP_INFO".into()
+        };
+    };
+    let needs = match best.limit {
+        Limit::RateLimit => RATE_REACHED,
+        Limit::SenderCpu | Limit::ReceiverCpu => CPU_SATURATED,
+        Limit::SoftirqContention => INTERRUPTS_CROWD,
+        Limit::SendBuffer | Limit::ReceiveWindow => WINDOW_OR_BUFFER,
+        Limit::Network | Limit::Unknown => MOST_OF_THE_WINDOW,
+    };
+    let mut why = format!(
+        "no cause reached its threshold: the strongest, {}, held {:.0}% (needs {:.0}%)",
+        best.limit,
+        best.strength * 100.0,
+        needs * 100.0
+    );
+    if e.same_host {
+        why.push_str("; on one host the network is never the cause");
+    }
+    why
 }
 
 /// Advice for a verdict, only where a lab test proves it: the tests
@@ -628,6 +697,67 @@ mod tests {
             sndbuf_limited: Some(0.0),
             ..Evidence::default()
         }
+    }
+
+    /// The evidence of `diagnosis::a_receiver_held_to_15_percent_...` on a
+    /// loaded machine before the cgroup was read: both threads waited for
+    /// a CPU, neither reached saturation, and `network` won at 0.68.
+    fn quota_on_a_busy_host() -> Evidence {
+        let mut e = tcp(thread(0.22, 0.43, 0.0), thread(0.14, 0.50, 0.0));
+        e.busy = Some(0.686);
+        e.sndbuf_limited = Some(0.002);
+        e
+    }
+
+    #[test]
+    fn a_receiver_throttled_by_its_cpu_quota_is_the_receiver_cpu() {
+        let before = diagnose(&quota_on_a_busy_host());
+        assert_eq!(before.limit, Limit::Network, "the old reading");
+        let mut e = quota_on_a_busy_host();
+        e.receiver_throttled = Some(0.98);
+        e.receiver_quota_cpus = Some(0.15);
+        e.sender_throttled = Some(0.0);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiverCpu, "{d:#?}");
+        assert!((d.strength - 0.98).abs() < 1e-9);
+        // No advice: lifting the quota was not shown to lift the probe.
+        assert!(d.advice.is_empty(), "{:?}", d.advice);
+        // The sender's quota, likewise.
+        let mut e = quota_on_a_busy_host();
+        e.sender_throttled = Some(0.95);
+        assert_eq!(diagnose(&e).limit, Limit::SenderCpu);
+        // A quota that was seldom reached is no verdict of its own.
+        let mut e = quota_on_a_busy_host();
+        e.receiver_throttled = Some(0.2);
+        assert_eq!(diagnose(&e).limit, Limit::Network);
+    }
+
+    #[test]
+    fn on_one_host_the_network_is_never_the_verdict_and_unknown_says_why() {
+        let mut e = quota_on_a_busy_host();
+        e.same_host = true;
+        let d = diagnose(&e);
+        assert!(
+            d.candidates.iter().all(|c| c.limit != Limit::Network),
+            "{d:#?}"
+        );
+        assert_eq!(d.limit, Limit::Unknown);
+        let why = d.why_unknown.unwrap();
+        assert!(
+            why.contains("sender_cpu, held 65% (needs 90%)") && why.contains("one host"),
+            "{why}"
+        );
+        // UDP loss between two ends of one host is the host's, not a path's.
+        let udp = Evidence {
+            kind: Some(Kind::Udp),
+            loss_ratio: Some(0.3),
+            same_host: true,
+            ..Evidence::default()
+        };
+        assert_ne!(diagnose(&udp).limit, Limit::Network);
+        assert!(diagnose(&tcp(thread(1.0, 0.0, 0.0), thread(0.1, 0.0, 0.0)))
+            .why_unknown
+            .is_none());
     }
 
     #[test]

@@ -101,6 +101,26 @@ impl ProbeError {
         }
     }
 
+    /// Every value [`ProbeError::reason`] can return, so that a counter
+    /// labelled by it can start every series at 0: a failure reason whose
+    /// series first appears at 1 is invisible to `increase()`.
+    pub const REASONS: &'static [&'static str] = &[
+        "bad_argument",
+        "resolve",
+        "refused",
+        "unreachable",
+        "timeout",
+        "busy",
+        "version_mismatch",
+        "auth_required",
+        "auth_failed",
+        "denied",
+        "rejected",
+        "protocol_error",
+        "aborted",
+        "io_error",
+    ];
+
     /// A fixed label for metrics and JSON.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -204,6 +224,89 @@ mod tests {
     use super::ProbeError;
     use crate::control::ControlError;
     use std::io::{Error, ErrorKind};
+
+    /// One error of every variant (and every rejection reason). The match
+    /// has no wildcard, so a new variant does not compile until it is
+    /// listed here, and then the test below asks for its reason in
+    /// [`ProbeError::REASONS`].
+    fn one_of_each() -> Vec<ProbeError> {
+        use crate::protocol::RejectReason as R;
+        use std::time::Duration;
+        let io = || Error::from(ErrorKind::Other);
+        let mut all = vec![
+            ProbeError::BadArgument(String::new()),
+            ProbeError::Resolve {
+                target: String::new(),
+                source: io(),
+            },
+            ProbeError::Refused {
+                addr: String::new(),
+            },
+            ProbeError::Unreachable {
+                addr: String::new(),
+                source: io(),
+            },
+            ProbeError::Timeout {
+                stage: "",
+                after: Duration::ZERO,
+            },
+            ProbeError::Busy {
+                retry_after: Duration::ZERO,
+                message: String::new(),
+            },
+            ProbeError::VersionMismatch(String::new()),
+            ProbeError::Auth(String::new()),
+            ProbeError::Protocol(String::new()),
+            ProbeError::Aborted(String::new()),
+            ProbeError::io("", io()),
+        ];
+        for reason in [
+            R::VersionMismatch,
+            R::Limit,
+            R::BadRequest,
+            R::AuthRequired,
+            R::AuthFailed,
+            R::Denied,
+            R::RateLimited,
+            R::BudgetExhausted,
+            R::Other,
+        ] {
+            all.push(ProbeError::Rejected {
+                reason,
+                message: String::new(),
+            });
+        }
+        for e in &all {
+            match e {
+                ProbeError::BadArgument(_)
+                | ProbeError::Resolve { .. }
+                | ProbeError::Refused { .. }
+                | ProbeError::Unreachable { .. }
+                | ProbeError::Timeout { .. }
+                | ProbeError::Busy { .. }
+                | ProbeError::VersionMismatch(_)
+                | ProbeError::Rejected { .. }
+                | ProbeError::Auth(_)
+                | ProbeError::Protocol(_)
+                | ProbeError::Aborted(_)
+                | ProbeError::Io { .. } => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_reason_is_listed_and_every_listed_reason_occurs() {
+        let seen: std::collections::BTreeSet<_> =
+            one_of_each().iter().map(ProbeError::reason).collect();
+        let listed: std::collections::BTreeSet<_> = ProbeError::REASONS.iter().copied().collect();
+        assert_eq!(seen, listed);
+        assert_eq!(
+            listed.len(),
+            ProbeError::REASONS.len(),
+            "a reason listed twice"
+        );
+    }
 
     #[test]
     fn a_responder_that_closes_or_resets_the_control_connection_aborted_the_probe() {

@@ -512,6 +512,17 @@ pub struct ProbeContext {
 }
 
 impl ProbeContext {
+    /// Whether both ends are on this host: a loopback address, or the
+    /// remote address is the local one (the kernel routes it over `lo`).
+    pub fn same_host(&self) -> bool {
+        let ip = |a: &str| a.parse::<std::net::SocketAddr>().ok().map(|s| s.ip());
+        match (ip(&self.local_address), ip(&self.remote_address)) {
+            (_, Some(r)) if r.is_loopback() => true,
+            (Some(l), Some(r)) => l == r,
+            _ => false,
+        }
+    }
+
     /// The context of a run of `request` to `target` as both ends planned
     /// it, at Unix time `timestamp_seconds`; the paced rate as asked, not
     /// clamped, and no request/response shape (callers that know better
@@ -617,7 +628,7 @@ impl ProbeResult {
             let sender_throughput = bits_per_second(sender_bytes, sender_seconds);
             let udp = (ctx.kind == Kind::Udp)
                 .then(|| udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput));
-            let evidence = diagnosis::gather(
+            let mut evidence = diagnosis::gather(
                 ctx.kind,
                 ctx.bitrate,
                 ctx.bitrate_clamped,
@@ -629,6 +640,7 @@ impl ProbeResult {
                 sender_throughput,
                 udp.as_ref().map(|u| u.loss_ratio),
             );
+            evidence.same_host = ctx.same_host();
             directions.push(DirectionSummary {
                 direction: dir,
                 duration_seconds: seconds,

@@ -220,6 +220,20 @@ pub fn check_results(
             h.tcp_rmem_max, h.tcp_wmem_max
         ));
     }
+    if let Some(t) = &h.cpu_throttle {
+        // The verdict reads the throttled share as the side's CPU demand;
+        // a forged one must not pass for it.
+        let quota_ok = t.quota_cpus.is_none_or(|q| q.is_finite() && q > 0.0);
+        if t.throttled_periods > t.periods
+            || !t.throttled_seconds.is_finite()
+            || t.throttled_seconds < 0.0
+            || !quota_ok
+        {
+            return Err(format!(
+                "the responder's CPU cgroup figures are impossible: {t:?}"
+            ));
+        }
+    }
     if remote.kernel_release.len() > 256 {
         return Err("the responder's kernel release is not a kernel release".into());
     }
@@ -809,6 +823,17 @@ mod tests {
         assert!(forge(&|r| r.host.tcp_rmem_max = Some(6_291_456)).is_ok());
         assert!(forge(&|r| r.host.tcp_rmem_max = Some(u64::MAX)).is_err());
         assert!(forge(&|r| r.host.tcp_wmem_max = Some(1 << 40)).is_err());
+        let throttle = |periods, throttled, seconds: f64| {
+            Some(crate::protocol::model::CpuThrottle {
+                periods,
+                throttled_periods: throttled,
+                throttled_seconds: seconds,
+                quota_cpus: Some(0.15),
+            })
+        };
+        assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 11, 0.1)).is_err());
+        assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 9, f64::NAN)).is_err());
+        assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 9, -1.0)).is_err());
         assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
     }
 

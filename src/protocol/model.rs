@@ -379,6 +379,36 @@ pub struct HostDelta {
     /// The max of net.ipv4.tcp_wmem, for the advice on a send buffer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_wmem_max: Option<u64>,
+    /// The CPU cgroup of the side's pathprobe over the window: how often
+    /// its quota throttled it. Absent when no CPU cgroup could be read,
+    /// and from older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_throttle: Option<CpuThrottle>,
+}
+
+/// A process's CPU cgroup over a window (`cpu.stat`, v1 or v2).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct CpuThrottle {
+    /// Quota enforcement periods that elapsed (0 without a quota).
+    pub periods: u64,
+    /// Of those, the periods in which the group used its quota up.
+    pub throttled_periods: u64,
+    /// Time the group's tasks were held off the CPU by the quota.
+    pub throttled_seconds: f64,
+    /// The quota in CPUs (0.15: 15% of one CPU); absent for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_cpus: Option<f64>,
+}
+
+impl CpuThrottle {
+    /// The share of periods the quota cut short: 0 without a quota.
+    pub fn throttled_share(&self) -> f64 {
+        if self.periods == 0 {
+            0.0
+        } else {
+            (self.throttled_periods as f64 / self.periods as f64).clamp(0.0, 1.0)
+        }
+    }
 }
 
 /// UDP datagrams a host dropped for lack of socket buffer room over a

@@ -282,6 +282,7 @@ prop_compose! {
                 udp_buffer_errors: None,
                 tcp_rmem_max: None,
                 tcp_wmem_max: None,
+                cpu_throttle: None,
             },
             kernel_release,
             interface,

@@ -173,10 +173,14 @@ pub async fn run(
     let history = Arc::new(history::History::new(history::Retention::from(&config.web)));
     // A history file that is not ours is refused, and not written over:
     // it may be something else the path was mistyped for.
-    let history_path = config.web.history_path(&config.base_dir).and_then(|path| {
+    let state_dir = std::env::var_os("STATE_DIRECTORY");
+    let history_path = config
+        .web
+        .history_path(&config.base_dir, state_dir.as_deref())
+        .and_then(|path| {
         match history.load(&path, started) {
             Ok(n) => {
-                tracing::info!(path = %path.display(), entries = n, "history read back");
+                tracing::info!(path = %path.display(), entries = n, "history read back; saved there and at shutdown");
                 Some(path)
             }
             Err(e) => {
@@ -185,6 +189,10 @@ pub async fn run(
             }
         }
     });
+
+    if history_path.is_none() && config.web.history_file.is_none() {
+        tracing::info!("history kept in memory only: a restart blanks the status page (set web.history_file, or run with a state directory: $STATE_DIRECTORY, as systemd's StateDirectory= sets it)");
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

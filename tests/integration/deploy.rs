@@ -25,6 +25,7 @@ mod dockerignore;
 mod image;
 mod kubernetes;
 mod serve_command;
+mod state;
 mod systemd;
 mod yaml;
 

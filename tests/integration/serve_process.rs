@@ -73,6 +73,79 @@ fn sighup_with_a_broken_file_keeps_running_and_sigterm_exits_cleanly() {
     );
 }
 
+/// Waits up to 10 s for `serve` to exit after SIGTERM, and for success.
+fn stop(mut serve: Serve) {
+    serve.signal(libc::SIGTERM);
+    let start = Instant::now();
+    loop {
+        if let Some(s) = serve.child.try_wait().unwrap() {
+            assert!(s.success(), "{s:?}");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The timestamps of every sample in `/api/v1/history`.
+fn history_times(serve: &Serve) -> Vec<f64> {
+    let (status, body) = serve.get("/api/v1/history");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["samples"].as_array().unwrap().iter())
+        .map(|s| s["timestamp_seconds"].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn history_outlives_a_restart_in_the_state_directory_without_any_config() {
+    // What systemd's StateDirectory= (the shipped unit) and the image give:
+    // $STATE_DIRECTORY, and no web.history_file in the config.
+    let state = tempfile::tempdir().unwrap();
+    let yaml = "responder: {listen: \"127.0.0.1:0\"}\nmodules: {lo: {kind: loopback_tcp, duration: 200ms}}\ntargets: [{modules: [lo]}]\n";
+    let start = || {
+        Serve::yaml(yaml)
+            .env("STATE_DIRECTORY", state.path())
+            .start()
+    };
+    let serve = start();
+    serve.wait_for(Duration::from_secs(30), "first probe", |b| {
+        b.contains("pathprobe_probe_success{target=\"loopback\"")
+    });
+    let before = history_times(&serve);
+    assert!(!before.is_empty());
+    stop(serve);
+    let file = state.path().join("history.json");
+    assert!(file.exists(), "no {}", file.display());
+
+    let serve = start();
+    let after = history_times(&serve);
+    for t in &before {
+        assert!(
+            after.contains(t),
+            "sample at {t} lost in the restart: {after:?}"
+        );
+    }
+    assert!(serve.log().contains("history read back"), "{}", serve.log());
+    stop(serve);
+
+    // Without a state directory, nothing is written and the log says so.
+    let memory = Serve::yaml(yaml).start();
+    assert!(
+        memory.log().contains("history kept in memory only"),
+        "{}",
+        memory.log()
+    );
+    stop(memory);
+}
+
 #[test]
 fn check_config_reports_the_error_and_exit_code() {
     let dir = tempfile::tempdir().unwrap();

@@ -502,6 +502,17 @@ impl Lab {
         cmd.args(["netns", "exec", &format!("{}-{end}", self.name), program]);
         cmd
     }
+    /// `program` in end `end`'s network namespace by `nsenter`, which,
+    /// unlike `ip netns exec`, leaves the host's /sys mounted: the cgroup
+    /// file system stays readable, for tests of a CPU quota's evidence.
+    pub fn exec_keeping_sys(&self, end: &str, program: &str) -> Command {
+        assert!(matches!(end, "a" | "r" | "b"), "lab end {end}");
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}-{end}", self.name))
+            .arg("--")
+            .arg(program);
+        cmd
+    }
     pub fn exec_a(&self, program: &str) -> Command {
         self.exec("a", program)
     }

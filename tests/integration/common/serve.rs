@@ -30,6 +30,7 @@ const LOG_LINES: usize = 200;
 pub struct Builder {
     config: Config,
     flags: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     lab: Option<(Command, String, IpAddr)>,
     limits: Limits,
 }
@@ -101,6 +102,12 @@ impl Builder {
         self
     }
 
+    /// With `key=value` in its environment.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Builder {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
     /// Under resource `limits`.
     pub fn limits(mut self, limits: Limits) -> Builder {
         self.limits = limits;
@@ -160,6 +167,7 @@ impl Builder {
             ),
         };
         self.limits.apply(&mut cmd);
+        cmd.envs(self.env);
         let mut child = cmd
             .arg("serve")
             .arg("--config.file")
@@ -256,6 +264,7 @@ impl Serve {
         Builder {
             config: Config::File(config.to_path_buf()),
             flags: Vec::new(),
+            env: Vec::new(),
             lab: None,
             limits: Limits::default(),
         }
@@ -266,6 +275,7 @@ impl Serve {
         Builder {
             config: Config::Yaml(yaml.to_string()),
             flags: Vec::new(),
+            env: Vec::new(),
             lab: None,
             limits: Limits::default(),
         }

@@ -60,6 +60,8 @@ fn systemd_unit_is_hardened_and_its_command_line_runs() {
         "KillSignal",
         "TimeoutStopSec",
         "ConfigurationDirectory",
+        "StateDirectory",
+        "StateDirectoryMode",
         "DynamicUser",
         "NoNewPrivileges",
         "CapabilityBoundingSet",

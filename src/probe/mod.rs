@@ -111,7 +111,7 @@ impl ProbeError {
         "unreachable",
         "timeout",
         "busy",
-        "version_mismatch",
+        "version_unsupported",
         "auth_required",
         "auth_failed",
         "denied",

@@ -65,6 +65,26 @@ fn members(
     (entries, me, modules.into_iter().collect())
 }
 
+/// The addresses of every peer this host names, statically or by
+/// discovery (mesh members and static targets alike), as host networks.
+/// Targets given by name are left out: resolving them here would put a
+/// DNS lookup in the responder's admission.
+pub fn known_networks(config: &Config, discovered: &[DiscoveredTarget]) -> Vec<ipnet::IpNet> {
+    let statics = config
+        .targets
+        .iter()
+        .filter_map(|t| t.endpoint().and_then(Result::ok));
+    let found = discovered.iter().map(|d| d.endpoint.clone());
+    let mut nets: Vec<ipnet::IpNet> = statics
+        .chain(found)
+        .filter_map(|e| e.host.parse::<std::net::IpAddr>().ok())
+        .map(ipnet::IpNet::from)
+        .collect();
+    nets.sort();
+    nets.dedup();
+    nets
+}
+
 /// The plan for `config` and `discovered` (grouped with
 /// `scheduler.mesh.group_by`), this host's index in it (`None` when this
 /// host is not among the members), and the mesh's modules.

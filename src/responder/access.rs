@@ -417,10 +417,7 @@ impl PerClient {
                 .count();
             if pressure && in_group >= cap as usize {
                 // The prefix holds a client's share: make room within it.
-                victim = held.victim(
-                    |u| !u.known && u.group == group,
-                    |v| v.key_count > mine,
-                );
+                victim = held.victim(|u| !u.known && u.group == group, |v| v.key_count > mine);
                 if victim.is_none() {
                     return Err(ShareRefused::Client);
                 }
@@ -481,7 +478,11 @@ impl PerClient {
 
     /// Units held now, in all.
     pub fn total(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).units.len()
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .units
+            .len()
     }
 }
 
@@ -689,9 +690,7 @@ mod tests {
         let now = Instant::now();
         // Four attacker addresses fill the unknown budget of 6 (no
         // pressure grouping: each /24 is their own).
-        let attackers: Vec<IpAddr> = (0..3u8)
-            .map(|i| IpAddr::V4([10, i, 0, 1].into()))
-            .collect();
+        let attackers: Vec<IpAddr> = (0..3u8).map(|i| IpAddr::V4([10, i, 0, 1].into())).collect();
         let mut held = Vec::new();
         for a in &attackers {
             for _ in 0..2 {
@@ -769,7 +768,9 @@ mod tests {
         let pool = Arc::new(PerClient::new(16, 0, Arc::default()));
         let now = Instant::now();
         // Eight addresses of one /24 at 1 each: pressure from 8 (half).
-        let mut held: Vec<_> = (1..=8).map(|i| pool.admit(v4(i), 4, now).unwrap()).collect();
+        let mut held: Vec<_> = (1..=8)
+            .map(|i| pool.admit(v4(i), 4, now).unwrap())
+            .collect();
         // The ninth address of that /24 finds it at its share of 4 and
         // holders no heavier than itself plus one: it drops one.
         let got = pool.admit(v4(9), 4, now).unwrap();
@@ -779,10 +780,20 @@ mod tests {
         // holds a client's share and no address in it holds more.
         assert_eq!(pool.admit(v4(9), 4, now).unwrap_err(), ShareRefused::Client);
         // IPv6 /64s of one /48 are one prefix too.
-        assert_eq!(group_key(ip("2001:db8:1:2::1")), group_key(ip("2001:db8:1:ff::1")));
-        assert_ne!(group_key(ip("2001:db8:1::1")), group_key(ip("2001:db8:2::1")));
+        assert_eq!(
+            group_key(ip("2001:db8:1:2::1")),
+            group_key(ip("2001:db8:1:ff::1"))
+        );
+        assert_ne!(
+            group_key(ip("2001:db8:1::1")),
+            group_key(ip("2001:db8:2::1"))
+        );
         // Another prefix is untouched.
-        assert!(pool.admit(ip("192.0.2.1"), 4, now).unwrap().evicted.is_none());
+        assert!(pool
+            .admit(ip("192.0.2.1"), 4, now)
+            .unwrap()
+            .evicted
+            .is_none());
     }
 
     #[test]

@@ -735,10 +735,11 @@ fn admit_connection(
         let message = format!("this responder does not accept tests from {}", peer.ip());
         return Some(futures_refusal(stream, message, permit));
     }
-    let client = match shared
-        .pending_clients
-        .admit(peer.ip(), MAX_PENDING_PER_CLIENT, Instant::now())
-    {
+    let client = match shared.pending_clients.admit(
+        peer.ip(),
+        MAX_PENDING_PER_CLIENT,
+        Instant::now(),
+    ) {
         Ok(admitted) => admitted.permit,
         Err(access::ShareRefused::Client) => {
             ResponderCounters::inc(&shared.counters.overload);

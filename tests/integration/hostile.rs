@@ -12,6 +12,7 @@
 //! The figures each test observed are printed (`--nocapture`).
 
 mod fake;
+mod many;
 mod relay;
 mod util;
 

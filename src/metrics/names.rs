@@ -493,7 +493,7 @@ pub static RESPONDER_REJECTIONS: MetricDef = def(
     Counter,
     "pathprobe_responder_rejections_total",
     &[REASON],
-    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test, reset), connection_limit (a tcp_crr connection of a running test over its max_connections_per_second, its count, or its queue of 16, reset), overload (closed at once: 256 connections were already waiting for a first message).",
+    "Connections the responder turned away without a test, by reason: busy, limit (a request over a limit under limit_policy refuse), version_mismatch, protocol_error, timeout, auth_required (no secret offered to a responder that needs one), auth_failed (wrong secret), denied (client outside the allow list or inside the deny list), rate_limited (client over its tests per minute), budget_exhausted (the hour's bytes spent), bad_token (a data connection naming no pending test, reset), connection_limit (a tcp_crr connection of a running test over its max_connections_per_second, its count, or its queue of 16, reset), out_of_turn (mesh mode: a prober that is not a member, or a member outside its planned slot), overload (closed at once: the waiting connections or sessions were full, or an idle one was dropped to make room for a lighter client).",
 );
 pub static RESPONDER_CLAMPED_TESTS: MetricDef = def(
     Responder,

@@ -21,6 +21,7 @@ pub mod door;
 pub mod iperf3;
 mod log;
 mod session;
+pub mod turns;
 pub use crate::probe::datapath::DRAIN_GRACE;
 pub use admission::{check_limits, Admission};
 mod udp;
@@ -212,6 +213,9 @@ pub struct ResponderCounters {
     /// `tcp_crr` connections with a good token that their test's door
     /// turned away: over its connection rate or count, or its queue full.
     pub rejected_connection_limit: AtomicU64,
+    /// Probers refused in mesh mode: not a member, or outside their
+    /// planned slot (see [`turns`]).
+    pub rejected_out_of_turn: AtomicU64,
     /// Accepted tests that asked for more than a limit and were cut down.
     pub tests_clamped: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -265,6 +269,23 @@ impl ResponderHandle {
         self.0.known.set_networks(nets);
     }
 
+    /// In mesh mode, the plan whose turns probers must keep (`None`: any
+    /// time). The plan before it is kept too, so that members switching to
+    /// a new plan at slightly different times are not refused.
+    pub fn set_turns(&self, turns: Option<turns::Turns>) {
+        let mut t = self.0.turns.lock().unwrap_or_else(|p| p.into_inner());
+        match turns {
+            None => t.clear(),
+            Some(new) if t.last() != Some(&new) => {
+                t.push(new);
+                if t.len() > 2 {
+                    t.remove(0);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
     /// Who counts as a known peer now.
     pub fn known_peers(&self) -> Arc<KnownPeers> {
         self.0.known.clone()
@@ -310,6 +331,9 @@ pub(crate) struct ResponderState {
     /// Mesh members, static targets, allow-list entries and clients that
     /// proved the secret: they have capacity of their own below.
     pub(crate) known: Arc<KnownPeers>,
+    /// Mesh plans whose turns probers must keep: the current and the one
+    /// before it; empty outside mesh mode.
+    turns: Mutex<Vec<turns::Turns>>,
     /// Connections waiting for their first message, per client and in
     /// all ([`MAX_PENDING_CONNECTIONS`]).
     pub(crate) pending_clients: Arc<PerClient>,
@@ -377,6 +401,27 @@ impl ResponderState {
             client: key,
             claimed: now,
         })
+    }
+
+    /// In mesh mode, whether `ip` may probe now: a member in its planned
+    /// slot, or this host itself.
+    fn check_turn(&self, ip: IpAddr) -> Result<(), String> {
+        let turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.is_empty() || crate::host::is_local_address(ip) {
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut why = Ok(());
+        for t in turns.iter().rev() {
+            match t.check(ip, now) {
+                Ok(()) => return Ok(()),
+                Err(e) if why.is_ok() => why = Err(e),
+                Err(_) => {}
+            }
+        }
+        why
     }
 
     /// Records a test for `ip` against the per-client allowance.
@@ -633,6 +678,7 @@ impl Responder {
                     known.clone(),
                 )),
                 known,
+                turns: Mutex::default(),
                 refusals: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
                 log: LogLimiter::default(),
             }),

@@ -129,6 +129,19 @@ pub(super) async fn run(
             return;
         }
     };
+    // In mesh mode only the member whose turn it is may take the slot.
+    if let Err(message) = shared.check_turn(peer.ip()) {
+        ResponderCounters::inc(&counters.rejected_out_of_turn);
+        limited_info!(shared.log, "out_of_turn", %peer, %message, "test refused");
+        let msg = Message::Rejected {
+            reason: RejectReason::Denied,
+            message,
+        };
+        if control.send(&msg, timeout).await.is_ok() {
+            super::drain_and_close(control.stream()).await;
+        }
+        return;
+    }
     let admission = match check_limits(&request, &config) {
         Ok(a) => a,
         Err(message) => {

@@ -85,6 +85,43 @@ pub fn known_networks(config: &Config, discovered: &[DiscoveredTarget]) -> Vec<i
     nets
 }
 
+/// What this host's responder checks probers against in mesh mode: the
+/// plan, this host's place in it, and each member's address (`None` for
+/// a member given by name); `None` when turns are not enforced.
+pub fn turns(
+    config: &Config,
+    discovered: &[DiscoveredTarget],
+    schedule: &MeshSchedule<ProbeJob>,
+) -> Option<crate::responder::turns::Turns> {
+    if !config.scheduler.mesh.refuse_out_of_turn {
+        return None;
+    }
+    let mut by_name: HashMap<String, std::net::IpAddr> = HashMap::new();
+    let statics = config
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.name().to_string(), t.endpoint()?.ok()?)));
+    let found = discovered
+        .iter()
+        .map(|d| (d.name.clone(), d.endpoint.clone()));
+    for (name, endpoint) in statics.chain(found) {
+        if let Ok(ip) = endpoint.host.parse() {
+            by_name.entry(name).or_insert(ip);
+        }
+    }
+    Some(crate::responder::turns::Turns {
+        members: schedule
+            .plan
+            .members()
+            .iter()
+            .map(|m| by_name.get(m).copied())
+            .collect(),
+        plan: schedule.plan.clone(),
+        me: schedule.me,
+        guard: schedule.guard,
+    })
+}
+
 /// The plan for `config` and `discovered` (grouped with
 /// `scheduler.mesh.group_by`), this host's index in it (`None` when this
 /// host is not among the members), and the mesh's modules.

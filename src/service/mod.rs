@@ -305,6 +305,13 @@ pub async fn run(
         let mesh_schedule = (cfg.discovery.mesh && cfg.scheduler.mesh.planned)
             .then(|| mesh::schedule(cfg, &discovered, is_local_target))
             .flatten();
+        if let Some(r) = &shared.responder {
+            r.set_turns(
+                mesh_schedule
+                    .as_ref()
+                    .and_then(|(s, _)| mesh::turns(cfg, &discovered, s)),
+            );
+        }
         let plain = match mesh_schedule {
             Some((schedule, rest)) => {
                 state.set_mesh(Some(crate::metrics::MeshFigures {

@@ -403,11 +403,12 @@ impl ResponderState {
         })
     }
 
-    /// In mesh mode, whether `ip` may probe now: a member in its planned
-    /// slot, or this host itself.
+    /// In mesh mode, whether `ip` may probe now: only a member in its
+    /// planned slot (this host's own address included: it never probes
+    /// itself in the plan).
     fn check_turn(&self, ip: IpAddr) -> Result<(), String> {
         let turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
-        if turns.is_empty() || crate::host::is_local_address(ip) {
+        if turns.is_empty() {
             return Ok(());
         }
         let now = std::time::SystemTime::now()

@@ -158,3 +158,130 @@ fn d7_with_a_secret_24_addresses_cannot_starve_probers_who_hold_it() {
     );
     assert_served(&served);
 }
+
+// ---------------------------------------------------------------------------
+// Mesh turns: a rogue non-member, or a member outside its slot, is refused
+// and counted; the planned prober keeps its successes.
+// ---------------------------------------------------------------------------
+
+/// One cycle of a three-member plan (a = 127.0.0.1, b = this responder,
+/// c = 127.0.0.3, 2 s slots) with a rogue non-member (127.0.0.9) probing
+/// back to back throughout. In each slot where a member is planned to
+/// probe b it does, and the other member tries too. Returns the planned
+/// probes served, the planned probes made, the out-of-turn probes let in,
+/// and the counter of out-of-turn refusals.
+async fn mesh_cycle(enforce: bool) -> (u32, u32, u32, u64) {
+    use pathprobe::mesh::{MeshParams, MeshPlan, Plan};
+    use pathprobe::responder::turns::Turns;
+    use pathprobe::responder::{bind, Responder, ResponderConfig};
+    let (tcp, udp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let r = Responder::new(tcp, udp, ResponderConfig::default()).unwrap();
+    let addr = r.local_addr().unwrap();
+    let counters = r.counters();
+    let handle = r.handle();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(r.serve(async {
+        let _ = rx.await;
+    }));
+    let a = Ipv4Addr::new(127, 0, 0, 1);
+    let c = Ipv4Addr::new(127, 0, 0, 3);
+    let rogue = Ipv4Addr::new(127, 0, 0, 9);
+    let plan = MeshPlan::Full(Plan::new(
+        vec!["a".into(), "b".into(), "c".into()],
+        MeshParams {
+            slot: Duration::from_secs(2),
+            modules: 1,
+            budget: 1.0,
+            min_cycle: Duration::ZERO,
+        },
+    ));
+    let guard = Duration::from_millis(300);
+    if enforce {
+        handle.set_turns(Some(Turns {
+            plan: plan.clone(),
+            me: 1,
+            members: vec![
+                Some(a.into()),
+                Some(Ipv4Addr::new(127, 0, 0, 254).into()),
+                Some(c.into()),
+            ],
+            guard,
+        }));
+    }
+    let target = Target::from_addr(addr);
+    // The rogue: 0.5 s probes back to back.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rogue_task = {
+        let (stop, target) = (stop.clone(), target.clone());
+        tokio::spawn(async move {
+            let spec = short_probe(0.5, rogue);
+            let mut served = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(Ok(_)) =
+                    tokio::time::timeout(Duration::from_secs(5), probe::probe(&target, &spec)).await
+                {
+                    served += 1;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            served
+        })
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    let at = plan.slot_at(now());
+    let cycle = at.cycle + 1;
+    let (mut served, mut planned, mut let_in) = (0, 0, 0);
+    for index in 0..plan.slots() {
+        let start = plan.cycle_start(cycle) + plan.period() * index as u32;
+        tokio::time::sleep((start + guard).saturating_sub(now())).await;
+        let tests = plan.tests(cycle, index);
+        let prober = tests.iter().find(|t| t.target == 1).map(|t| t.prober);
+        for (i, ip) in [(0, a), (2, c)] {
+            let spec = short_probe(0.3, ip);
+            let ok = matches!(
+                tokio::time::timeout(Duration::from_secs(3), probe::probe(&target, &spec)).await,
+                Ok(Ok(_))
+            );
+            if prober == Some(i) {
+                planned += 1;
+                served += ok as u32;
+            } else {
+                let_in += ok as u32;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rogue_served = rogue_task.await.unwrap();
+    let _ = tx.send(());
+    eprintln!(
+        "mesh turns {}: planned probes served {served} of {planned}; out-of-turn member probes let in {let_in}; rogue non-member served {rogue_served}; out_of_turn refusals {}",
+        if enforce { "enforced" } else { "not enforced (before)" },
+        counters.rejected_out_of_turn.load(Ordering::Relaxed)
+    );
+    (
+        served,
+        planned,
+        let_in + rogue_served,
+        counters.rejected_out_of_turn.load(Ordering::Relaxed),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn mesh_rogue_and_out_of_turn_probers_are_refused_and_counted() {
+    let _turn = turn::exclusive();
+    let before = mesh_cycle(false).await;
+    let (served, planned, let_in, refused) = mesh_cycle(true).await;
+    eprintln!(
+        "mesh turns before {before:?}, after {:?}",
+        (served, planned, let_in, refused)
+    );
+    assert_eq!(planned, 2, "both other members probe b once a cycle");
+    assert_eq!(served, planned, "every planned probe is served");
+    assert_eq!(let_in, 0, "nobody out of turn got a test");
+    assert!(refused >= 3, "out-of-turn refusals counted: {refused}");
+}

@@ -274,6 +274,11 @@ pub struct MeshScheduleConfig {
     /// representatives between groups (docs/MESH.md). Members without the
     /// label form one group of their own. `None`: one full mesh.
     pub group_by: Option<String>,
+    /// Refuse, at this host's responder, probers that are not members of
+    /// the mesh or that probe outside their planned slot (counted as
+    /// `out_of_turn`): they would take the slot from a planned test.
+    /// `false` lets anyone the allow list lets in probe at any time.
+    pub refuse_out_of_turn: bool,
 }
 
 impl Default for MeshScheduleConfig {
@@ -284,6 +289,7 @@ impl Default for MeshScheduleConfig {
             guard: Duration::from_secs(1),
             planned: true,
             group_by: None,
+            refuse_out_of_turn: true,
         }
     }
 }

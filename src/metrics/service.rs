@@ -258,6 +258,7 @@ pub(crate) fn render_responder(out: &mut Exposition, c: &ResponderCounters) {
         ("budget_exhausted", &c.rejected_budget),
         ("bad_token", &c.rejected_bad_token),
         ("connection_limit", &c.rejected_connection_limit),
+        ("out_of_turn", &c.rejected_out_of_turn),
         ("overload", &c.overload),
     ] {
         out.add(

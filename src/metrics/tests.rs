@@ -992,6 +992,7 @@ fn responder_counters_are_exported() {
     c.overload.store(15, Ordering::Relaxed);
     c.tests_clamped.store(16, Ordering::Relaxed);
     c.rejected_connection_limit.store(17, Ordering::Relaxed);
+    c.rejected_out_of_turn.store(18, Ordering::Relaxed);
     c.bytes.store(123_456_789, Ordering::Relaxed);
     c.active_tests.store(1, Ordering::Relaxed);
     let mut out = Exposition::default();
@@ -1022,6 +1023,7 @@ fn responder_counters_are_exported() {
         ("bad_token", 14.0),
         ("overload", 15.0),
         ("connection_limit", 17.0),
+        ("out_of_turn", 18.0),
     ] {
         assert_eq!(value(&s, rej, &[("reason", reason)]), n, "{reason}");
     }

@@ -222,7 +222,15 @@ async fn connection(
     let counters = &shared.counters;
     let mut cookie = [0u8; COOKIE_LEN];
     let read = tokio::time::timeout(config.first_message_timeout, stream.read_exact(&mut cookie));
-    let read = read.await;
+    // The shared pool may drop this waiting connection to make room for a
+    // lighter client (see `access::PerClient`): then it closes at once.
+    let read = tokio::select! {
+        r = read => r,
+        _ = pending.1.evicted() => {
+            tracing::debug!(%peer, "iperf3 connection dropped for a lighter client");
+            return;
+        }
+    };
     // Past its cookie a connection is a session (capped below) or a data
     // stream (capped by the test it joins).
     drop(pending);
@@ -274,13 +282,12 @@ async fn connection(
         tracing::debug!(%peer, "iperf3 connection opened with no cookie");
         return;
     }
-    // A new session: held to the native port's caps, in all and per
-    // client, which the two ports share.
-    let global = shared.sessions.clone().try_acquire_owned().ok();
+    // A new session: held to the native port's session pool (in all, for
+    // unknown clients, and per client), which the two ports share.
     let own = shared
         .session_clients
         .try_acquire(peer.ip(), MAX_SESSIONS_PER_CLIENT);
-    let (Some(_global), Some(_own)) = (global, own) else {
+    let Some(own) = own else {
         ResponderCounters::inc(&counters.overload);
         limited_info!(shared.log, "iperf3_sessions", %peer, "too many control sessions open; iperf3 client told busy");
         refuse_busy(&shared, stream).await;
@@ -295,7 +302,14 @@ async fn connection(
         return;
     }
     let _ = stream.set_nodelay(true);
-    session(stream, peer, local, cookie, &shared, &tests).await;
+    // Until it has asked for a test, the session may be dropped to make
+    // room for a lighter client; `session` protects it once it has.
+    tokio::select! {
+        _ = session(stream, peer, local, cookie, &shared, &tests, &own) => {}
+        _ = own.evicted() => {
+            tracing::debug!(%peer, "idle iperf3 session dropped for a lighter client");
+        }
+    }
 }
 
 /// How a session ended, for the counters.
@@ -313,6 +327,7 @@ async fn session(
     cookie: [u8; COOKIE_LEN],
     shared: &ResponderState,
     tests: &Mutex<Tests>,
+    permit: &super::access::ClientPermit,
 ) {
     let config = shared.config();
     let counters = &shared.counters;
@@ -343,6 +358,10 @@ async fn session(
             return;
         }
     };
+    // It asked for a test: no longer cheap to drop.
+    if !permit.protect() {
+        return;
+    }
     let request = match to_request(&params, &config) {
         Ok(r) => r,
         Err((code, why)) => {

@@ -21,6 +21,7 @@ pub mod door;
 pub mod iperf3;
 mod log;
 mod session;
+pub mod turns;
 pub use crate::probe::datapath::DRAIN_GRACE;
 pub use admission::{check_limits, Admission};
 mod udp;
@@ -37,7 +38,7 @@ use tokio::sync::mpsc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use self::access::{AccessList, ByteBudget, ClientRate, PerClient, SlotTime};
+use self::access::{AccessList, ByteBudget, ClientRate, KnownPeers, PerClient, SlotTime};
 use self::log::LogLimiter;
 use crate::auth::Secret;
 use crate::control::{read_message, Control, ControlError};
@@ -217,6 +218,9 @@ pub struct ResponderCounters {
     /// `tcp_crr` connections with a good token that their test's door
     /// turned away: over its connection rate or count, or its queue full.
     pub rejected_connection_limit: AtomicU64,
+    /// Probers refused in mesh mode: not a member, or outside their
+    /// planned slot (see [`turns`]).
+    pub rejected_out_of_turn: AtomicU64,
     /// Accepted tests that asked for more than a limit and were cut down.
     pub tests_clamped: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -266,7 +270,37 @@ pub struct ResponderHandle(Arc<ResponderState>);
 
 impl ResponderHandle {
     pub fn set_config(&self, config: ResponderConfig) {
+        self.0.known.set_allow(config.access.allow.clone());
         *self.0.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    /// Replaces the networks of the peers this host knows from its own
+    /// configuration and discovery (mesh members, static targets), which
+    /// get capacity of their own (see [`access::PerClient`]).
+    pub fn set_known_peers(&self, nets: Vec<ipnet::IpNet>) {
+        self.0.known.set_networks(nets);
+    }
+
+    /// In mesh mode, the plan whose turns probers must keep (`None`: any
+    /// time). The plan before it is kept too, so that members switching to
+    /// a new plan at slightly different times are not refused.
+    pub fn set_turns(&self, turns: Option<turns::Turns>) {
+        let mut t = self.0.turns.lock().unwrap_or_else(|p| p.into_inner());
+        match turns {
+            None => t.clear(),
+            Some(new) if t.last() != Some(&new) => {
+                t.push(new);
+                if t.len() > 2 {
+                    t.remove(0);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Who counts as a known peer now.
+    pub fn known_peers(&self) -> Arc<KnownPeers> {
+        self.0.known.clone()
     }
 
     pub fn counters(&self) -> Arc<ResponderCounters> {
@@ -306,11 +340,17 @@ pub(crate) struct ResponderState {
     client_rate: Mutex<ClientRate>,
     slot_time: Mutex<SlotTime>,
     bytes: Mutex<ByteBudget>,
-    /// Connections each client has waiting for their first message.
-    pending_clients: Arc<PerClient>,
-    /// Control sessions each client has open.
-    session_clients: Arc<PerClient>,
-    sessions: Arc<tokio::sync::Semaphore>,
+    /// Mesh members, static targets, allow-list entries and clients that
+    /// proved the secret: they have capacity of their own below.
+    pub(crate) known: Arc<KnownPeers>,
+    /// Mesh plans whose turns probers must keep: the current and the one
+    /// before it; empty outside mesh mode.
+    turns: Mutex<Vec<turns::Turns>>,
+    /// Connections waiting for their first message, per client and in
+    /// all ([`MAX_PENDING_CONNECTIONS`]).
+    pub(crate) pending_clients: Arc<PerClient>,
+    /// Control sessions open, per client and in all ([`MAX_SESSIONS`]).
+    pub(crate) session_clients: Arc<PerClient>,
     refusals: Arc<tokio::sync::Semaphore>,
     pub(crate) log: LogLimiter,
 }
@@ -373,6 +413,28 @@ impl ResponderState {
             client: key,
             claimed: now,
         })
+    }
+
+    /// In mesh mode, whether `ip` may probe now: only a member in its
+    /// planned slot (this host's own address included: it never probes
+    /// itself in the plan).
+    fn check_turn(&self, ip: IpAddr) -> Result<(), String> {
+        let turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.is_empty() {
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut why = Ok(());
+        for t in turns.iter().rev() {
+            match t.check(ip, now) {
+                Ok(()) => return Ok(()),
+                Err(e) if why.is_ok() => why = Err(e),
+                Err(_) => {}
+            }
+        }
+        why
     }
 
     /// Records a test for `ip` against the per-client allowance.
@@ -605,6 +667,8 @@ impl Responder {
         config: ResponderConfig,
         slot: Arc<HostSlot>,
     ) -> std::io::Result<Responder> {
+        let known = Arc::new(KnownPeers::default());
+        known.set_allow(config.access.allow.clone());
         Ok(Responder {
             shared: Arc::new(ResponderState {
                 config: std::sync::RwLock::new(config),
@@ -616,9 +680,18 @@ impl Responder {
                 client_rate: Mutex::default(),
                 slot_time: Mutex::default(),
                 bytes: Mutex::new(ByteBudget::new(Instant::now())),
-                pending_clients: Arc::default(),
-                session_clients: Arc::default(),
-                sessions: Arc::new(tokio::sync::Semaphore::new(MAX_SESSIONS)),
+                pending_clients: Arc::new(PerClient::new(
+                    MAX_PENDING_CONNECTIONS,
+                    KNOWN_PENDING_RESERVE,
+                    known.clone(),
+                )),
+                session_clients: Arc::new(PerClient::new(
+                    MAX_SESSIONS,
+                    KNOWN_SESSION_RESERVE,
+                    known.clone(),
+                )),
+                known,
+                turns: Mutex::default(),
                 refusals: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
                 log: LogLimiter::default(),
             }),
@@ -645,7 +718,6 @@ impl Responder {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         tracing::debug!(addr = ?self.tcp.local_addr().ok(), "responder listening");
         let mut tasks = tokio::task::JoinSet::new();
-        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_CONNECTIONS));
         let udp_task = tokio::spawn(udp::serve_hellos(self.udp.clone(), self.shared.clone()));
         tokio::pin!(shutdown);
         loop {
@@ -653,7 +725,7 @@ impl Responder {
                 _ = &mut shutdown => break,
                 accepted = self.tcp.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        if let Some(conn) = admit_connection(stream, normalize(peer), &self.shared, &pending) {
+                        if let Some(conn) = admit_connection(stream, normalize(peer), &self.shared) {
                             tasks.spawn(conn);
                         }
                     }
@@ -686,6 +758,12 @@ pub const MAX_PENDING_PER_CLIENT: u32 = 64;
 /// which are quick.
 pub const MAX_SESSIONS: usize = 64;
 pub const MAX_SESSIONS_PER_CLIENT: u32 = 4;
+/// Of the waiting connections and the sessions, how many only known peers
+/// (mesh members, static targets, allow-list entries, clients that proved
+/// the secret) may use: unknown clients, however many addresses they
+/// have, leave known ones these.
+pub const KNOWN_PENDING_RESERVE: usize = 64;
+pub const KNOWN_SESSION_RESERVE: usize = 16;
 /// Refusals being written at once; past this, refused clients are closed
 /// without a word.
 const MAX_REFUSALS_IN_FLIGHT: usize = 64;
@@ -700,7 +778,6 @@ fn admit_connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: &Arc<ResponderState>,
-    pending: &Arc<tokio::sync::Semaphore>,
 ) -> Option<impl Future<Output = ()> + Send + 'static> {
     let permitted = shared
         .config
@@ -717,23 +794,27 @@ fn admit_connection(
         let message = format!("this responder does not accept tests from {}", peer.ip());
         return Some(futures_refusal(stream, message, permit));
     }
-    let Some(client) = shared
-        .pending_clients
-        .try_acquire(peer.ip(), MAX_PENDING_PER_CLIENT)
-    else {
-        ResponderCounters::inc(&shared.counters.overload);
-        log::limited_info!(shared.log, "overload_client", %peer, "client has too many connections waiting; closed");
-        return None;
-    };
-    let Ok(permit) = pending.clone().try_acquire_owned() else {
-        // A flood: close at once rather than queue without bound; real
-        // probers retry.
-        ResponderCounters::inc(&shared.counters.overload);
-        log::limited_info!(shared.log, "overload", %peer, "too many connections waiting; closed");
-        return None;
+    let client = match shared.pending_clients.admit(
+        peer.ip(),
+        MAX_PENDING_PER_CLIENT,
+        Instant::now(),
+    ) {
+        Ok(admitted) => admitted.permit,
+        Err(access::ShareRefused::Client) => {
+            ResponderCounters::inc(&shared.counters.overload);
+            log::limited_info!(shared.log, "overload_client", %peer, "client has too many connections waiting; closed");
+            return None;
+        }
+        Err(access::ShareRefused::Full) => {
+            // A flood: close at once rather than queue without bound; real
+            // probers retry.
+            ResponderCounters::inc(&shared.counters.overload);
+            log::limited_info!(shared.log, "overload", %peer, "too many connections waiting; closed");
+            return None;
+        }
     };
     let shared = shared.clone();
-    Some(either_connection(stream, peer, shared, (permit, client)))
+    Some(either_connection(stream, peer, shared, client))
 }
 
 /// Boxed so that [`admit_connection`] returns one future type for both kinds
@@ -763,7 +844,7 @@ fn either_connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<ResponderState>,
-    pending: (tokio::sync::OwnedSemaphorePermit, access::ClientPermit),
+    pending: access::ClientPermit,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     Box::pin(handle_connection(stream, peer, shared, pending))
 }
@@ -772,20 +853,28 @@ async fn handle_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<ResponderState>,
-    pending: (tokio::sync::OwnedSemaphorePermit, access::ClientPermit),
+    pending: access::ClientPermit,
 ) {
     let config = shared.config();
-    let first = read_message(&mut stream, config.first_message_timeout).await;
+    // A connection that has said nothing is the cheapest work to drop: it
+    // goes when a lighter client needs its place (see `PerClient`).
+    let first = tokio::select! {
+        first = read_message(&mut stream, config.first_message_timeout) => first,
+        _ = pending.evicted() => {
+            ResponderCounters::inc(&shared.counters.overload);
+            log::limited_info!(shared.log, "evicted", %peer, "waiting connection dropped to make room for a lighter client");
+            return;
+        }
+    };
     // Past its first message a connection is a session (bounded below) or
     // a data stream (bounded by the test that it joins).
     drop(pending);
     match first {
         Ok(Message::Hello(hello)) => {
-            let global = shared.sessions.clone().try_acquire_owned().ok();
             let own = shared
                 .session_clients
                 .try_acquire(peer.ip(), MAX_SESSIONS_PER_CLIENT);
-            let (Some(_global), Some(_own)) = (global, own) else {
+            let Some(own) = own else {
                 ResponderCounters::inc(&shared.counters.overload);
                 log::limited_info!(shared.log, "sessions", %peer, "too many control sessions open; told busy");
                 let busy = Message::Busy {
@@ -796,7 +885,16 @@ async fn handle_connection(
                 let _ = control.send(&busy, REFUSAL_TIMEOUT).await;
                 return;
             };
-            session::run(stream, peer, hello, &shared).await;
+            // An unauthenticated session that has not asked for a test yet
+            // goes when a lighter client needs its place; past that point
+            // the session protects its unit (see `session::run`).
+            tokio::select! {
+                _ = session::run(stream, peer, hello, &shared, &own) => {}
+                _ = own.evicted() => {
+                    ResponderCounters::inc(&shared.counters.overload);
+                    log::limited_info!(shared.log, "evicted", %peer, "idle session dropped to make room for a lighter client");
+                }
+            }
         }
         Ok(Message::DataHello { token, stream: id }) => {
             let joined = stream.into_std().and_then(|s| {

@@ -30,6 +30,7 @@ pub(super) async fn run(
     peer: SocketAddr,
     hello: Hello,
     shared: &ResponderState,
+    unit: &super::access::ClientPermit,
 ) {
     let _ = stream.set_nodelay(true);
     let mut control = Control::new(stream);
@@ -80,6 +81,14 @@ pub(super) async fn run(
         Some(a) => match control.recv(config.first_message_timeout).await {
             Ok(Message::Auth { proof }) => match a.verify(&proof) {
                 Some(verified) => {
+                    // A prober with the secret is a known peer from now
+                    // on, with capacity of its own, and this session is
+                    // no longer cheap to drop.
+                    shared.known.proved(peer.ip(), Instant::now());
+                    unit.promote();
+                    if !unit.protect() {
+                        return;
+                    }
                     // From here on every frame, both ways, is sealed.
                     control.seal(verified.sealer);
                     Some(verified.token)
@@ -117,7 +126,10 @@ pub(super) async fn run(
         },
     };
     let request = match control.recv(timeout).await {
-        Ok(Message::Request(r)) => r,
+        // Asked for a test: from here the session is not dropped to make
+        // room for others (unless it had been already).
+        Ok(Message::Request(r)) if unit.protect() => r,
+        Ok(Message::Request(_)) => return,
         Ok(other) => {
             ResponderCounters::inc(&counters.protocol_errors);
             tracing::debug!(%peer, message = %describe(&other), "expected a test request");
@@ -128,6 +140,19 @@ pub(super) async fn run(
             return;
         }
     };
+    // In mesh mode only the member whose turn it is may take the slot.
+    if let Err(message) = shared.check_turn(peer.ip()) {
+        ResponderCounters::inc(&counters.rejected_out_of_turn);
+        limited_info!(shared.log, "out_of_turn", %peer, %message, "test refused");
+        let msg = Message::Rejected {
+            reason: RejectReason::Denied,
+            message,
+        };
+        if control.send(&msg, timeout).await.is_ok() {
+            super::drain_and_close(control.stream()).await;
+        }
+        return;
+    }
     let admission = match check_limits(&request, &config) {
         Ok(a) => a,
         Err(message) => {

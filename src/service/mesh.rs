@@ -65,6 +65,63 @@ fn members(
     (entries, me, modules.into_iter().collect())
 }
 
+/// The addresses of every peer this host names, statically or by
+/// discovery (mesh members and static targets alike), as host networks.
+/// Targets given by name are left out: resolving them here would put a
+/// DNS lookup in the responder's admission.
+pub fn known_networks(config: &Config, discovered: &[DiscoveredTarget]) -> Vec<ipnet::IpNet> {
+    let statics = config
+        .targets
+        .iter()
+        .filter_map(|t| t.endpoint().and_then(Result::ok));
+    let found = discovered.iter().map(|d| d.endpoint.clone());
+    let mut nets: Vec<ipnet::IpNet> = statics
+        .chain(found)
+        .filter_map(|e| e.host.parse::<std::net::IpAddr>().ok())
+        .map(ipnet::IpNet::from)
+        .collect();
+    nets.sort();
+    nets.dedup();
+    nets
+}
+
+/// What this host's responder checks probers against in mesh mode: the
+/// plan, this host's place in it, and each member's address (`None` for
+/// a member given by name); `None` when turns are not enforced.
+pub fn turns(
+    config: &Config,
+    discovered: &[DiscoveredTarget],
+    schedule: &MeshSchedule<ProbeJob>,
+) -> Option<crate::responder::turns::Turns> {
+    if !config.scheduler.mesh.refuse_out_of_turn {
+        return None;
+    }
+    let mut by_name: HashMap<String, std::net::IpAddr> = HashMap::new();
+    let statics = config
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.name().to_string(), t.endpoint()?.ok()?)));
+    let found = discovered
+        .iter()
+        .map(|d| (d.name.clone(), d.endpoint.clone()));
+    for (name, endpoint) in statics.chain(found) {
+        if let Ok(ip) = endpoint.host.parse() {
+            by_name.entry(name).or_insert(ip);
+        }
+    }
+    Some(crate::responder::turns::Turns {
+        members: schedule
+            .plan
+            .members()
+            .iter()
+            .map(|m| by_name.get(m).copied())
+            .collect(),
+        plan: schedule.plan.clone(),
+        me: schedule.me,
+        guard: schedule.guard,
+    })
+}
+
 /// The plan for `config` and `discovered` (grouped with
 /// `scheduler.mesh.group_by`), this host's index in it (`None` when this
 /// host is not among the members), and the mesh's modules.

@@ -292,6 +292,12 @@ pub async fn run(
                      discovery: &mut Discovery| {
         let discovered = discovery.targets.borrow_and_update().clone();
         let jobs = jobs::build(cfg, &discovered, is_local_target);
+        // The peers this host names (static targets, discovered members)
+        // have capacity of their own at its responder: a flood from
+        // unknown addresses cannot starve the mesh's own tests.
+        if let Some(r) = &shared.responder {
+            r.set_known_peers(mesh::known_networks(cfg, &discovered));
+        }
         // The cost of the schedule, said once per change of it.
         let notes = mesh::notes(cfg, &discovered, is_local_target);
         if notes != last_notes {
@@ -307,6 +313,13 @@ pub async fn run(
         let mesh_schedule = (cfg.discovery.mesh && cfg.scheduler.mesh.planned)
             .then(|| mesh::schedule(cfg, &discovered, is_local_target))
             .flatten();
+        if let Some(r) = &shared.responder {
+            r.set_turns(
+                mesh_schedule
+                    .as_ref()
+                    .and_then(|(s, _)| mesh::turns(cfg, &discovered, s)),
+            );
+        }
         let plain = match mesh_schedule {
             Some((schedule, rest)) => {
                 state.set_mesh(Some(crate::metrics::MeshFigures {

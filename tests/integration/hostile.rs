@@ -13,6 +13,7 @@
 
 mod fake;
 mod iperf3;
+mod many;
 mod relay;
 mod util;
 

@@ -809,6 +809,26 @@ struct Naive {
 }
 
 const NAIVE: &[Naive] = &[
+    // Without the mesh condition, busy answers outside mesh mode fire it.
+    Naive {
+        alert: "PathprobeMeshTestsFailing",
+        quiet_test: "a healthy mesh and a host outside mesh mode stay quiet",
+        expr: Some(
+            "sum by (instance) (increase(pathprobe_probes_total{result!=\"success\"}[30m])) \
+             / sum by (instance) (increase(pathprobe_probes_total[30m])) > 0.25",
+        ),
+        for_: None,
+    },
+    // Any failure at all fires on the odd busy answer of a healthy mesh.
+    Naive {
+        alert: "PathprobeMeshTestsFailing",
+        quiet_test: "a healthy mesh and a host outside mesh mode stay quiet",
+        expr: Some(
+            "sum by (instance) (increase(pathprobe_probes_total{result!=\"success\"}[30m])) > 0 \
+             and on (instance) pathprobe_mesh_cycle_seconds",
+        ),
+        for_: None,
+    },
     // The hour's median alone fires late on a drop that has recovered.
     Naive {
         alert: "PathprobeThroughputBelowBaseline",

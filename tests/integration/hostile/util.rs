@@ -129,7 +129,11 @@ pub fn spawn_logged(
 /// `pathprobe respond --listen 127.0.0.1 -p 0 ARGS` under `limits`, and the
 /// address it prints.
 pub fn spawn_respond(args: &[&str], limits: Limits) -> (Proc, SocketAddr) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pathprobe"));
+    // PATHPROBE_VICTIM_BIN runs another build as the victim, to take the
+    // figures of an attack before a fix.
+    let bin = std::env::var("PATHPROBE_VICTIM_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_pathprobe").to_string());
+    let mut cmd = Command::new(bin);
     cmd.args(["respond", "--listen", "127.0.0.1", "-p", "0"])
         .args(args)
         .stdout(Stdio::piped());

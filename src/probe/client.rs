@@ -163,7 +163,7 @@ pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, Pro
     match tokio::time::timeout(limit, probe_unbounded(target, spec)).await {
         Ok(r) => r,
         Err(_) => Err(ProbeError::Timeout {
-            stage: "the whole probe (its duration, warm-up and set-up allowance)",
+            stage: "running the whole probe (its duration, warm-up, drain and set-up allowance)",
             after: limit,
         }),
     }

@@ -13,6 +13,7 @@
 
 mod fake;
 mod relay;
+mod round3;
 mod util;
 
 use std::io::Read;

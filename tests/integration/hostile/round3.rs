@@ -491,7 +491,9 @@ fn big_history_serve() -> (Serve, usize, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history.json");
     let entries = seed_big_history(&file);
-    let mut yaml = String::from("modules:\n  tcp: {kind: tcp, duration: 200ms}\ntargets:\n");
+    let mut yaml = String::from(
+        "responder: {enabled: false}\nmodules:\n  tcp: {kind: tcp, duration: 200ms}\ntargets:\n",
+    );
     for j in 0..HISTORY_JOBS {
         yaml.push_str(&format!(
             "  - {{name: t{j}, address: \"127.0.0.1:1\", modules: [tcp], interval: 24h}}\n"
@@ -587,7 +589,7 @@ fn r3_http_history_readers_that_never_read_hold_little_and_are_closed() {
 /// be served (before: 0-1 of 47).
 #[test]
 fn r3_http_one_client_holding_every_connection_leaves_room_for_scrapes() {
-    let serve = Serve::yaml("targets: []\n").start();
+    let serve = Serve::yaml("responder: {enabled: false}\ntargets: []\n").start();
     let addr = serve.http;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let held = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -207,7 +207,9 @@ struct ClientSlot {
 }
 
 impl PerClient {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 

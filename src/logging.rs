@@ -74,7 +74,10 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.lines().count(), 1, "{text:?}");
         assert!(text.ends_with('\n'));
-        assert!(text.contains("x\\nlevel=error msg=FORGED\\r\\u{1b}[2J"), "{text:?}");
+        assert!(
+            text.contains("x\\nlevel=error msg=FORGED\\r\\u{1b}[2J"),
+            "{text:?}"
+        );
         // An honest line is as it was.
         assert_eq!(escape_line(b"a=1\tb=2\n"), b"a=1\tb=2\n");
     }

@@ -78,7 +78,10 @@ pub(super) fn history(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
     let (first_job, after) = match get(ps, "cursor") {
         None | Some("") => (0, None),
         Some(v) => parse_cursor(v).ok_or_else(|| {
-            Reply::error(400, "cursor must be as a previous answer's next_cursor gave it")
+            Reply::error(
+                400,
+                "cursor must be as a previous answer's next_cursor gave it",
+            )
         })?,
     };
     let target = get(ps, "target").filter(|t| !t.is_empty());

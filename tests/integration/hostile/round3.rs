@@ -197,7 +197,16 @@ fn r3_iperf3_server_claiming_a_billion_datagrams_fails_the_probe() {
         let port = port.to_string();
         let (code, v, elapsed) = probe_cli(
             &[
-                "--iperf3", "127.0.0.1", "-p", &port, "-u", "-R", "-b", "10m", "-t", "2",
+                "--iperf3",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-u",
+                "-R",
+                "-b",
+                "10m",
+                "-t",
+                "2",
             ],
             Duration::from_secs(30),
         );
@@ -301,7 +310,10 @@ fn r3_iperf3_dribbling_server_is_cut_at_the_overall_deadline() {
     drop(server);
     assert_eq!(code, Some(1), "{v}");
     assert_eq!(v["error"]["reason"], "timeout", "{v}");
-    assert!(elapsed < 17.5, "the probe took {elapsed:.1} s, past its 16 s deadline");
+    assert!(
+        elapsed < 17.5,
+        "the probe took {elapsed:.1} s, past its 16 s deadline"
+    );
 }
 
 /// Weakness: udp_rr replies were not paced (352-466 Mbit/s against 8
@@ -332,7 +344,10 @@ async fn r3_udp_rr_flood_is_answered_at_the_agreed_rate() {
     write_message(&mut c, &Message::Hello(Hello::new()), t)
         .await
         .unwrap();
-    assert!(matches!(read_message(&mut c, t).await, Ok(Message::Welcome(_))));
+    assert!(matches!(
+        read_message(&mut c, t).await,
+        Ok(Message::Welcome(_))
+    ));
     write_message(&mut c, &Message::Request(spec.to_request()), t)
         .await
         .unwrap();
@@ -507,7 +522,10 @@ fn big_history_serve() -> (Serve, usize, tempfile::TempDir) {
 }
 
 /// Connects from `from` (a loopback address) to `to`.
-fn connect_std(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::io::Result<std::net::TcpStream> {
+fn connect_std(
+    from: std::net::Ipv4Addr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<std::net::TcpStream> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     s.bind(&std::net::SocketAddr::from((from, 0)).into())?;
     s.connect_timeout(&to.into(), Duration::from_secs(2))?;
@@ -711,7 +729,10 @@ fn r3_respond_logs_escape_peer_strings_in_every_format() {
             "R3 defect 5, respond log format {format:?}: {} lines, {mentions} mentions of the forgery, {forged_lines} lines starting with it",
             log.lines().count()
         );
-        assert!(mentions > 0, "the peer's strings were not logged at all:\n{log}");
+        assert!(
+            mentions > 0,
+            "the peer's strings were not logged at all:\n{log}"
+        );
         assert_eq!(forged_lines, 0, "a forged line:\n{log}");
         if format == Some("json") {
             for l in log.lines().filter(|l| !l.trim().is_empty()) {

@@ -621,8 +621,9 @@ fn r3_http_one_client_holding_every_connection_leaves_room_for_scrapes() {
                 conns.retain(|c| {
                     let _ = c.set_nonblocking(true);
                     let mut b = [0u8; 1];
-                    !matches!(c.peek(&mut b), Ok(0) | Err(_)) || {
-                        matches!(c.peek(&mut b), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                    match c.peek(&mut b) {
+                        Ok(n) => n > 0,
+                        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
                     }
                 });
                 while conns.len() < 300 && !stop.load(std::sync::atomic::Ordering::Relaxed) {

@@ -634,7 +634,7 @@ fn r3_http_one_client_holding_every_connection_leaves_room_for_scrapes() {
                         }
                         Err(_) => break,
                     }
-                    if opened % 30 == 0 {
+                    if opened.is_multiple_of(30) {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                 }

@@ -80,6 +80,12 @@ pub struct RespondArgs {
     /// [ipv6]:port or :port; [::] also accepts IPv4.
     #[arg(long, value_name = "ADDR", default_value = "::", value_parser = parse_listen_host)]
     listen: (IpAddr, Option<u16>),
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long = "log.level", value_name = "LEVEL", default_value = "info", value_parser = LOG_LEVELS)]
+    pub log_level: String,
+    /// Log format, as `serve`'s.
+    #[arg(long = "log.format", value_name = "FORMAT", default_value = "logfmt", value_parser = ["logfmt", "json"])]
+    pub log_format: String,
     /// Also answer stock iperf3 clients (`iperf3 -c HOST`) on this port,
     /// TCP and UDP (iperf3's is 5201); off by default.
     #[arg(long, value_name = "PORT")]

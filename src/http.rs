@@ -77,9 +77,173 @@ pub trait App: Send + Sync + 'static {
     fn max_connections(&self) -> usize {
         256
     }
+    /// HTTP connections one client address may hold at once; a further
+    /// one from it is closed at accept. One client holding all
+    /// [`App::max_connections`] let through 1 scrape in 47 (issue 23).
+    fn max_connections_per_client(&self) -> usize {
+        (self.max_connections() / 8).max(4)
+    }
+    /// Connections kept for clients holding none yet (a Prometheus server
+    /// coming to scrape): past `max_connections - reserve`, a client that
+    /// already has one is refused.
+    fn reserved_connections(&self) -> usize {
+        self.max_connections() / 8
+    }
     /// Called for each connection closed at accept for being over
-    /// [`App::max_connections`].
+    /// [`App::max_connections`] or the client's share.
     fn connection_refused(&self) {}
+}
+
+/// How long a response may make no progress into the socket before the
+/// connection is closed: a client that never reads would otherwise hold
+/// its response's memory for as long as it likes.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection's socket whose writes fail with `TimedOut` once one has
+/// waited [`WRITE_STALL_TIMEOUT`] (or `stall`) without progress.
+struct StallLimited<S> {
+    inner: S,
+    stall: Duration,
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> StallLimited<S> {
+    fn new(inner: S, stall: Duration) -> Self {
+        StallLimited {
+            inner,
+            stall,
+            waiting: None,
+        }
+    }
+
+    /// Maps one poll of a write-side operation: progress clears the
+    /// clock, a pending one starts it, and one pending past `stall` fails.
+    fn watch<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        r: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        match r {
+            Poll::Ready(r) => {
+                self.waiting = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let stall = self.stall;
+                let sleep = self
+                    .waiting
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client read nothing of the response for too long",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for StallLimited<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for StallLimited<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, r)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, r)
+    }
+}
+
+/// Open connections per client address, and the guard one connection
+/// holds on its count.
+#[derive(Default)]
+struct PerClient(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+struct ClientSlot {
+    table: Arc<PerClient>,
+    ip: std::net::IpAddr,
+}
+
+impl PerClient {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a slot for `ip` if it holds fewer than `share` and, when the
+    /// service is within its reserve, none at all.
+    fn admit(
+        self: &Arc<Self>,
+        ip: std::net::IpAddr,
+        share: usize,
+        in_reserve: bool,
+    ) -> Option<ClientSlot> {
+        let mut g = self.lock();
+        let held = g.get(&ip).copied().unwrap_or(0);
+        if held >= share || (in_reserve && held > 0) {
+            return None;
+        }
+        g.insert(ip, held + 1);
+        Some(ClientSlot {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut g = self.table.lock();
+        if let Some(n) = g.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                g.remove(&self.ip);
+            }
+        }
+    }
 }
 
 fn response(
@@ -233,11 +397,16 @@ async fn handle<A: App>(
 
 /// Serves HTTP on `listener` until `shutdown` completes; connections in
 /// progress are then given a moment to finish. Connections beyond
-/// [`App::max_connections`] are closed as soon as they are accepted: an
-/// idle connection costs a descriptor, and a thousand of them would
-/// otherwise hold the process's.
+/// [`App::max_connections`], beyond the client's
+/// [`App::max_connections_per_client`], or into the
+/// [`App::reserved_connections`] from a client that has one already, are
+/// closed as soon as they are accepted: an idle connection costs a
+/// descriptor, and one client must not take them all from the scrapes.
+/// A response that makes no progress for [`WRITE_STALL_TIMEOUT`] ends its
+/// connection.
 pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Future<Output = ()>) {
     let mut conns = tokio::task::JoinSet::new();
+    let clients = Arc::new(PerClient::default());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -253,19 +422,30 @@ pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Fu
                 };
                 // Reap finished connections first so that only open ones count.
                 while conns.try_join_next().is_some() {}
-                if conns.len() >= app.max_connections() {
+                let max = app.max_connections();
+                if conns.len() >= max {
                     tracing::debug!(%peer, open = conns.len(), "HTTP connection over max_connections closed");
                     app.connection_refused();
                     drop(stream);
                     continue;
                 }
+                let in_reserve = conns.len() >= max.saturating_sub(app.reserved_connections());
+                let share = app.max_connections_per_client().max(1);
+                let Some(slot) = clients.admit(peer.ip(), share, in_reserve) else {
+                    tracing::debug!(%peer, open = conns.len(), share, in_reserve, "HTTP connection over the client's share closed");
+                    app.connection_refused();
+                    drop(stream);
+                    continue;
+                };
                 let app = app.clone();
                 conns.spawn(async move {
+                    let _slot = slot;
                     let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
+                    let io = StallLimited::new(stream, WRITE_STALL_TIMEOUT);
                     let conn = hyper::server::conn::http1::Builder::new()
                         .timer(hyper_util::rt::TokioTimer::new())
                         .header_read_timeout(Duration::from_secs(10))
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(TokioIo::new(io), service);
                     if let Err(e) = conn.await {
                         tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
                     }

@@ -38,6 +38,7 @@ pub mod future;
 pub mod host;
 pub mod http;
 pub mod limits;
+pub mod logging;
 pub mod loopback;
 pub mod mesh;
 pub mod metrics;

@@ -15,25 +15,21 @@ use pathprobe::responder::{self, Responder};
 
 use cli::{Command, ProbeArgs, ServeArgs};
 
-/// Colour only for a person at a terminal: journald, files and pipes
-/// would show the escape codes.
-fn stderr_is_terminal() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal()
-}
-
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // No colour: every line is escaped on its way out (a peer's string
+    // must not start a line of its own), and so would the colour codes be.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(stderr_is_terminal())
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(pathprobe::logging::escaping_stderr)
         .init();
 }
 
-/// Logging for the service, as Prometheus' exporters do it: logfmt or JSON
-/// on stderr, at `--log.level`.
+/// Logging for `serve` and `respond`, as Prometheus' exporters do it:
+/// logfmt or JSON on stderr, at `--log.level`, every line escaped
+/// ([`pathprobe::logging`]).
 fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -47,7 +43,7 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_ansi(false)
-                    .with_writer(std::io::stderr),
+                    .with_writer(pathprobe::logging::escaping_stderr),
             )
             .init();
     } else {
@@ -56,8 +52,8 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
                 tracing_subscriber::fmt::layer()
                     .event_format(tracing_logfmt::EventsFormatter::default())
                     .fmt_fields(tracing_logfmt::FieldsFormatter::default())
-                    .with_ansi(stderr_is_terminal())
-                    .with_writer(std::io::stderr),
+                    .with_ansi(false)
+                    .with_writer(pathprobe::logging::escaping_stderr),
             )
             .init();
     }
@@ -281,7 +277,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Respond(args) => {
-            init_logging("info");
+            // The same subscriber as `serve`, so that both log alike.
+            if let Err(e) = init_service_logging(&args.log_level, &args.log_format) {
+                eprintln!("pathprobe: {e:#}");
+                return ExitCode::from(USAGE);
+            }
             let section = match args.section() {
                 Ok(s) => s,
                 Err(e) => {

@@ -143,8 +143,33 @@ pub(crate) async fn resolve(
     Ok(addrs)
 }
 
-/// Runs one probe against `target`.
+/// The longest a whole probe may take: its measured time and warm-up, the
+/// drain, and an allowance for set-up and tear-down of two control
+/// timeouts and two seconds. Each stage has its own timeout too, but a
+/// peer answering each one just in time (or dribbling) would otherwise
+/// stretch a 1 s test to tens of seconds (issue 23).
+pub fn overall_deadline(spec: &ProbeSpec) -> Duration {
+    spec.omit
+        .saturating_add(spec.duration)
+        .saturating_add(DRAIN_GRACE)
+        .saturating_add(spec.connect_timeout.saturating_mul(2))
+        .saturating_add(Duration::from_secs(2))
+}
+
+/// Runs one probe against `target`, within [`overall_deadline`]: past it
+/// the probe fails with a timeout, and dropping it stops its data threads.
 pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, ProbeError> {
+    let limit = overall_deadline(spec);
+    match tokio::time::timeout(limit, probe_unbounded(target, spec)).await {
+        Ok(r) => r,
+        Err(_) => Err(ProbeError::Timeout {
+            stage: "running the whole probe (its duration, warm-up, drain and set-up allowance)",
+            after: limit,
+        }),
+    }
+}
+
+async fn probe_unbounded(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, ProbeError> {
     let moved;
     let target = match spec.port {
         Some(port) => {

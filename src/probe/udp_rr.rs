@@ -337,6 +337,47 @@ fn count_reply(
     });
 }
 
+/// How far ahead of the agreed schedule the responder still answers: a
+/// quarter second of requests that queued on the path or in the socket,
+/// and at least this many.
+const PACE_BURST: Duration = Duration::from_millis(250);
+const PACE_MIN_BURST: u64 = 32;
+
+/// The responder's reply budget: one reply per agreed interval since the
+/// test started, plus a burst. An honest prober sends one request per
+/// interval, so it never meets the bound; a flooder is answered at the
+/// agreed rate and no faster.
+struct ReplyPace {
+    start: Instant,
+    interval_ns: u64,
+    burst: u64,
+    used: u64,
+}
+
+impl ReplyPace {
+    fn new(start: Instant, interval: Duration) -> ReplyPace {
+        let interval_ns = (interval.as_nanos() as u64).max(1);
+        let burst = (PACE_BURST.as_nanos() as u64 / interval_ns).max(PACE_MIN_BURST);
+        ReplyPace {
+            start,
+            interval_ns,
+            burst,
+            used: 0,
+        }
+    }
+
+    /// Whether one more reply may go at `now`; takes it from the budget.
+    fn allow(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.start).as_nanos() as u64;
+        let budget = (elapsed / self.interval_ns).saturating_add(self.burst);
+        if self.used >= budget {
+            return false;
+        }
+        self.used += 1;
+        true
+    }
+}
+
 /// The responder's loop: answers every new request of the test once, until
 /// the prober's FIN or the side's stop.
 pub fn answer(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
@@ -353,6 +394,7 @@ pub fn answer(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     if ctx.plan.omit.is_zero() {
         meter.open(start);
     }
+    let mut pace = ReplyPace::new(start, send_interval(&rr));
     let mut counts = UdpRrStats::default();
     let mut reply_seq = 0u64;
     let mut highest: Option<u64> = None;
@@ -397,6 +439,15 @@ pub fn answer(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
             if dgram.len() != len || h.flags & (FLAG_HELLO | FLAG_REPLY) != 0 || h.seq >= cap as u64
             {
+                counts.invalid += 1;
+                continue;
+            }
+            // Paced to the agreed rate: a flood of distinct sequences
+            // would otherwise be answered as fast as it came, a reflector
+            // at many times the rate admission agreed to (and past
+            // max_unauthenticated_udp_bitrate). Checked before `seen`, so
+            // a request over the rate counts as never received.
+            if !pace.allow(Instant::now()) {
                 counts.invalid += 1;
                 continue;
             }
@@ -616,6 +667,19 @@ mod tests {
         // No figures at all: nothing divided by zero.
         let s = UdpRrSummary::combine(params(), 64, None, None);
         assert_eq!(s.upstream_loss_percent, 0.0);
+    }
+
+    #[test]
+    fn replies_are_paced_to_the_agreed_interval_plus_a_burst() {
+        let start = Instant::now();
+        let mut pace = ReplyPace::new(start, Duration::from_millis(10));
+        // 250 ms of 10 ms intervals: a burst of 32 (the floor) at once.
+        let at_once = (0..1000).filter(|_| pace.allow(start)).count();
+        assert_eq!(at_once, 32);
+        // One second later, 100 more and no more.
+        let later = start + Duration::from_secs(1);
+        let then = (0..1000).filter(|_| pace.allow(later)).count();
+        assert_eq!(then, 100);
     }
 
     #[test]

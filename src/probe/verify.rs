@@ -170,8 +170,13 @@ pub fn check_results(
             let sent = local.streams.iter().find(|l| l.id == s.id);
             check_received_against_sent(request, s, sent)
                 .map_err(|e| format!("stream {id}: {e}"))?;
+        } else {
+            let got = local.streams.iter().find(|l| l.id == s.id);
+            check_sent_against_received(request, s, got)
+                .map_err(|e| format!("stream {id}: {e}"))?;
         }
     }
+    check_sent_against_rate(request, remote)?;
     let h = &remote.host;
     for (name, v) in [
         ("cpu_utilization", h.cpu_utilization),
@@ -442,6 +447,119 @@ fn check_received_against_sent(
         return Err(format!(
             "the responder reports receiving over {} s what took {} s to send",
             received.seconds, sent.seconds
+        ));
+    }
+    Ok(())
+}
+
+/// How far a paced sender may run ahead of its agreed rate: pacing is
+/// checked per tick and a window's edges are fuzzy, but never by half.
+const PACED_RATE_MARGIN: f64 = 1.25;
+/// A paced sender's burst on top of its rate, per stream: a few pacing
+/// ticks of 64 KiB writes or GSO batches.
+const PACED_BURST_BYTES: u64 = 1 << 20;
+
+/// The most bytes a sender paced at `request.bitrate` (summed over the
+/// direction) can have written in the test's time, or `None` if unpaced.
+fn paced_bytes_bound(request: &TestRequest, streams: u64) -> Option<u64> {
+    if request.bitrate == 0 || request.rr.is_some() {
+        return None;
+    }
+    let seconds = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms))
+        .as_secs_f64()
+        + 1.0;
+    let bytes = request.bitrate as f64 / 8.0 * seconds * PACED_RATE_MARGIN;
+    Some((bytes as u64).saturating_add(PACED_BURST_BYTES.saturating_mul(streams.max(1))))
+}
+
+/// What the responder says it sent cannot be more than this side can
+/// bound: no more than the agreed rate allows over the test's time (summed
+/// over its sending streams, since the rate is the direction's), and no
+/// faster than that rate over the sender's own window. Otherwise a peer
+/// could claim a billion datagrams sent for the 1,760 that arrived and
+/// make the prober report 99.9998% loss, or a sender rate of terabits.
+fn check_sent_against_rate(request: &TestRequest, remote: &SideStats) -> Result<(), String> {
+    let senders: Vec<&StreamStats> = remote
+        .streams
+        .iter()
+        .filter(|s| s.role == Some(Role::Sender))
+        .collect();
+    let Some(most) = paced_bytes_bound(request, senders.len() as u64) else {
+        return Ok(());
+    };
+    let len = u64::from(request.length.max(1));
+    let bytes: u64 = senders.iter().fold(0u64, |a, s| a.saturating_add(s.bytes));
+    let packets: u64 = senders
+        .iter()
+        .filter_map(|s| s.udp_sent.as_ref())
+        .fold(0u64, |a, u| a.saturating_add(u.packets));
+    if bytes > most {
+        return Err(format!(
+            "the responder reports sending {bytes} bytes; at the agreed {} bit/s the test allows at most {most}",
+            request.bitrate
+        ));
+    }
+    let most_packets = most / len + 64 * senders.len() as u64;
+    if packets > most_packets {
+        return Err(format!(
+            "the responder reports sending {packets} datagrams; at the agreed {} bit/s and {len} bytes the test allows at most {most_packets}",
+            request.bitrate
+        ));
+    }
+    for s in &senders {
+        // Over a short window a burst is most of the figure; over half a
+        // second a sender faster than the whole direction's rate is not
+        // the paced sender agreed on.
+        if s.seconds >= 0.5 {
+            let bps = s.bytes as f64 * 8.0 / s.seconds;
+            let cap = request.bitrate as f64 * PACED_RATE_MARGIN
+                + PACED_BURST_BYTES as f64 * 8.0 / s.seconds;
+            if bps > cap {
+                return Err(format!(
+                    "stream {}: the responder reports sending at {bps:.0} bit/s, over the agreed {} bit/s",
+                    s.id, request.bitrate
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stream the responder sent and this side received: a TCP sender
+/// cannot have written much more than arrived (what it wrote is delivered
+/// unless the connection broke, which fails the test), and no sender can
+/// have sent over a much shorter time than this side took to receive it.
+fn check_sent_against_received(
+    request: &TestRequest,
+    sent: &StreamStats,
+    got: Option<&StreamStats>,
+) -> Result<(), String> {
+    if request.rr.is_some() {
+        return Ok(());
+    }
+    let Some(got) = got else {
+        return Ok(());
+    };
+    if request.kind == Kind::Tcp {
+        // Bytes in flight at either edge of the window: both socket
+        // buffers, and a margin for a window that starts after warm-up.
+        let slack = sent
+            .send_buffer_bytes
+            .min(256 << 20)
+            .saturating_mul(2)
+            .saturating_add(got.receive_buffer_bytes.min(256 << 20))
+            .saturating_add(4 << 20);
+        if sent.bytes > got.bytes.saturating_add(slack) {
+            return Err(format!(
+                "the responder reports sending {} bytes; {} arrived",
+                sent.bytes, got.bytes
+            ));
+        }
+    }
+    if sent.bytes > 0 && got.seconds > 0.2 && sent.seconds < got.seconds * 0.5 - 0.1 {
+        return Err(format!(
+            "the responder reports sending over {} s what took {} s to arrive",
+            sent.seconds, got.seconds
         ));
     }
     Ok(())
@@ -766,6 +884,73 @@ mod tests {
             .socket_drops = Some(u64::MAX);
         let e = check_results(&request, &local, &remote).unwrap_err();
         assert!(e.contains("dropped at the socket"), "{e}");
+    }
+
+    /// Issue 23 defect 6: a sender's counts are held to the agreed rate and
+    /// to what arrived, so a claimed 10^9 datagrams for 1,760 received, or
+    /// a 4 Tbit/s sender, is refused rather than reported as loss.
+    #[test]
+    fn sender_counts_beyond_the_agreed_rate_or_what_arrived_are_refused() {
+        use FlowDirection::Receive;
+        let request = TestRequest {
+            kind: Kind::Udp,
+            direction: Direction::Receive,
+            streams: 1,
+            duration_ms: 2000,
+            bitrate: 10_000_000,
+            length: 1420,
+            window: None,
+            ..asked()
+        };
+        let mut got = stream(0, Receive, Role::Receiver, 1760 * 1420);
+        got.seconds = 2.0;
+        got.tcp = None;
+        got.udp_received = Some(UdpReceiveStats {
+            packets: 1760,
+            ..UdpReceiveStats::default()
+        });
+        let local = SideStats {
+            streams: vec![got],
+            ..SideStats::default()
+        };
+        let mut sent = stream(0, Receive, Role::Sender, 1760 * 1420);
+        sent.seconds = 2.0;
+        sent.tcp = None;
+        sent.udp_sent = Some(UdpSendStats {
+            packets: 1760,
+            mode: None,
+        });
+        let honest = SideStats {
+            streams: vec![sent],
+            ..SideStats::default()
+        };
+        check_results(&request, &local, &honest).unwrap();
+        let mut lie = honest.clone();
+        lie.streams[0].udp_sent.as_mut().unwrap().packets = 1_000_000_000;
+        let e = check_results(&request, &local, &lie).unwrap_err();
+        assert!(e.contains("1000000000 datagrams"), "{e}");
+        // 4 Tbit/s over the window.
+        let mut lie = honest.clone();
+        lie.streams[0].bytes = 1_000_000_000_000;
+        let e = check_results(&request, &local, &lie).unwrap_err();
+        assert!(e.contains("bytes"), "{e}");
+        // The right bytes over a window of a millisecond.
+        let mut lie = honest.clone();
+        lie.streams[0].seconds = 0.001;
+        let e = check_results(&request, &local, &lie).unwrap_err();
+        assert!(e.contains("what took 2 s to arrive"), "{e}");
+        // Reverse TCP, unpaced: no more written than arrived, give or
+        // take the buffers.
+        let tcp = TestRequest {
+            kind: Kind::Tcp,
+            bitrate: 0,
+            ..request.clone()
+        };
+        let mut lie = honest.clone();
+        lie.streams[0].udp_sent = None;
+        lie.streams[0].bytes = 1 << 40;
+        let e = check_results(&tcp, &local, &lie).unwrap_err();
+        assert!(e.contains("arrived"), "{e}");
     }
 
     #[test]

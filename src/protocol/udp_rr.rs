@@ -129,7 +129,8 @@ pub struct UdpRrStats {
     /// Datagrams that arrived after one with a higher sequence.
     pub late: u64,
     /// Datagrams ignored as not of this test, malformed, of another
-    /// length, or answering a request never sent.
+    /// length, answering a request never sent, or (responder) requests
+    /// ahead of the agreed interval, left unanswered.
     pub invalid: u64,
     /// The prober's: IPDV (RFC 3393, between consecutive sequence numbers,
     /// absolute) of the request's and the reply's one-way delay.

@@ -645,6 +645,26 @@ impl History {
         ))
     }
 
+    /// At most `max` of one job's entries from `since` (Unix seconds) on
+    /// and after `after`, as JSON, and whether more follow: a page of the
+    /// API, copied under the lock without copying the rest.
+    pub fn samples_page(
+        &self,
+        key: &ProbeKey,
+        since: f64,
+        after: Option<f64>,
+        max: usize,
+    ) -> Option<(String, Vec<Sample>, bool)> {
+        let g = self.lock();
+        let j = g.jobs.get(key)?;
+        let mut it = j
+            .points()
+            .filter(|p| p.timestamp >= since && after.is_none_or(|a| p.timestamp > a));
+        let page: Vec<Sample> = it.by_ref().take(max).map(Point::sample).collect();
+        let more = it.next().is_some();
+        Some((j.kind.clone(), page, more))
+    }
+
     /// Entries held over all jobs.
     pub fn len(&self) -> usize {
         self.lock().jobs.values().map(JobHistory::len).sum()

@@ -15,6 +15,7 @@ mod fake;
 mod iperf3;
 mod many;
 mod relay;
+mod round3;
 mod util;
 
 use std::io::Read;

@@ -1,5 +1,8 @@
-//! `/api/v1/history?target=&module=&since=&limit=`: the history as JSON,
-//! entries with the probe JSON's field names (docs/JSON.md).
+//! `/api/v1/history?target=&module=&since=&limit=&cursor=`: the history
+//! as JSON, entries with the probe JSON's field names (docs/JSON.md), a
+//! page at a time: at most [`MAX_SAMPLES`] entries an answer, with a
+//! `next` link to the rest. Without the bound one GET of a large history
+//! was 50 MB, and twenty clients that never read it held a gigabyte.
 
 use serde::Serialize;
 
@@ -9,6 +12,8 @@ use crate::service::history::Sample;
 /// Jobs in one answer unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
+/// Entries in one answer, over all its jobs: about 1 MB of JSON.
+pub const MAX_SAMPLES: usize = 2000;
 
 #[derive(Serialize)]
 struct Answer<'a> {
@@ -17,6 +22,12 @@ struct Answer<'a> {
     /// Jobs that matched, of which `jobs` holds the first `limit`.
     jobs_total: usize,
     jobs: Vec<Job<'a>>,
+    /// Where the next page starts (`cursor=`), and the whole query for it;
+    /// absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -62,6 +73,17 @@ pub(super) fn history(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
             _ => return Err(Reply::error(400, format!("limit must be 1 to {MAX_LIMIT}"))),
         },
     };
+    // `cursor=J` or `J:T`: start at the J-th matching job, and in it after
+    // the entry at T (Unix seconds), as a previous page's `next_cursor` said.
+    let (first_job, after) = match get(ps, "cursor") {
+        None | Some("") => (0, None),
+        Some(v) => parse_cursor(v).ok_or_else(|| {
+            Reply::error(
+                400,
+                "cursor must be as a previous answer's next_cursor gave it",
+            )
+        })?,
+    };
     let target = get(ps, "target").filter(|t| !t.is_empty());
     let module = get(ps, "module").filter(|m| !m.is_empty());
     let keys: Vec<_> = view
@@ -77,24 +99,57 @@ pub(super) fn history(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
             "no job with that target and module; see /api/v1/history for all",
         ));
     }
-    let jobs = keys
-        .iter()
-        .take(limit)
-        .map(|k| {
-            let (kind, samples) = view.history.samples(k, from).unwrap_or_default();
-            Job {
-                target: &k.target,
-                module: &k.module,
-                kind,
-                samples,
-            }
-        })
-        .collect();
+    let mut budget = MAX_SAMPLES;
+    let mut jobs = Vec::new();
+    let mut next_cursor = None;
+    for (i, k) in keys.iter().enumerate().skip(first_job).take(limit) {
+        if budget == 0 {
+            next_cursor = Some(i.to_string());
+            break;
+        }
+        let after = if i == first_job { after } else { None };
+        let (kind, samples, more) = view
+            .history
+            .samples_page(k, from, after, budget)
+            .unwrap_or_default();
+        budget -= samples.len();
+        if more {
+            // Resume in this job after its last entry given here.
+            let last = samples.last().map(|s| s.timestamp_seconds).or(after);
+            next_cursor = Some(match last {
+                Some(t) => format!("{i}:{t}"),
+                None => i.to_string(),
+            });
+        }
+        jobs.push(Job {
+            target: &k.target,
+            module: &k.module,
+            kind,
+            samples,
+        });
+        if more {
+            break;
+        }
+    }
+    if next_cursor.is_none() && first_job.saturating_add(limit) < keys.len() {
+        next_cursor = Some((first_job + limit).to_string());
+    }
+    let next = next_cursor.as_ref().map(|c| {
+        let mut q: Vec<String> = ps
+            .iter()
+            .filter(|(k, _)| k != "cursor")
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect();
+        q.push(format!("cursor={}", encode(c)));
+        format!("/api/v1/history?{}", q.join("&"))
+    });
     let answer = Answer {
         now_seconds: now,
         since_seconds: from,
         jobs_total: keys.len(),
         jobs,
+        next_cursor,
+        next,
     };
     match serde_json::to_string(&answer) {
         Ok(body) => Ok(Reply {
@@ -104,4 +159,30 @@ pub(super) fn history(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
         }),
         Err(e) => Err(Reply::error(500, format!("rendering JSON failed: {e}"))),
     }
+}
+
+fn parse_cursor(v: &str) -> Option<(usize, Option<f64>)> {
+    let (job, t) = match v.split_once(':') {
+        Some((j, t)) => (j, Some(t)),
+        None => (v, None),
+    };
+    let job = job.parse().ok()?;
+    let t = match t {
+        Some(t) => Some(t.parse::<f64>().ok().filter(|t| t.is_finite())?),
+        None => None,
+    };
+    Some((job, t))
+}
+
+/// Percent-encodes a query component (all but unreserved characters).
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -144,7 +144,7 @@ pub fn handle(view: &View<'_>, path: &str, query: Option<&str>) -> Option<Reply>
         "/path" => params(query, &["target", "module"]).and_then(|p| pages::path(view, &p)),
         "/kernels" => params(query, &["q", "page"]).and_then(|p| pages::kernels(view, &p)),
         "/fleet" => params(query, &["q", "page"]).and_then(|p| pages::fleet(view, &p)),
-        "/api/v1/history" => params(query, &["target", "module", "since", "limit"])
+        "/api/v1/history" => params(query, &["target", "module", "since", "limit", "cursor"])
             .and_then(|p| api::history(view, &p)),
         _ => return None,
     };

@@ -217,3 +217,56 @@ fn relative_times_read_as_words() {
     assert_eq!(fmt_bps(5.4e9), "5.40 Gbit/s");
     assert_eq!(fmt_bps(950e6), "950 Mbit/s");
 }
+
+/// Issue 23 defect 8: an answer holds at most `api::MAX_SAMPLES` entries,
+/// and following `next_cursor` walks every entry exactly once.
+#[test]
+fn api_pages_a_large_history_and_the_cursor_walks_all_of_it() {
+    let mut f = fixture();
+    let now = 2e9;
+    f.history = History::new(Retention::default());
+    f.jobs.clear();
+    for j in 0..12 {
+        let key = ProbeKey::new(format!("t{j}"), "tcp");
+        for i in 0..200 {
+            let t = now - 7000.0 + i as f64 * 30.0;
+            f.history
+                .record_point(&key, "tcp", point(t, Direction::Send), at(t));
+        }
+        f.jobs.push(job(&format!("t{j}"), "tcp", "tcp", None));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut query = String::from("limit=1000");
+    let mut pages = 0;
+    loop {
+        let r = f.get("/api/v1/history", Some(&query));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        let mut on_page = 0;
+        for job in v["jobs"].as_array().unwrap() {
+            for s in job["samples"].as_array().unwrap() {
+                let k = (
+                    job["target"].as_str().unwrap().to_string(),
+                    s["timestamp_seconds"].as_f64().unwrap().to_bits(),
+                );
+                assert!(seen.insert(k), "an entry given twice");
+                on_page += 1;
+            }
+        }
+        assert!(on_page <= api::MAX_SAMPLES, "{on_page} entries on a page");
+        pages += 1;
+        match v["next"].as_str() {
+            Some(next) => query = next.split_once('?').unwrap().1.to_string(),
+            None => break,
+        }
+        assert!(pages < 10, "the cursor does not advance");
+    }
+    assert_eq!(seen.len(), 2400);
+    assert_eq!(pages, 2);
+    // A cursor that is not one is refused.
+    assert_eq!(f.get("/api/v1/history", Some("cursor=x:y")).status, 400);
+    // Past the jobs of `limit`, the next page starts at the next job.
+    let v: serde_json::Value =
+        serde_json::from_str(&f.get("/api/v1/history", Some("limit=2")).body).unwrap();
+    assert_eq!(v["next_cursor"], "2");
+}

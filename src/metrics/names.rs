@@ -588,7 +588,7 @@ pub static HTTP_REFUSALS: MetricDef = def(
     Counter,
     "pathprobe_http_refusals_total",
     &[REASON],
-    "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403).",
+    "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, over one client's share of an eighth of it, or into the last eighth kept for clients holding none; closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403).",
 );
 pub static HOST_SLOT_REFUSALS: MetricDef = def(
     Service,

@@ -723,6 +723,13 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
 /// `honor_labels`, replace Prometheus' own.
 pub const PROMETHEUS_LABELS: [&str; 2] = ["instance", "job"];
 
+/// Labels the exposition format itself gives a meaning to: `le` is the
+/// upper bound of a histogram bucket and `quantile` the rank of a summary
+/// sample. A target label `le="x"` beside the bucket's own `le` makes the
+/// line unparseable (a duplicate label, and not a float), and Prometheus
+/// then drops the whole scrape of the host, not only the series.
+pub const EXPOSITION_LABELS: [&str; 2] = ["le", "quantile"];
+
 /// Label names a target's own labels may not use because pathprobe sets
 /// them itself: the [`PROBE_LABELS`] and every label of a per-probe
 /// metric, each once, in definition order. Derived from [`ALL`], so a
@@ -748,6 +755,16 @@ pub fn label_owner(name: &str) -> Option<&'static str> {
         Some("pathprobe sets it itself")
     } else if PROMETHEUS_LABELS.contains(&name) {
         Some("Prometheus sets it when it scrapes")
+    } else if name == "le" {
+        Some(
+            "the exposition format uses it for a histogram bucket's upper bound, \
+             and a second `le` on a bucket line makes Prometheus reject the whole scrape",
+        )
+    } else if EXPOSITION_LABELS.contains(&name) {
+        Some(
+            "the exposition format uses it for a summary's quantile, \
+             and Prometheus would reject or misread those series",
+        )
     } else {
         None
     }
@@ -761,10 +778,13 @@ pub fn label_rule_text() -> String {
     };
     format!(
         "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ \
-         (Prometheus' own), must not be a label pathprobe sets ({}), and must \
-         not be {}, which Prometheus sets when it scrapes.",
+         (Prometheus' own), must not be a label pathprobe sets ({}), must \
+         not be {}, which Prometheus sets when it scrapes, and must not be {}, \
+         which the exposition format gives a meaning to (histogram buckets, \
+         summary quantiles).",
         quote(&mut reserved_label_names()),
-        quote(&mut PROMETHEUS_LABELS.into_iter()).replace(", ", " or ")
+        quote(&mut PROMETHEUS_LABELS.into_iter()).replace(", ", " or "),
+        quote(&mut EXPOSITION_LABELS.into_iter()).replace(", ", " or ")
     )
 }
 
@@ -893,12 +913,15 @@ pub(crate) mod tests {
         );
         assert_eq!(label_owner("release"), Some("pathprobe sets it itself"));
         assert_eq!(label_owner("rack"), None);
+        assert!(label_owner("le").unwrap().contains("bucket"));
+        assert!(label_owner("quantile").unwrap().contains("quantile"));
         assert_eq!(
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), and must not be \
-             `instance` or `job`, which Prometheus sets when it scrapes."
+             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), must not be \
+             `instance` or `job`, which Prometheus sets when it scrapes, and must not be `le` or `quantile`, \
+             which the exposition format gives a meaning to (histogram buckets, summary quantiles)."
         );
     }
 

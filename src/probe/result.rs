@@ -88,11 +88,18 @@ pub struct IntervalFigures {
     pub direction: Option<FlowDirection>,
     pub start: f64,
     pub end: f64,
-    /// Bytes received in the interval, and their rate over it.
+    /// Whose count `bytes` is: the receiver's when it reported intervals,
+    /// else the sender's (a stock iperf3 server sends none, so a forward
+    /// test against it only has this host's, the sender's).
+    pub measured_by: Role,
+    /// Bytes in the interval as `measured_by` counted them, and their rate
+    /// over it.
     pub bytes: u64,
     pub bits_per_second: f64,
-    pub sender_bytes: u64,
-    pub sender_bits_per_second: f64,
+    /// The sender's own count; `None` when the sender reported no
+    /// intervals (a stock iperf3 server sending in a `-R` test).
+    pub sender_bytes: Option<u64>,
+    pub sender_bits_per_second: Option<f64>,
     /// TCP: segments the sender retransmitted in the interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
@@ -124,17 +131,23 @@ fn stream_interval(
 ) -> IntervalFigures {
     let start = k as f64 * length;
     let end = rx.or(tx).map_or(start, |i| i.end);
-    let rate =
-        |i: Option<&IntervalStats>| i.map_or(0.0, |i| bits_per_second(i.bytes, i.end - i.start));
+    let rate = |i: &IntervalStats| bits_per_second(i.bytes, i.end - i.start);
+    // The receiver's count when it has one; else what the sender knows,
+    // said to be the sender's, rather than a receiver's 0.
+    let (measured_by, counted) = match (rx, tx) {
+        (Some(rx), _) => (Role::Receiver, Some(rx)),
+        (None, tx) => (Role::Sender, tx),
+    };
     IntervalFigures {
         id: Some(id),
         direction: Some(direction),
         start,
         end,
-        bytes: rx.map_or(0, |i| i.bytes),
-        bits_per_second: rate(rx),
-        sender_bytes: tx.map_or(0, |i| i.bytes),
-        sender_bits_per_second: rate(tx),
+        measured_by,
+        bytes: counted.map_or(0, |i| i.bytes),
+        bits_per_second: counted.map_or(0.0, rate),
+        sender_bytes: tx.map(|i| i.bytes),
+        sender_bits_per_second: tx.map(rate),
         retransmits: tx.and_then(|i| i.retransmits),
         packets: rx.and_then(|i| i.packets),
         sender_packets: tx.and_then(|i| i.packets),
@@ -180,21 +193,32 @@ fn combine_intervals(
                             direction: f.direction,
                             start,
                             end: start,
+                            measured_by: f.measured_by,
+                            sender_bytes: f.sender_bytes.map(|_| 0),
+                            sender_bits_per_second: f.sender_bits_per_second.map(|_| 0.0),
                             ..Default::default()
                         });
                         sums.last_mut().expect("just pushed")
                     }
                 };
                 sum.end = sum.end.max(f.end);
+                // A direction whose streams are counted by different ends
+                // (some receivers reported, some not) is the sender's.
+                if f.measured_by != sum.measured_by {
+                    sum.measured_by = Role::Sender;
+                }
                 sum.bytes += f.bytes;
-                sum.sender_bytes += f.sender_bytes;
+                sum.sender_bytes = add_opt(sum.sender_bytes, f.sender_bytes);
                 sum.retransmits = add_opt(sum.retransmits, f.retransmits);
                 sum.packets = add_opt(sum.packets, f.packets);
                 sum.sender_packets = add_opt(sum.sender_packets, f.sender_packets);
                 sum.lost = add_opt(sum.lost, f.lost);
                 // Streams' rates add up; each is over its own interval.
                 sum.bits_per_second += f.bits_per_second;
-                sum.sender_bits_per_second += f.sender_bits_per_second;
+                sum.sender_bits_per_second = match (sum.sender_bits_per_second, f.sender_bits_per_second) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+                };
             }
             IntervalSummary {
                 start,

@@ -770,6 +770,40 @@ fn check_config(text: &str) -> (Option<i32>, String, String) {
     )
 }
 
+/// Issue 25 point 1: `labels: {le: x}` put a second `le` on every bucket
+/// line and Prometheus dropped the host's whole scrape. Every label name
+/// that Prometheus or the exposition format gives a meaning to is refused,
+/// naming the label and why.
+#[test]
+fn check_config_refuses_labels_with_a_meaning_to_prometheus() {
+    for (label, why) in [
+        ("le", "the exposition format uses it for a histogram bucket's upper bound"),
+        ("quantile", "the exposition format uses it for a summary's quantile"),
+        ("__name__", "names starting with __ are reserved for Prometheus"),
+        ("__x", "names starting with __ are reserved for Prometheus"),
+        ("job", "Prometheus sets it when it scrapes"),
+        ("instance", "Prometheus sets it when it scrapes"),
+        ("target", "pathprobe sets it itself"),
+        ("module", "pathprobe sets it itself"),
+        ("direction", "pathprobe sets it itself"),
+        ("percentile", "pathprobe sets it itself"),
+    ] {
+        let (code, out, err) = check_config(&format!(
+            "modules:\n  tcp: {{kind: tcp}}\ntargets:\n  - address: h\n    modules: [tcp]\n    labels: {{{label}: x}}\n"
+        ));
+        assert_eq!(code, Some(1), "{label}: {out}{err}");
+        assert!(
+            err.starts_with("c.yml:6:") && err.contains(&format!("labels.{label}")),
+            "{label}: {err}"
+        );
+        assert!(err.contains(why), "{label}: {err}");
+    }
+    let (code, _, err) = check_config(
+        "modules:\n  tcp: {kind: tcp}\ntargets:\n  - address: h\n    modules: [tcp]\n    labels: {rack: r1, lower: x}\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
 #[test]
 fn check_config_catches_schedule_congestion_and_tab_mistakes() {
     let (code, _, err) = check_config(

@@ -585,3 +585,31 @@ targets:
     }
     run.shutdown().await;
 }
+
+/// Issue 25 point 1: a target label the exposition format gives a meaning
+/// to (`le` beside a histogram bucket's own `le`) made promtool, and
+/// Prometheus, reject the host's whole scrape. Such names are now refused
+/// at load time (tests/integration/cli.rs checks the message); every name
+/// still allowed, on every kind of series (histograms and percentiles of
+/// tcp_rr included), keeps the scrape valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_target_labels_keep_the_scrape_valid_for_promtool() {
+    let run = InProcess::start(
+        "modules:\n  rr: {kind: tcp_rr, duration: 300ms}\n  tcp: {kind: tcp, duration: 300ms}\n\
+         targets:\n  - {name: peer, address: \"PEER\", modules: [rr, tcp], \
+         labels: {rack: r12, site: lab, zone: a, _team: net, lower_bound: x, quantiles: y, env: \"le=\\\"1\\\"\"}}\n",
+    )
+    .await;
+    let body = run
+        .wait_for(Duration::from_secs(60), |b| {
+            sample(b, "pathprobe_probe_success", &["module=\"rr\""]).is_some()
+                && sample(b, "pathprobe_probe_success", &["module=\"tcp\""]).is_some()
+        })
+        .await;
+    assert!(
+        body.contains("pathprobe_rr_latency_seconds_bucket{"),
+        "no histogram to check:\n{body}"
+    );
+    assert!(body.contains("rack=\"r12\""), "{body}");
+    promtool::check_metrics(&body);
+}

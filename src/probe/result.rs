@@ -113,6 +113,46 @@ pub struct IntervalFigures {
     pub lost: Option<u64>,
 }
 
+impl IntervalFigures {
+    /// The same interval and direction with every count at 0 (or unknown
+    /// where this one is unknown): the start of a sum.
+    pub fn zeroed(&self) -> IntervalFigures {
+        IntervalFigures {
+            id: None,
+            direction: self.direction,
+            start: self.start,
+            end: self.start,
+            measured_by: self.measured_by,
+            sender_bytes: self.sender_bytes.map(|_| 0),
+            sender_bits_per_second: self.sender_bits_per_second.map(|_| 0.0),
+            ..Default::default()
+        }
+    }
+
+    /// Adds another stream's figures over the same interval to this sum.
+    pub fn add(&mut self, f: &IntervalFigures) {
+        self.end = self.end.max(f.end);
+        // A direction whose streams are counted by different ends (some
+        // receivers reported, some not) is the sender's.
+        if f.measured_by != self.measured_by {
+            self.measured_by = Role::Sender;
+        }
+        self.bytes += f.bytes;
+        self.sender_bytes = add_opt(self.sender_bytes, f.sender_bytes);
+        self.retransmits = add_opt(self.retransmits, f.retransmits);
+        self.packets = add_opt(self.packets, f.packets);
+        self.sender_packets = add_opt(self.sender_packets, f.sender_packets);
+        self.lost = add_opt(self.lost, f.lost);
+        // Streams' rates add up; each is over its own interval.
+        self.bits_per_second += f.bits_per_second;
+        self.sender_bits_per_second = match (self.sender_bits_per_second, f.sender_bits_per_second)
+        {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
+}
+
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
@@ -186,39 +226,18 @@ fn combine_intervals(
             let start = k as f64 * length;
             let mut sums: Vec<IntervalFigures> = Vec::new();
             for f in &figures {
-                let sum = match sums.iter_mut().find(|s| s.direction == f.direction) {
-                    Some(sum) => sum,
+                match sums.iter_mut().find(|s| s.direction == f.direction) {
+                    Some(sum) => sum.add(f),
                     None => {
-                        sums.push(IntervalFigures {
-                            direction: f.direction,
+                        let mut sum = IntervalFigures {
                             start,
-                            end: start,
-                            measured_by: f.measured_by,
-                            sender_bytes: f.sender_bytes.map(|_| 0),
-                            sender_bits_per_second: f.sender_bits_per_second.map(|_| 0.0),
-                            ..Default::default()
-                        });
-                        sums.last_mut().expect("just pushed")
+                            ..f.zeroed()
+                        };
+                        sum.end = start;
+                        sum.add(f);
+                        sums.push(sum);
                     }
-                };
-                sum.end = sum.end.max(f.end);
-                // A direction whose streams are counted by different ends
-                // (some receivers reported, some not) is the sender's.
-                if f.measured_by != sum.measured_by {
-                    sum.measured_by = Role::Sender;
                 }
-                sum.bytes += f.bytes;
-                sum.sender_bytes = add_opt(sum.sender_bytes, f.sender_bytes);
-                sum.retransmits = add_opt(sum.retransmits, f.retransmits);
-                sum.packets = add_opt(sum.packets, f.packets);
-                sum.sender_packets = add_opt(sum.sender_packets, f.sender_packets);
-                sum.lost = add_opt(sum.lost, f.lost);
-                // Streams' rates add up; each is over its own interval.
-                sum.bits_per_second += f.bits_per_second;
-                sum.sender_bits_per_second = match (sum.sender_bits_per_second, f.sender_bits_per_second) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-                };
             }
             IntervalSummary {
                 start,

@@ -50,7 +50,9 @@ fn check(r: &ProbeResult) {
     let sum = |f: fn(&IntervalSummary) -> u64| r.intervals.iter().map(f).sum::<u64>();
     assert_eq!(sum(|i| i.streams[0].bytes), s.bytes);
     assert_eq!(
-        sum(|i| i.streams[0].sender_bytes.expect("both ends report intervals")),
+        sum(|i| i.streams[0]
+            .sender_bytes
+            .expect("both ends report intervals")),
         s.sender_bytes
     );
     // A pathprobe responder reports its intervals: every figure is the
@@ -91,7 +93,10 @@ async fn tcp_reverse_intervals_take_the_responders_as_sender() {
     // can only have come from the responder's results.
     let r = run(Kind::Tcp, Direction::Receive).await;
     check(&r);
-    assert!(r.intervals.iter().all(|i| i.streams[0].sender_bytes > Some(0)));
+    assert!(r
+        .intervals
+        .iter()
+        .all(|i| i.streams[0].sender_bytes > Some(0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -561,6 +561,13 @@ pub static SCHEDULER_SKIPPED: MetricDef = def(
     &[TARGET, MODULE, REASON],
     "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
 );
+pub static SCHEDULER_BUSY_RETRIES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_scheduler_busy_retries_total",
+    &[TARGET, MODULE],
+    "Probe attempts a responder answered busy that the scheduler tried again within the interval, after the responder's retry hint. Not failed probes: only a run still busy after scheduler.busy_retries, or at the interval's end, counts as pathprobe_probes_total{result=\"busy\"} (and pathprobe_scheduler_runs_skipped_total{reason=\"busy\"}).",
+);
 
 pub static HTTP_REFUSALS: MetricDef = def(
     Service,
@@ -700,6 +707,7 @@ pub static ALL: &[&MetricDef] = &[
     &CONFIG_RELOAD_SUCCESS_TIME,
     &SCHEDULER_LAG,
     &SCHEDULER_SKIPPED,
+    &SCHEDULER_BUSY_RETRIES,
     &HTTP_REFUSALS,
     &HOST_SLOT_REFUSALS,
     &HOST_SLOT_WAITS,
@@ -850,7 +858,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 73);
+        assert_eq!(ALL.len(), 74);
     }
 
     #[test]

@@ -323,8 +323,15 @@ async fn run_once<P, R: Runner<P>>(
                 // Two hosts probing each other get each other's busy at
                 // the same moment with like hints: a random share of the
                 // wait on top keeps them from retrying in lockstep.
-                let base = hint.max(backoff);
-                let wait = base + base.mul_f64(0.5 * random_unit());
+                let spread = |base: Duration| base + base.mul_f64(0.5 * random_unit());
+                let mut wait = spread(hint.max(backoff));
+                // The hint is the holder's deadline, and tests mostly end
+                // before theirs: when it would pass the next run, the
+                // backoff alone is tried instead, so that two hosts with a
+                // short interval still meet between each other's tests.
+                if Instant::now() + wait >= next_due {
+                    wait = spread(backoff);
+                }
                 backoff = (backoff * 2).min(config.busy_backoff_max);
                 retries += 1;
                 if retries > config.busy_retries || Instant::now() + wait >= next_due {

@@ -130,6 +130,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         eprintln!("{note}");
     }
     let mut stream = None;
+    let mut live = None;
     let outcome = async {
         let mut spec = args.spec()?;
         if args.json_stream {
@@ -137,6 +138,10 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
             let s = report::JsonStream::start(&spec, target);
             spec.interval_events = s.sink();
             stream = Some(s);
+        } else if !args.json && spec.interval.is_some() {
+            let l = report::LiveIntervals::start(&spec);
+            spec.interval_events = l.sink();
+            live = Some(l);
         }
         if args.loopback {
             spec.check_local()
@@ -153,10 +158,16 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         stream.end(&outcome);
         return ExitCode::from(code);
     }
+    let was_live = live.is_some();
+    if let Some(live) = live {
+        live.finish();
+    }
     match outcome {
         Ok(result) => {
             if args.json {
                 report::print_line(&report::json(&result));
+            } else if was_live {
+                report::print_text(&report::text_after_live(&result, args.verbose));
             } else {
                 report::print_text(&report::text(&result, args.verbose));
             }

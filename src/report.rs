@@ -22,6 +22,7 @@ use serde_json::json;
 
 use crate::probe::datapath::{IntervalEvent, IntervalSink};
 use crate::probe::result::{DirectionSummary, IntervalFigures, ProbeResult};
+use crate::probe::stats::Role;
 use crate::probe::{FlowDirection, Kind, ProbeError, ProbeSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -179,6 +180,11 @@ fn interval_line(label: &str, f: &IntervalFigures) -> String {
     if let (Some(packets), Some(lost)) = (f.packets, f.lost) {
         let _ = write!(line, " {lost} / {} drop/pkt", packets.saturating_add(lost));
     }
+    if f.measured_by == Role::Sender {
+        // No receiver's count for this interval (a stock iperf3 server
+        // reports none): these bytes were written, not known to arrive.
+        line.push_str(" (sender's count)");
+    }
     line
 }
 
@@ -187,6 +193,40 @@ fn interval_line(label: &str, f: &IntervalFigures) -> String {
 /// then one line per direction; and with `verbose` per-stream and per-host
 /// detail.
 pub fn text(r: &ProbeResult, verbose: bool) -> String {
+    let mut out = interval_lines(r);
+    out.push_str(&text_without_intervals(r, verbose));
+    out
+}
+
+/// The end of a test whose local intervals [`LiveIntervals`] printed as
+/// they closed: the intervals again only if the responder's results added
+/// figures this host could not print live (the receiver's bytes of a
+/// forward test, the sender's retransmits of a `-R` one), under a heading
+/// that says so; then the summary.
+pub fn text_after_live(r: &ProbeResult, verbose: bool) -> String {
+    let mut out = String::new();
+    if responder_added_intervals(r) {
+        out.push_str("intervals with the responder's figures:\n");
+        out.push_str(&interval_lines(r));
+    }
+    out.push_str(&text_without_intervals(r, verbose));
+    out
+}
+
+/// Whether the combined intervals hold figures from the far end: a
+/// receiver's count where this host sent, a sender's where it received.
+fn responder_added_intervals(r: &ProbeResult) -> bool {
+    r.intervals
+        .iter()
+        .flat_map(|i| &i.streams)
+        .any(|f| match f.direction {
+            Some(FlowDirection::Send) => f.measured_by == Role::Receiver,
+            Some(FlowDirection::Receive) => f.sender_bytes.is_some(),
+            None => false,
+        })
+}
+
+fn interval_lines(r: &ProbeResult) -> String {
     let mut out = String::new();
     for i in &r.intervals {
         for f in &i.streams {
@@ -206,6 +246,11 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
             }
         }
     }
+    out
+}
+
+fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
+    let mut out = String::new();
     match (&r.rr, &r.udp_rr) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
@@ -518,16 +563,133 @@ pub fn json(r: &ProbeResult) -> String {
         .unwrap_or_else(|e| error_json_raw("internal", &e.to_string(), ""))
 }
 
-/// `--json-stream`: one JSON object per line, printed as the test runs.
-/// [`JsonStream::start`] prints the `start` event and gives the sink the
-/// local streams' intervals go to; each is printed as an `interval` event
-/// as it closes; [`JsonStream::end`] prints the `end` event, holding the
-/// whole `-J` document (with the responder's intervals too), or an `error`
-/// event.
-pub struct JsonStream {
+/// Prints the local streams' intervals on a thread of its own as they
+/// close, one event at a time, whatever the async runtime is doing: a data
+/// thread only puts the event on a channel.
+struct IntervalPrinter {
     sink: Option<IntervalSink>,
     printer: Option<std::thread::JoinHandle<()>>,
     done: std::sync::mpsc::Receiver<()>,
+}
+
+impl IntervalPrinter {
+    /// `lines` turns one event into what to print (maybe nothing).
+    fn start(mut lines: impl FnMut(&IntervalEvent) -> String + Send + 'static) -> IntervalPrinter {
+        let (tx, rx) = std::sync::mpsc::channel::<IntervalEvent>();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let printer = std::thread::Builder::new()
+            .name("pp-intervals".into())
+            .spawn(move || {
+                for event in rx {
+                    print_text(&lines(&event));
+                }
+                let _ = done_tx.send(());
+            })
+            .ok();
+        IntervalPrinter {
+            sink: Some(IntervalSink(tx)),
+            printer,
+            done,
+        }
+    }
+
+    /// Waits until every event sent has been printed.
+    fn finish(&mut self) {
+        self.sink = None;
+        // Every stream thread has ended by now and dropped its sink; a
+        // wedged one must not hold the output back for ever.
+        if self
+            .done
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .is_ok()
+        {
+            if let Some(p) = self.printer.take() {
+                let _ = p.join();
+            }
+        }
+    }
+}
+
+/// `-i` for people: each of this host's intervals printed as it closes
+/// (iperf3 users watch them while they change something), in the same
+/// line format as the end report, with a `sum` line per direction once all
+/// of its streams closed the interval. (A loopback test is a prober and an
+/// in-process responder: its lines are the prober's too.)
+pub struct LiveIntervals(IntervalPrinter);
+
+impl LiveIntervals {
+    /// Starts printing for a test of `spec`.
+    pub fn start(spec: &ProbeSpec) -> LiveIntervals {
+        let streams = spec.streams.max(1) as usize;
+        let length = spec.interval.map_or(1.0, |i| i.as_secs_f64()).max(1e-3);
+        // Per (direction, interval index): the streams closed so far and
+        // their sum. Bounded: an entry goes once its last stream is in.
+        let mut pending: std::collections::HashMap<(FlowDirection, u64), (usize, IntervalFigures)> =
+            std::collections::HashMap::new();
+        LiveIntervals(IntervalPrinter::start(move |e| {
+            let f = live_figures(e);
+            let mut out = interval_line(&format!("stream {}", e.stream), &f);
+            out.push('\n');
+            if streams > 1 {
+                let k = (e.interval.start / length).round() as u64;
+                let (n, sum) = pending
+                    .entry((e.direction, k))
+                    .or_insert_with(|| (0, f.zeroed()));
+                *n += 1;
+                sum.add(&f);
+                if *n >= streams {
+                    out.push_str(&interval_line("sum", sum));
+                    out.push('\n');
+                    pending.remove(&(e.direction, k));
+                }
+            }
+            out
+        }))
+    }
+
+    /// Where the local streams send their intervals.
+    pub fn sink(&self) -> Option<IntervalSink> {
+        self.0.sink.clone()
+    }
+
+    /// Waits until every interval has been printed.
+    pub fn finish(mut self) {
+        self.0.finish();
+    }
+}
+
+/// One local stream's interval as a report line's figures: whose count it
+/// is follows from what this host did on the stream.
+fn live_figures(e: &IntervalEvent) -> IntervalFigures {
+    let i = &e.interval;
+    let rate = crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start);
+    let sender = e.role == Role::Sender;
+    IntervalFigures {
+        id: Some(e.stream),
+        direction: Some(e.direction),
+        start: i.start,
+        end: i.end,
+        measured_by: e.role,
+        bytes: i.bytes,
+        bits_per_second: rate,
+        sender_bytes: sender.then_some(i.bytes),
+        sender_bits_per_second: sender.then_some(rate),
+        retransmits: i.retransmits,
+        packets: (!sender).then_some(i.packets).flatten(),
+        sender_packets: sender.then_some(i.packets).flatten(),
+        lost: i.lost,
+    }
+}
+
+/// `--json-stream`: one JSON object per line, printed as the test runs.
+/// [`JsonStream::start`] prints the `start` event and gives the sink the
+/// local streams' intervals go to; each is printed as an `interval` event
+/// (`"side": "local"`) as it closes; [`JsonStream::end`] prints the
+/// responder's intervals as `interval` events (`"side": "remote"`) as soon
+/// as its results arrive, then the `end` event, holding the whole `-J`
+/// document, or an `error` event.
+pub struct JsonStream {
+    printer: IntervalPrinter,
 }
 
 impl JsonStream {
@@ -546,48 +708,27 @@ impl JsonStream {
             })
             .to_string(),
         );
-        let (tx, rx) = std::sync::mpsc::channel::<IntervalEvent>();
-        let (done_tx, done) = std::sync::mpsc::channel();
-        let printer = std::thread::Builder::new()
-            .name("pp-json-stream".into())
-            .spawn(move || {
-                use std::io::Write as _;
-                for event in rx {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{}", interval_event(&event));
-                    let _ = out.flush();
-                }
-                let _ = done_tx.send(());
-            })
-            .ok();
         JsonStream {
-            sink: Some(IntervalSink(tx)),
-            printer,
-            done,
+            printer: IntervalPrinter::start(|e| format!("{}\n", interval_event(e))),
         }
     }
 
     /// Where the local streams send their intervals.
     pub fn sink(&self) -> Option<IntervalSink> {
-        self.sink.clone()
+        self.printer.sink.clone()
     }
 
-    /// Prints the `end` event, after every interval the local streams sent.
+    /// Prints the responder's intervals and the `end` event, after every
+    /// interval the local streams sent.
     pub fn end(mut self, outcome: &Result<ProbeResult, ProbeError>) {
-        self.sink = None;
-        // Every stream thread has ended by now and dropped its sink; a
-        // wedged one must not hold the output back for ever.
-        if self
-            .done
-            .recv_timeout(std::time::Duration::from_secs(2))
-            .is_ok()
-        {
-            if let Some(p) = self.printer.take() {
-                let _ = p.join();
-            }
-        }
+        self.printer.finish();
         let event = match outcome {
-            Ok(r) => json!({ "event": "end", "result": r }),
+            Ok(r) => {
+                for line in remote_interval_events(r) {
+                    print_line(&line);
+                }
+                json!({ "event": "end", "result": r })
+            }
             Err(e) => {
                 print_line(&json_stream_error(e));
                 return;
@@ -595,6 +736,51 @@ impl JsonStream {
         };
         print_line(&event.to_string());
     }
+}
+
+/// The responder's own intervals, from the combined result, as `interval`
+/// events with `"side": "remote"`: the receiver's count where this host
+/// sent, the sender's (with its retransmits) where it received. A far end
+/// that reported no intervals (a stock iperf3 server) gives none.
+pub fn remote_interval_events(r: &ProbeResult) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in r.intervals.iter().flat_map(|i| &i.streams) {
+        let (role, bytes, rate) = match f.direction {
+            Some(FlowDirection::Send) if f.measured_by == Role::Receiver => {
+                (Role::Receiver, f.bytes, f.bits_per_second)
+            }
+            Some(FlowDirection::Receive) => match (f.sender_bytes, f.sender_bits_per_second) {
+                (Some(b), Some(bps)) => (Role::Sender, b, bps),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let mut v = json!({
+            "event": "interval",
+            "side": "remote",
+            "stream": f.id.unwrap_or(0),
+            "direction": f.direction,
+            "role": role,
+            "start": f.start,
+            "end": f.end,
+            "bytes": bytes,
+            "bits_per_second": rate,
+        });
+        let extra = match role {
+            Role::Receiver => [("packets", f.packets), ("lost", f.lost)],
+            Role::Sender => [
+                ("retransmits", f.retransmits),
+                ("packets", f.sender_packets),
+            ],
+        };
+        for (key, value) in extra {
+            if let Some(n) = value {
+                v[key] = n.into();
+            }
+        }
+        out.push(v.to_string());
+    }
+    out
 }
 
 /// Writes one line to standard output. A reader that went away (`| head`)
@@ -930,6 +1116,96 @@ mod tests {
         assert_eq!(v["intervals"][1]["streams"][0]["bytes"], 10 * mib);
         assert_eq!(v["intervals"][1]["streams"][0]["sender_bytes"], 9 * mib);
         assert_eq!(v["intervals"][1]["sums"][0]["bytes"], 14 * mib);
+        assert_eq!(v["intervals"][1]["streams"][0]["measured_by"], "receiver");
+        // The responder's figures are new to a prober that printed its own
+        // live: they come again under a heading, once.
+        let after = text_after_live(&r, false);
+        assert!(
+            after.starts_with("intervals with the responder's figures:\n"),
+            "{after}"
+        );
+        assert_eq!(after.lines().count(), 8, "{after}");
+        let events = remote_interval_events(&r);
+        assert_eq!(events.len(), 4);
+        let e: serde_json::Value = serde_json::from_str(&events[2]).unwrap();
+        assert_eq!(e["side"], "remote");
+        assert_eq!(e["role"], "receiver");
+        assert_eq!(e["bytes"], 10 * mib);
+    }
+
+    /// Issue 25 point 2: a stock iperf3 server reports no intervals. A
+    /// forward test's lines read 0 MiB beside the sender's retransmits; they
+    /// now carry the sender's count and say so, and a `-R` test's unknown
+    /// sender figures are null, not 0.
+    #[test]
+    fn intervals_without_the_receivers_say_they_are_the_senders() {
+        use crate::probe::stats::IntervalStats;
+        let mib = 1 << 20;
+        let iv = |k: u32, retransmits: Option<u64>, packets: Option<u64>| IntervalStats {
+            start: f64::from(k),
+            end: f64::from(k + 1),
+            bytes: 100 * mib,
+            retransmits,
+            packets,
+            ..Default::default()
+        };
+        let side = |role: Role, intervals: Vec<IntervalStats>| SideStats {
+            streams: vec![StreamStats {
+                intervals,
+                ..stream(role, 0, 0.0)
+            }],
+            ..Default::default()
+        };
+        let c = |kind, direction| ProbeContext {
+            interval_seconds: Some(1.0),
+            ..ctx(kind, direction)
+        };
+        let local = side(
+            Role::Sender,
+            vec![iv(0, Some(620), None), iv(1, Some(3), None)],
+        );
+        let remote = side(Role::Receiver, Vec::new());
+        let r = ProbeResult::combine(c(Kind::Tcp, Direction::Send), &local, &remote);
+        let out = text(&r, false);
+        assert_eq!(
+            out.lines().next().unwrap(),
+            "send     stream 0  0.00-1.00 sec 100.0000 MiB / 1.00 sec = 838.8608 Mbps 620 retrans (sender's count)"
+        );
+        let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        let s0 = &v["intervals"][0]["streams"][0];
+        assert_eq!(s0["bytes"], 100 * mib, "{s0}");
+        assert_eq!(s0["measured_by"], "sender");
+        assert_eq!(s0["sender_bytes"], 100 * mib);
+        assert_eq!(v["intervals"][0]["sums"][0]["measured_by"], "sender");
+        // Nothing from the far end: no second table, no remote events.
+        assert!(!text_after_live(&r, false).contains("intervals with"));
+        assert!(remote_interval_events(&r).is_empty());
+
+        // UDP forward: the sender's datagrams, no loss known.
+        let local = side(Role::Sender, vec![iv(0, None, Some(72_000))]);
+        let r = ProbeResult::combine(c(Kind::Udp, Direction::Send), &local, &remote);
+        let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        assert_eq!(v["intervals"][0]["streams"][0]["bytes"], 100 * mib);
+        assert_eq!(v["intervals"][0]["streams"][0]["sender_packets"], 72_000);
+        assert!(text(&r, false)
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("(sender's count)"));
+
+        // -R against a stock server: the receiver is this host, the
+        // sender's interval figures are unknown.
+        let rev = c(Kind::Tcp, Direction::Receive);
+        let mut local = side(Role::Receiver, vec![iv(0, None, None)]);
+        local.streams[0].direction = Some(FlowDirection::Receive);
+        let mut remote = side(Role::Sender, Vec::new());
+        remote.streams[0].direction = Some(FlowDirection::Receive);
+        let r = ProbeResult::combine(rev, &local, &remote);
+        let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        let s0 = &v["intervals"][0]["streams"][0];
+        assert_eq!(s0["measured_by"], "receiver", "{v}");
+        assert!(s0["sender_bytes"].is_null(), "{s0}");
+        assert!(!text(&r, false).contains("sender's count"));
     }
 
     #[test]

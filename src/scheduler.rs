@@ -320,7 +320,18 @@ async fn run_once<P, R: Runner<P>>(
             }
             Ok(Attempt::Done) => return,
             Ok(Attempt::Busy(hint)) => {
-                let wait = hint.max(backoff);
+                // Two hosts probing each other get each other's busy at
+                // the same moment with like hints: a random share of the
+                // wait on top keeps them from retrying in lockstep.
+                let spread = |base: Duration| base + base.mul_f64(0.5 * random_unit());
+                let mut wait = spread(hint.max(backoff));
+                // The hint is the holder's deadline, and tests mostly end
+                // before theirs: when it would pass the next run, the
+                // backoff alone is tried instead, so that two hosts with a
+                // short interval still meet between each other's tests.
+                if Instant::now() + wait >= next_due {
+                    wait = spread(backoff);
+                }
                 backoff = (backoff * 2).min(config.busy_backoff_max);
                 retries += 1;
                 if retries > config.busy_retries || Instant::now() + wait >= next_due {
@@ -632,14 +643,13 @@ mod tests {
             .collect();
         assert!(times.len() >= 4, "{times:?}");
         let gaps: Vec<Duration> = times.windows(2).take(3).map(|w| w[1] - w[0]).collect();
-        assert_eq!(
-            gaps,
-            vec![
-                Duration::from_secs(1),
-                Duration::from_secs(2),
-                Duration::from_secs(4)
-            ]
-        );
+        // The backoff doubles; each wait has up to half again on top, at
+        // random, so that two hosts busy with each other do not retry in
+        // lockstep.
+        for (gap, base) in gaps.iter().zip([1, 2, 4]) {
+            let base = Duration::from_secs(base);
+            assert!(*gap >= base && *gap <= base.mul_f64(1.5), "{gaps:?}");
+        }
         assert!(runner.skips.lock().unwrap().is_empty());
 
         // Busy for ever: given up before the next run is due, counted as busy.
@@ -656,27 +666,26 @@ mod tests {
             !skips.is_empty() && skips.iter().all(|(_, w)| *w == Skip::Busy),
             "{skips:?}"
         );
-        // 1+2+4+8 s of backoff fits a 20 s interval; the next wait would not.
+        // 1+2+4 s of backoff (and up to half again) fits a 20 s interval;
+        // the wait that would pass the next run is not taken.
         let first_run: Vec<_> = stubborn
             .attempts
             .lock()
             .unwrap()
             .iter()
-            .take(5)
             .map(|(_, t)| *t)
             .collect();
-        assert_eq!(
-            first_run
-                .windows(2)
-                .map(|w| w[1] - w[0])
-                .take(3)
-                .collect::<Vec<_>>(),
-            vec![
-                Duration::from_secs(1),
-                Duration::from_secs(2),
-                Duration::from_secs(4)
-            ]
-        );
+        let start = first_run[0];
+        let first_run: Vec<Instant> = first_run
+            .into_iter()
+            .take_while(|t| t.duration_since(start) < Duration::from_secs(20))
+            .collect();
+        let gaps: Vec<Duration> = first_run.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.len() >= 3, "{gaps:?}");
+        for (gap, base) in gaps.iter().zip([1, 2, 4]) {
+            let base = Duration::from_secs(base);
+            assert!(*gap >= base && *gap <= base.mul_f64(1.5), "{gaps:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -86,9 +86,10 @@ pub fn check_label_name(name: &str) -> Result<(), String> {
     if let Some(owner) = names::label_owner(name) {
         return Err(format!(
             "{name:?} cannot be a target label: {owner}; pick another name \
-             (pathprobe's: {}; Prometheus': {})",
+             (pathprobe's: {}; Prometheus': {}; the exposition format's: {})",
             names::reserved_label_names().collect::<Vec<_>>().join(", "),
-            names::PROMETHEUS_LABELS.join(", ")
+            names::PROMETHEUS_LABELS.join(", "),
+            names::EXPOSITION_LABELS.join(", ")
         ));
     }
     Ok(())
@@ -160,6 +161,14 @@ mod tests {
             .unwrap_err()
             .starts_with("\"job\" cannot be a target label: Prometheus sets it when it scrapes;"));
         assert!(check_label_name("instance").is_err());
+        // The exposition format's own: `le` on a bucket line broke the
+        // whole scrape of the host.
+        assert!(check_label_name("le")
+            .unwrap_err()
+            .starts_with("\"le\" cannot be a target label: the exposition format uses it for a histogram bucket's upper bound"));
+        assert!(check_label_name("quantile")
+            .unwrap_err()
+            .contains("summary's quantile"));
     }
 
     /// The labels comment of config/pathprobe.yml is generated from the

@@ -582,6 +582,13 @@ pub static SCHEDULER_SKIPPED: MetricDef = def(
     &[TARGET, MODULE, REASON],
     "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
 );
+pub static SCHEDULER_BUSY_RETRIES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_scheduler_busy_retries_total",
+    &[TARGET, MODULE],
+    "Probe attempts a responder answered busy that the scheduler tried again within the interval, after the responder's retry hint. Not failed probes: only a run still busy after scheduler.busy_retries, or at the interval's end, counts as pathprobe_probes_total{result=\"busy\"} (and pathprobe_scheduler_runs_skipped_total{reason=\"busy\"}).",
+);
 
 pub static HTTP_REFUSALS: MetricDef = def(
     Service,
@@ -731,6 +738,7 @@ pub static ALL: &[&MetricDef] = &[
     &CONFIG_RELOAD_SUCCESS_TIME,
     &SCHEDULER_LAG,
     &SCHEDULER_SKIPPED,
+    &SCHEDULER_BUSY_RETRIES,
     &HTTP_REFUSALS,
     &HOST_SLOT_REFUSALS,
     &HOST_SLOT_WAITS,
@@ -754,6 +762,13 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
 /// renamed `exported_instance` or `exported_job` at scrape time, or, with
 /// `honor_labels`, replace Prometheus' own.
 pub const PROMETHEUS_LABELS: [&str; 2] = ["instance", "job"];
+
+/// Labels the exposition format itself gives a meaning to: `le` is the
+/// upper bound of a histogram bucket and `quantile` the rank of a summary
+/// sample. A target label `le="x"` beside the bucket's own `le` makes the
+/// line unparseable (a duplicate label, and not a float), and Prometheus
+/// then drops the whole scrape of the host, not only the series.
+pub const EXPOSITION_LABELS: [&str; 2] = ["le", "quantile"];
 
 /// Label names a target's own labels may not use because pathprobe sets
 /// them itself: the [`PROBE_LABELS`] and every label of a per-probe
@@ -780,6 +795,16 @@ pub fn label_owner(name: &str) -> Option<&'static str> {
         Some("pathprobe sets it itself")
     } else if PROMETHEUS_LABELS.contains(&name) {
         Some("Prometheus sets it when it scrapes")
+    } else if name == "le" {
+        Some(
+            "the exposition format uses it for a histogram bucket's upper bound, \
+             and a second `le` on a bucket line makes Prometheus reject the whole scrape",
+        )
+    } else if EXPOSITION_LABELS.contains(&name) {
+        Some(
+            "the exposition format uses it for a summary's quantile, \
+             and Prometheus would reject or misread those series",
+        )
     } else {
         None
     }
@@ -793,10 +818,13 @@ pub fn label_rule_text() -> String {
     };
     format!(
         "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ \
-         (Prometheus' own), must not be a label pathprobe sets ({}), and must \
-         not be {}, which Prometheus sets when it scrapes.",
+         (Prometheus' own), must not be a label pathprobe sets ({}), must \
+         not be {}, which Prometheus sets when it scrapes, and must not be {}, \
+         which the exposition format gives a meaning to (histogram buckets, \
+         summary quantiles).",
         quote(&mut reserved_label_names()),
-        quote(&mut PROMETHEUS_LABELS.into_iter()).replace(", ", " or ")
+        quote(&mut PROMETHEUS_LABELS.into_iter()).replace(", ", " or "),
+        quote(&mut EXPOSITION_LABELS.into_iter()).replace(", ", " or ")
     )
 }
 
@@ -862,7 +890,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 77);
+        assert_eq!(ALL.len(), 78);
     }
 
     #[test]
@@ -925,12 +953,15 @@ pub(crate) mod tests {
         );
         assert_eq!(label_owner("release"), Some("pathprobe sets it itself"));
         assert_eq!(label_owner("rack"), None);
+        assert!(label_owner("le").unwrap().contains("bucket"));
+        assert!(label_owner("quantile").unwrap().contains("quantile"));
         assert_eq!(
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), and must not be \
-             `instance` or `job`, which Prometheus sets when it scrapes."
+             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), must not be \
+             `instance` or `job`, which Prometheus sets when it scrapes, and must not be `le` or `quantile`, \
+             which the exposition format gives a meaning to (histogram buckets, summary quantiles)."
         );
     }
 

@@ -38,6 +38,11 @@ pub(crate) fn render_store(out: &mut Exposition, store: &ResultStore) {
     let targets = store.lock();
     for (key, target) in targets.iter() {
         render_target(out, Some(key), target, Counters::Include);
+        out.add(
+            &names::SCHEDULER_BUSY_RETRIES,
+            &[(TARGET, &key.target), (MODULE, &key.module)],
+            target.busy_retries as f64,
+        );
         for (reason, n) in &target.skipped {
             out.add(
                 &names::SCHEDULER_SKIPPED,

@@ -288,6 +288,9 @@ pub(crate) struct TargetState {
     /// By [`Direction::as_str`], as `Direction` has no ordering.
     pub directions: BTreeMap<&'static str, SeriesState>,
     pub skipped: BTreeMap<&'static str, u64>,
+    /// Attempts a responder answered `busy` that were tried again within
+    /// the interval: not failed probes (only giving up is one).
+    pub busy_retries: u64,
 }
 
 impl TargetState {
@@ -436,6 +439,13 @@ impl ResultStore {
                 series.labels.clone_from(&labels);
             }
         }
+    }
+
+    /// Counts an attempt of `key` that a responder answered `busy` and that
+    /// the scheduler may try again within the interval.
+    pub fn record_busy_retry(&self, key: &ProbeKey) {
+        let mut targets = self.lock();
+        targets.entry(key.clone()).or_default().busy_retries += 1;
     }
 
     /// Counts a scheduled run of `key` that did not happen, with a reason

@@ -96,11 +96,18 @@ pub struct IntervalFigures {
     pub direction: Option<FlowDirection>,
     pub start: f64,
     pub end: f64,
-    /// Bytes received in the interval, and their rate over it.
+    /// Whose count `bytes` is: the receiver's when it reported intervals,
+    /// else the sender's (a stock iperf3 server sends none, so a forward
+    /// test against it only has this host's, the sender's).
+    pub measured_by: Role,
+    /// Bytes in the interval as `measured_by` counted them, and their rate
+    /// over it.
     pub bytes: u64,
     pub bits_per_second: f64,
-    pub sender_bytes: u64,
-    pub sender_bits_per_second: f64,
+    /// The sender's own count; `None` when the sender reported no
+    /// intervals (a stock iperf3 server sending in a `-R` test).
+    pub sender_bytes: Option<u64>,
+    pub sender_bits_per_second: Option<f64>,
     /// TCP: segments the sender retransmitted in the interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
@@ -112,6 +119,46 @@ pub struct IntervalFigures {
     /// UDP: sequence numbers the receiver saw skipped in the interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<u64>,
+}
+
+impl IntervalFigures {
+    /// The same interval and direction with every count at 0 (or unknown
+    /// where this one is unknown): the start of a sum.
+    pub fn zeroed(&self) -> IntervalFigures {
+        IntervalFigures {
+            id: None,
+            direction: self.direction,
+            start: self.start,
+            end: self.start,
+            measured_by: self.measured_by,
+            sender_bytes: self.sender_bytes.map(|_| 0),
+            sender_bits_per_second: self.sender_bits_per_second.map(|_| 0.0),
+            ..Default::default()
+        }
+    }
+
+    /// Adds another stream's figures over the same interval to this sum.
+    pub fn add(&mut self, f: &IntervalFigures) {
+        self.end = self.end.max(f.end);
+        // A direction whose streams are counted by different ends (some
+        // receivers reported, some not) is the sender's.
+        if f.measured_by != self.measured_by {
+            self.measured_by = Role::Sender;
+        }
+        self.bytes += f.bytes;
+        self.sender_bytes = add_opt(self.sender_bytes, f.sender_bytes);
+        self.retransmits = add_opt(self.retransmits, f.retransmits);
+        self.packets = add_opt(self.packets, f.packets);
+        self.sender_packets = add_opt(self.sender_packets, f.sender_packets);
+        self.lost = add_opt(self.lost, f.lost);
+        // Streams' rates add up; each is over its own interval.
+        self.bits_per_second += f.bits_per_second;
+        self.sender_bits_per_second = match (self.sender_bits_per_second, f.sender_bits_per_second)
+        {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
 }
 
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -132,17 +179,23 @@ fn stream_interval(
 ) -> IntervalFigures {
     let start = k as f64 * length;
     let end = rx.or(tx).map_or(start, |i| i.end);
-    let rate =
-        |i: Option<&IntervalStats>| i.map_or(0.0, |i| bits_per_second(i.bytes, i.end - i.start));
+    let rate = |i: &IntervalStats| bits_per_second(i.bytes, i.end - i.start);
+    // The receiver's count when it has one; else what the sender knows,
+    // said to be the sender's, rather than a receiver's 0.
+    let (measured_by, counted) = match (rx, tx) {
+        (Some(rx), _) => (Role::Receiver, Some(rx)),
+        (None, tx) => (Role::Sender, tx),
+    };
     IntervalFigures {
         id: Some(id),
         direction: Some(direction),
         start,
         end,
-        bytes: rx.map_or(0, |i| i.bytes),
-        bits_per_second: rate(rx),
-        sender_bytes: tx.map_or(0, |i| i.bytes),
-        sender_bits_per_second: rate(tx),
+        measured_by,
+        bytes: counted.map_or(0, |i| i.bytes),
+        bits_per_second: counted.map_or(0.0, rate),
+        sender_bytes: tx.map(|i| i.bytes),
+        sender_bits_per_second: tx.map(rate),
         retransmits: tx.and_then(|i| i.retransmits),
         packets: rx.and_then(|i| i.packets),
         sender_packets: tx.and_then(|i| i.packets),
@@ -181,28 +234,18 @@ fn combine_intervals(
             let start = k as f64 * length;
             let mut sums: Vec<IntervalFigures> = Vec::new();
             for f in &figures {
-                let sum = match sums.iter_mut().find(|s| s.direction == f.direction) {
-                    Some(sum) => sum,
+                match sums.iter_mut().find(|s| s.direction == f.direction) {
+                    Some(sum) => sum.add(f),
                     None => {
-                        sums.push(IntervalFigures {
-                            direction: f.direction,
+                        let mut sum = IntervalFigures {
                             start,
-                            end: start,
-                            ..Default::default()
-                        });
-                        sums.last_mut().expect("just pushed")
+                            ..f.zeroed()
+                        };
+                        sum.end = start;
+                        sum.add(f);
+                        sums.push(sum);
                     }
-                };
-                sum.end = sum.end.max(f.end);
-                sum.bytes += f.bytes;
-                sum.sender_bytes += f.sender_bytes;
-                sum.retransmits = add_opt(sum.retransmits, f.retransmits);
-                sum.packets = add_opt(sum.packets, f.packets);
-                sum.sender_packets = add_opt(sum.sender_packets, f.sender_packets);
-                sum.lost = add_opt(sum.lost, f.lost);
-                // Streams' rates add up; each is over its own interval.
-                sum.bits_per_second += f.bits_per_second;
-                sum.sender_bits_per_second += f.sender_bits_per_second;
+                }
             }
             IntervalSummary {
                 start,

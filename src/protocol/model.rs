@@ -104,11 +104,13 @@ pub fn stream_layout(direction: Direction, streams: u32) -> Vec<FlowDirection> {
         .collect()
 }
 
-/// What this side did on a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What this side did on a stream. The default, the receiver, is whose
+/// figures a report prefers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Sender,
+    #[default]
     Receiver,
 }
 

@@ -111,6 +111,17 @@ impl Runner<ProbeJob> for ProbeRunner {
         Box::pin(async move {
             let (outcomes, busy) = run_job(&payload).await;
             for o in outcomes {
+                // A busy answer is not yet a failed probe: the scheduler
+                // retries it within the interval after the responder's
+                // hint, and records a busy failure only when it gives up
+                // (`skipped` with Skip::Busy). Counting each busy try as a
+                // failure made two hosts probing each other look half
+                // broken (issue 25).
+                if o.result.as_ref().is_err_and(|f| f.reason == "busy") && busy.is_some() {
+                    tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, "responder busy; the scheduler will retry");
+                    store.record_busy_retry(&key);
+                    continue;
+                }
                 match &o.result {
                     Ok(r) => {
                         tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, bits_per_second = r.throughput_bits_per_second, "probe succeeded")
@@ -134,10 +145,18 @@ impl Runner<ProbeJob> for ProbeRunner {
         tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped");
         self.store.record_skipped(&key, why.as_str());
         // A run cut at its deadline recorded nothing: it is a failed probe,
-        // and its old figures must not stay looking current. (A busy run
-        // already recorded its busy failure.)
-        if why == Skip::Timeout {
-            let reason = "timeout";
+        // and its old figures must not stay looking current. So is a run
+        // whose responder stayed busy through every retry (its busy tries
+        // were counted as retries, not failures).
+        let failure = match why {
+            Skip::Timeout => Some(("timeout", format!("run {}", why.as_str()))),
+            Skip::Busy => Some((
+                "busy",
+                "the responder was still busy after the retries the interval allowed".to_string(),
+            )),
+            Skip::Missed => None,
+        };
+        if let Some((reason, message)) = failure {
             for (direction, _) in job.payload.module.specs() {
                 let outcome = ProbeOutcome {
                     kind: job.payload.module.kind.as_str().to_string(),
@@ -148,7 +167,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                     slot_wait: None,
                     result: Err(ProbeFailure {
                         reason,
-                        message: format!("run {}", why.as_str()),
+                        message: message.clone(),
                     }),
                 };
                 self.history.record(&key, &outcome, SystemTime::now());

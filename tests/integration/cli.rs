@@ -160,29 +160,88 @@ fn loopback_needs_no_target() {
     );
 }
 
-#[test]
-fn interval_lines_come_before_the_final_line() {
-    let out = run(
-        bin().args(["probe", "--loopback", "-t", "1", "-i", "0.5", "-b", "1g"]),
-        Duration::from_secs(20),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "{text}");
-    assert!(
-        lines[0].starts_with("send     stream 0  0.00-0.50 sec "),
-        "{text}"
-    );
-    assert!(lines[1].starts_with("send     stream 0  0.50-1."), "{text}");
-    for l in &lines[..2] {
-        assert!(l.contains(" MiB / ") && l.ends_with(" retrans"), "{l}");
+/// Runs `cmd` to its end within `limit`: each stdout line with when it
+/// arrived, and when the process ended.
+fn timed_lines(cmd: &mut Command, limit: Duration) -> (Vec<(Instant, String)>, Instant) {
+    let _turn = turn::shared();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map(|l| (Instant::now(), l.unwrap()))
+            .collect::<Vec<_>>()
+    });
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("probe ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(lines[2].contains(" %TX "), "the final line last: {text}");
+    let ended = Instant::now();
+    assert!(child.wait().unwrap().success());
+    (reader.join().unwrap(), ended)
+}
+
+/// Issue 25 point 3: every `-i` line used to appear when the test ended.
+/// Each of this host's intervals is now printed as it closes, both
+/// directions; the responder's figures follow when its results arrive,
+/// under a heading, then the final line.
+#[test]
+fn interval_lines_are_printed_as_they_close() {
+    for (dir, flags) in [("send    ", &[][..]), ("receive ", &["-R"][..])] {
+        let (lines, ended) = timed_lines(
+            bin()
+                .args(["probe", "--loopback", "-t", "3", "-i", "0.5", "-b", "1g"])
+                .args(flags),
+            Duration::from_secs(30),
+        );
+        let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+        let (first, line) = &lines[0];
+        assert!(
+            line.starts_with(&format!("{dir} stream 0  0.00-0.50 sec ")),
+            "{text}"
+        );
+        let early = ended.duration_since(*first);
+        eprintln!("{dir}: the first interval line came {early:?} before the end");
+        assert!(
+            early > Duration::from_millis(1500),
+            "{dir}: the first interval came {early:?} before the end, not as it closed:\n{text}"
+        );
+        // Six live lines, this host's own (a sender's count when it
+        // sends), then the responder's figures.
+        let live: Vec<&str> = lines[..6].iter().map(|(_, l)| l.as_str()).collect();
+        for (k, l) in live.iter().enumerate() {
+            assert!(
+                l.starts_with(&format!("{dir} stream 0  {:.2}-", k as f64 * 0.5)),
+                "{text}"
+            );
+            assert!(l.contains(" MiB / "), "{l}");
+        }
+        assert_eq!(
+            lines[6].1, "intervals with the responder's figures:",
+            "{text}"
+        );
+        assert_eq!(lines.len(), 14, "{text}");
+        assert!(lines[13].1.contains(" %TX "), "the final line last: {text}");
+        // TCP's retransmits are the sender's: this host's when it sends,
+        // the responder's (in its table) when it receives.
+        let with_retrans = if dir == "send    " {
+            &lines[..6]
+        } else {
+            &lines[7..13]
+        };
+        assert!(
+            with_retrans.iter().all(|(_, l)| l.contains(" retrans")),
+            "{text}"
+        );
+    }
 }
 
 #[test]
@@ -236,10 +295,19 @@ fn json_stream_prints_intervals_as_they_happen() {
         .iter()
         .filter(|(_, v)| v["event"] == "interval")
         .collect();
-    assert_eq!(intervals.len(), 4, "{kinds:?}");
-    assert!(intervals
+    assert_eq!(intervals.len(), 8, "{kinds:?}");
+    assert!(intervals[..4]
         .iter()
         .all(|(_, v)| v["role"] == "sender" && v["side"] == "local"));
+    // Issue 25 point 6: the responder's intervals are events too, as soon
+    // as its results arrive (before `end`), not only inside `end`.
+    assert!(
+        intervals[4..]
+            .iter()
+            .all(|(_, v)| v["role"] == "receiver" && v["side"] == "remote"),
+        "{lines:?}"
+    );
+    assert!(intervals[4].1["bytes"].as_u64().unwrap() > 0);
     assert_eq!(intervals[0].1["start"], 0.0);
     assert!(intervals[0].1["bytes"].as_u64().unwrap() > 0);
     let (first, _) = intervals[0];
@@ -768,6 +836,49 @@ fn check_config(text: &str) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         err,
     )
+}
+
+/// Issue 25 point 1: `labels: {le: x}` put a second `le` on every bucket
+/// line and Prometheus dropped the host's whole scrape. Every label name
+/// that Prometheus or the exposition format gives a meaning to is refused,
+/// naming the label and why.
+#[test]
+fn check_config_refuses_labels_with_a_meaning_to_prometheus() {
+    for (label, why) in [
+        (
+            "le",
+            "the exposition format uses it for a histogram bucket's upper bound",
+        ),
+        (
+            "quantile",
+            "the exposition format uses it for a summary's quantile",
+        ),
+        (
+            "__name__",
+            "names starting with __ are reserved for Prometheus",
+        ),
+        ("__x", "names starting with __ are reserved for Prometheus"),
+        ("job", "Prometheus sets it when it scrapes"),
+        ("instance", "Prometheus sets it when it scrapes"),
+        ("target", "pathprobe sets it itself"),
+        ("module", "pathprobe sets it itself"),
+        ("direction", "pathprobe sets it itself"),
+        ("percentile", "pathprobe sets it itself"),
+    ] {
+        let (code, out, err) = check_config(&format!(
+            "modules:\n  tcp: {{kind: tcp}}\ntargets:\n  - address: h\n    modules: [tcp]\n    labels: {{{label}: x}}\n"
+        ));
+        assert_eq!(code, Some(1), "{label}: {out}{err}");
+        assert!(
+            err.starts_with("c.yml:6:") && err.contains(&format!("labels.{label}")),
+            "{label}: {err}"
+        );
+        assert!(err.contains(why), "{label}: {err}");
+    }
+    let (code, _, err) = check_config(
+        "modules:\n  tcp: {kind: tcp}\ntargets:\n  - address: h\n    modules: [tcp]\n    labels: {rack: r1, lower: x}\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use pathprobe::probe::result::IntervalSummary;
+use pathprobe::probe::stats::Role;
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::responder::ResponderConfig;
 
@@ -48,7 +49,18 @@ fn check(r: &ProbeResult) {
     let s = &r.streams[0];
     let sum = |f: fn(&IntervalSummary) -> u64| r.intervals.iter().map(f).sum::<u64>();
     assert_eq!(sum(|i| i.streams[0].bytes), s.bytes);
-    assert_eq!(sum(|i| i.streams[0].sender_bytes), s.sender_bytes);
+    assert_eq!(
+        sum(|i| i.streams[0]
+            .sender_bytes
+            .expect("both ends report intervals")),
+        s.sender_bytes
+    );
+    // A pathprobe responder reports its intervals: every figure is the
+    // receiver's own.
+    for i in &r.intervals {
+        assert_eq!(i.streams[0].measured_by, Role::Receiver, "{i:?}");
+        assert_eq!(i.sums[0].measured_by, Role::Receiver, "{i:?}");
+    }
     assert_eq!(sum(|i| i.sums[0].bytes), r.bytes);
     match r.kind {
         Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {}
@@ -81,7 +93,10 @@ async fn tcp_reverse_intervals_take_the_responders_as_sender() {
     // can only have come from the responder's results.
     let r = run(Kind::Tcp, Direction::Receive).await;
     check(&r);
-    assert!(r.intervals.iter().all(|i| i.streams[0].sender_bytes > 0));
+    assert!(r
+        .intervals
+        .iter()
+        .all(|i| i.streams[0].sender_bytes > Some(0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

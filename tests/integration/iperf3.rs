@@ -924,3 +924,75 @@ fn stock_clients_bounded_by_bytes_or_blocks() {
     assert_eq!(c.rejected_budget.load(Ordering::Relaxed), 1);
     assert!(c.bytes.load(Ordering::Relaxed) >= 32 * M);
 }
+
+/// Issue 25 point 2: against a stock `iperf3 -s`, which reports no
+/// intervals, `-i` printed `0.0000 MiB` in every forward interval (`-J`:
+/// `"bytes": 0` beside the real `sender_bytes`), TCP and UDP. Each interval
+/// now carries what the sender knows and says it is the sender's; `-R`
+/// keeps the receiver's (this host's) count and leaves the stock sender's
+/// unknown (null), not 0.
+#[test]
+fn intervals_against_a_stock_server_carry_the_senders_count() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    for (args, measured_by) in [
+        (vec!["-t", "2", "-i", "0.5"], "sender"),
+        (
+            vec!["-t", "2", "-i", "0.5", "-u", "-b", "20m", "-l", "1400"],
+            "sender",
+        ),
+        (vec!["-t", "2", "-i", "0.5", "-R"], "receiver"),
+    ] {
+        let srv = Server::start(&[]);
+        let r = probe(srv.port, &args);
+        let _ = srv.report();
+        let intervals = r["intervals"].as_array().expect("intervals");
+        assert_eq!(intervals.len(), 4, "{args:?}: {r}");
+        let mut total = 0;
+        for i in intervals {
+            let s = &i["streams"][0];
+            eprintln!("{args:?}: {s}");
+            assert_eq!(s["measured_by"], measured_by, "{args:?}: {s}");
+            assert!(u(&s["bytes"]) > 0, "{args:?}: an interval of 0: {s}");
+            total += u(&s["bytes"]);
+            match measured_by {
+                "sender" => assert_eq!(s["sender_bytes"], s["bytes"], "{s}"),
+                _ => assert!(s["sender_bytes"].is_null(), "{s}"),
+            }
+        }
+        let d = &r["directions"][0];
+        let whole = u(&d[if measured_by == "sender" {
+            "sender_bytes"
+        } else {
+            "bytes"
+        }]);
+        assert_eq!(total, whole, "{args:?}: intervals add up to the total");
+    }
+    // The text lines say whose count they show.
+    let srv = Server::start(&[]);
+    let out = run_bounded(
+        pathprobe().args([
+            "probe",
+            "--iperf3",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+        ]),
+        Duration::from_secs(40),
+    )
+    .unwrap();
+    let _ = srv.report();
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(" sec ")).collect();
+    eprintln!("{}", out.stdout);
+    assert!(lines.len() >= 3, "{}", out.stdout);
+    for l in &lines[..2] {
+        assert!(l.ends_with("(sender's count)"), "{l}");
+        assert!(!l.contains(" 0.0000 MiB"), "{l}");
+    }
+}

@@ -948,8 +948,10 @@ fn clamped_probe_says_so_once_in_a_note_without_a_warning() {
     assert!(!err.contains("WARN") && !err.contains("clamp"), "{err}");
 }
 
+/// `respond` logs as `serve` does (logfmt unless `--log.format` says
+/// otherwise): one line per test, its fields as `key=value`.
 #[test]
-fn responder_logs_one_plain_line_per_test() {
+fn responder_logs_one_logfmt_line_per_test() {
     let turn = turn::shared();
     let mut child = bin()
         .args(["respond", "--listen", "127.0.0.1", "--port", "0"])
@@ -986,7 +988,7 @@ fn responder_logs_one_plain_line_per_test() {
     let done: Vec<&str> = log.lines().filter(|l| l.contains("test done")).collect();
     assert_eq!(done.len(), 2, "{log}");
     for l in done {
-        assert!(l.contains(" INFO "), "{l}");
+        assert!(l.starts_with("ts=") && l.contains(" level=info "), "{l}");
         assert!(l.contains("peer=127.0.0.1:"), "{l}");
         assert!(
             l.contains("kind=tcp") && l.contains("direction=send"),

@@ -21,7 +21,11 @@
 #                            with ./configure && make when no binary is found
 #   ROUNDS=N                 runs per tool and test, median shown (default 3)
 #   VETH=0                   skip the namespace comparison
-#   PORT=N                   first of the four server ports (default 25301)
+#   PORT=N                   first of the five server ports (default 25301)
+#   BASELINE=/path/pathprobe another pathprobe build (say, main before a
+#                            refactor) run as a fifth tool with its own
+#                            responder, so that before and after share one
+#                            run: its ratios to iperf3 print beside today's
 #
 # Needs: cargo, iperf3, python3; root for the veth part.
 set -euo pipefail
@@ -59,7 +63,12 @@ else
   echo "note: no iperf3 3.21 (set IPERF3=/path or IPERF3_SRC=/src); comparing with $(iperf3 --version | head -n1) only" >&2
 fi
 
-export PP IP_NEW T ROUNDS=${ROUNDS:-3}
+BASE=${BASELINE:-}
+if [ -n "$BASE" ]; then
+  [ -x "$BASE" ] || die "BASELINE=$BASE is not an executable"
+  BASE=$(readlink -f "$BASE")
+fi
+export PP IP_NEW BASE T ROUNDS=${ROUNDS:-3}
 NS_A=ppbench-a NS_B=ppbench-b
 pids=()
 cleanup() {
@@ -77,18 +86,21 @@ trap 'exit 130' INT TERM
 # command in the server's namespace (empty on loopback). `ip netns exec`
 # execs the command, so $! is the server itself (its CPU is read by pid).
 PORT=${PORT:-25301}
-export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3))
+export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3)) PORT_BASE=$((PORT + 4))
 start_servers() {
   local addr=$1; shift
   "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" --iperf3-port "$PORT_PPI" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
   "$@" iperf3 -s -B "$addr" -p "$PORT_IP" >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
+  if [ -n "$BASE" ]; then
+    "$@" "$BASE" respond --listen "$addr" --port "$PORT_BASE" >/dev/null 2>&1 & pids+=($!); export PID_BASE=$!
+  fi
   if [ -n "$IP_NEW" ]; then
     "$@" "$IP_NEW" -s -B "$addr" -p "$PORT_IPN" >/dev/null 2>&1 & pids+=($!); export PID_IPN=$!
   fi
   sleep 1
   # A server that could not listen (a port in use) has exited by now.
   for p in "${pids[@]}"; do
-    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_PPI in use? set PORT=)"
+    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_BASE in use? set PORT=)"
   done
 }
 stop_servers() {
@@ -103,6 +115,7 @@ run_env() {   # run_env NAME ADDR [CLIENT-PREFIX...]
 import json, os, resource, statistics, subprocess, sys
 
 PP, IP_NEW, T = os.environ["PP"], os.environ.get("IP_NEW", ""), os.environ["T"]
+BASE = os.environ.get("BASE", "")
 ROUNDS, ADDR, ENV = int(os.environ["ROUNDS"]), os.environ["ADDR"], os.environ["ENV_NAME"]
 prefix = sys.argv[1:]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -124,8 +137,8 @@ def run(cmd, server_pid):
         raise RuntimeError(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()[:300]}")
     return json.loads(out.stdout), c1 - c0, s1 - s0
 
-def pathprobe(args):
-    d, c, s = run([PP, "probe", "-J", "-t", T, "-p", os.environ["PORT_PP"]] + args + [ADDR], os.environ["PID_PP"])
+def pathprobe(args, binary=PP, port="PORT_PP", pid="PID_PP"):
+    d, c, s = run([binary, "probe", "-J", "-t", T, "-p", os.environ[port]] + args + [ADDR], os.environ[pid])
     u = d.get("udp") or {}
     mode = f'{u.get("send_mode", "")}/{u.get("receive_mode", "")}' if u else ""
     if u.get("packets_coalesced"):
@@ -159,6 +172,8 @@ print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
 print(f"{'test':<24} {'tool':<22} {'Gbit/s':>7} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
 for name, pa, ia, udp in tests:
     tools = [("pathprobe", lambda: pathprobe(pa))]
+    if BASE:
+        tools.append(("pathprobe baseline", lambda: pathprobe(pa, BASE, "PORT_BASE", "PID_BASE")))
     tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", os.environ["PORT_IP"], os.environ["PID_IP"], ia, udp)))
     if IP_NEW:
         extra = ["--gsro"] if udp else []
@@ -183,9 +198,12 @@ for name, pa, ia, udp in tests:
         cg, sg = (c / gb, s / gb) if gb > 0 else (float("nan"),) * 2
         print(f"{name:<24} {t:<22} {bps / 1e9:7.2f} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}  {mode}")
     # The one figure to quote: throughput against each other tool, same run.
-    for t, bps in medians.items():
-        if t != "pathprobe" and "pathprobe" in medians and bps > 0:
-            print(f"{name:<24} ratio pathprobe/{t}: {medians['pathprobe'] / bps:.2f}")
+    # With a baseline build, its ratios print too: the same ratio before and
+    # after a change, measured in one run, is what shows it changed nothing.
+    for p in ("pathprobe", "pathprobe baseline"):
+        for t, bps in medians.items():
+            if not t.startswith("pathprobe") and p in medians and bps > 0:
+                print(f"{name:<24} ratio {p}/{t}: {medians[p] / bps:.2f}")
 
 # The stock client against pathprobe's responder and against iperf3 -s,
 # taking turns. Throughput is the client's own count and clock (sum_sent),

@@ -20,9 +20,9 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::probe::datapath::{IntervalEvent, IntervalSink};
-use crate::probe::result::{DirectionSummary, IntervalFigures, ProbeResult};
-use crate::probe::stats::Role;
+use crate::analysis::result::{DirectionSummary, IntervalFigures, ProbeResult};
+use crate::engine::datapath::{IntervalEvent, IntervalSink};
+use crate::engine::stats::Role;
 use crate::probe::{FlowDirection, Kind, ProbeError, ProbeSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -403,7 +403,7 @@ fn peer_line(r: &ProbeResult) -> Option<String> {
     ))
 }
 
-fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
+fn rr_lines(rr: &crate::kinds::tcp_rr::RrSummary) -> String {
     let shape = match &rr.crr {
         Some(_) => format!(
             "tcp_crr  {} / {} bytes, a connection each",
@@ -456,7 +456,7 @@ fn percentile_line(what: &str, l: &crate::protocol::rr::LatencyStats) -> String 
 }
 
 /// `tcp_crr`'s own lines: connect time, and every connection accounted for.
-fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
+fn crr_lines(c: &crate::kinds::tcp_crr::CrrSummary) -> String {
     use crate::protocol::crr::{CrrFailure, CrrFailures};
     let mut out = String::new();
     if let Some(l) = &c.connect {
@@ -501,7 +501,7 @@ fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
 
 /// A `udp_rr` result in irtt's terms: loss by direction, the round trip
 /// less the responder's processing time, IPDV each way.
-fn udp_rr_lines(u: &crate::probe::udp_rr::UdpRrSummary) -> String {
+fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
     let us = |s: f64| s * 1e6;
     let mut out = format!(
         "udp_rr   {} bytes every {:.3} ms: {} sent, {} received; loss upstream {:.2}% ({}), downstream {:.2}% ({}), round trip {:.2}%\n",
@@ -662,7 +662,7 @@ impl LiveIntervals {
 /// is follows from what this host did on the stream.
 fn live_figures(e: &IntervalEvent) -> IntervalFigures {
     let i = &e.interval;
-    let rate = crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start);
+    let rate = crate::analysis::result::ratio(i.bytes as f64 * 8.0, i.end - i.start);
     let sender = e.role == Role::Sender;
     IntervalFigures {
         id: Some(e.stream),
@@ -819,7 +819,7 @@ pub fn interval_event(e: &IntervalEvent) -> String {
         "start": i.start,
         "end": i.end,
         "bytes": i.bytes,
-        "bits_per_second": crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start),
+        "bits_per_second": crate::analysis::result::ratio(i.bytes as f64 * 8.0, i.end - i.start),
     });
     for (key, value) in [
         ("retransmits", i.retransmits),
@@ -856,7 +856,7 @@ pub fn direction_label(d: FlowDirection) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::result::{ProbeContext, ProbeResult};
+    use crate::analysis::result::{ProbeContext, ProbeResult};
 
     #[test]
     fn percentile_lines_line_up_in_microseconds() {
@@ -877,10 +877,10 @@ mod tests {
         );
         assert!(percentile_line("latency", &l).starts_with("latency  min 10.0 "));
     }
-    use crate::probe::spec::Direction;
-    use crate::probe::stats::{
+    use crate::engine::stats::{
         Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
     };
+    use crate::probe::spec::Direction;
 
     fn ctx(kind: Kind, direction: Direction) -> ProbeContext {
         ProbeContext {
@@ -987,7 +987,7 @@ mod tests {
             ..Default::default()
         });
         // The sending thread ran 99% of the window: CPU-bound.
-        tx.sched = Some(crate::probe::stats::ThreadSched {
+        tx.sched = Some(crate::engine::stats::ThreadSched {
             run_seconds: 9.9,
             ..Default::default()
         });
@@ -1045,7 +1045,7 @@ mod tests {
 
     #[test]
     fn intervals_print_per_stream_with_a_sum_and_take_the_receivers_bytes() {
-        use crate::probe::stats::IntervalStats;
+        use crate::engine::stats::IntervalStats;
         let iv = |k: u32, bytes: u64, retransmits: Option<u64>| IntervalStats {
             start: f64::from(k) * 0.5,
             end: f64::from(k + 1) * 0.5,
@@ -1139,7 +1139,7 @@ mod tests {
     /// sender figures are null, not 0.
     #[test]
     fn intervals_without_the_receivers_say_they_are_the_senders() {
-        use crate::probe::stats::IntervalStats;
+        use crate::engine::stats::IntervalStats;
         let mib = 1 << 20;
         let iv = |k: u32, retransmits: Option<u64>, packets: Option<u64>| IntervalStats {
             start: f64::from(k),

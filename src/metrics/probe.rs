@@ -14,8 +14,8 @@ use std::time::SystemTime;
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
-use crate::probe::diagnosis::Limit;
-use crate::probe::result::SideSummary;
+use crate::analysis::diagnosis::Limit;
+use crate::analysis::result::SideSummary;
 use crate::probe::FlowDirection;
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::expo::Exposition;
 use super::names::{self, MetricType, Scope};
 use super::*;
-use crate::probe::result::{DirectionSummary, ProbeResult, SideSummary, TcpSummary, UdpSummary};
+use crate::analysis::result::{DirectionSummary, ProbeResult, SideSummary, TcpSummary, UdpSummary};
 use crate::probe::{Direction, FlowDirection, Kind};
 
 // ---- a small parser of the text format ------------------------------------
@@ -157,7 +157,7 @@ fn tcp_flow(
         }),
         udp: None,
         // The sender stalled on the receive window 80% of the window.
-        diagnosis: crate::probe::diagnosis::diagnose(&crate::probe::diagnosis::Evidence {
+        diagnosis: crate::analysis::diagnosis::diagnose(&crate::analysis::diagnosis::Evidence {
             kind: Some(Kind::Tcp),
             busy: Some(1.0),
             rwnd_limited: Some(0.8),
@@ -1474,7 +1474,7 @@ fn the_verdict_is_one_series_per_cause_with_the_candidates_strengths() {
     store.record(key.clone(), tcp_send_ok(T0));
     let s = store_text(&store);
     let send = with(&TCP_KEY, &[("flow", "send")]);
-    for cause in crate::probe::diagnosis::Limit::ALL {
+    for cause in crate::analysis::diagnosis::Limit::ALL {
         let want = if cause.as_str() == "receive_window" {
             1.0
         } else {
@@ -1532,7 +1532,7 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.rr = Some(crate::probe::tcp_rr::RrSummary {
+    r.rr = Some(crate::kinds::tcp_rr::RrSummary {
         request_size: 1,
         response_size: 1,
         burst: 1,
@@ -1666,7 +1666,7 @@ fn crr_result(
     let mut r = rr_result(120e-6, latency);
     r.kind = Kind::TcpCrr;
     if let Some(rr) = r.rr.as_mut() {
-        rr.crr = Some(crate::probe::tcp_crr::CrrSummary {
+        rr.crr = Some(crate::kinds::tcp_crr::CrrSummary {
             connections_attempted: rr.transactions + failures.total(),
             connections_established: rr.transactions,
             connections_per_second: 5000.0,
@@ -1775,7 +1775,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.udp_rr = Some(crate::probe::udp_rr::UdpRrSummary {
+    r.udp_rr = Some(crate::kinds::udp_rr::UdpRrSummary {
         sent: 1000,
         received: 1000 - up - down,
         upstream_lost: up,

@@ -7,14 +7,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
-use super::datapath::{DataSocket, DRAIN_GRACE};
-use super::result::{ProbeContext, ProbeResult};
-use super::side::{End, TestSide};
 use super::spec::{IpFamily, Kind, ProbeSpec};
-use super::tcp_crr::{Connections, Dialer};
-use super::{tcp, udp, verify, ProbeError};
+use super::{verify, ProbeError};
+use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
+use crate::engine::datapath::{DataSocket, DRAIN_GRACE};
+use crate::kinds::side::{End, TestSide};
+use crate::kinds::tcp_crr::{Connections, Dialer};
+use crate::kinds::{tcp, udp};
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
 use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
 

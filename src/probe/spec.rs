@@ -107,7 +107,7 @@ pub struct ProbeSpec {
     /// Interval reports (`-i`): both ends bucket their figures by it.
     pub interval: Option<Duration>,
     /// Where the local streams' intervals go as they close (`--json-stream`).
-    pub interval_events: Option<crate::probe::datapath::IntervalSink>,
+    pub interval_events: Option<crate::engine::datapath::IntervalSink>,
     /// UDP: no GSO/GRO on either end (`--no-offload`).
     pub no_offload: bool,
     /// Request and response sizes, burst and TCP_NODELAY of a `tcp_rr`
@@ -242,11 +242,11 @@ impl ProbeSpec {
         }
         if self
             .interval
-            .is_some_and(|i| i < crate::probe::datapath::MIN_INTERVAL || i > self.duration)
+            .is_some_and(|i| i < crate::engine::datapath::MIN_INTERVAL || i > self.duration)
         {
             return fail(format!(
                 "the interval must be between {} s and the duration, {} s (e.g. -i 1)",
-                crate::probe::datapath::MIN_INTERVAL.as_secs_f64(),
+                crate::engine::datapath::MIN_INTERVAL.as_secs_f64(),
                 self.duration.as_secs_f64()
             ));
         }

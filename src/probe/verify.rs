@@ -14,10 +14,10 @@
 
 use std::time::Duration;
 
-use super::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
-use super::side::MAX_CPUS;
 use super::spec::{stream_layout, FlowDirection};
-use super::stats::{Role, SideStats, StreamStats};
+use crate::engine::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
+use crate::engine::stats::{Role, SideStats, StreamStats};
+use crate::kinds::side::MAX_CPUS;
 use crate::protocol::{Kind, TestRequest};
 
 /// Slack on time figures: scheduling, the control round trip, the drain.
@@ -955,7 +955,7 @@ mod tests {
 
     #[test]
     fn forged_limit_evidence_is_refused() {
-        use crate::probe::stats::{CpuLoad, TcpLimits, ThreadSched};
+        use crate::engine::stats::{CpuLoad, TcpLimits, ThreadSched};
         let (req, local, remote) = sides();
         let mut ok = remote.clone();
         ok.streams[0].sched = Some(ThreadSched {

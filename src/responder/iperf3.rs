@@ -29,9 +29,9 @@ use super::{
     normalize, LimitPolicy, ResponderCounters, ResponderState, MAX_PENDING_CONNECTIONS,
     MAX_PENDING_PER_CLIENT, MAX_SESSIONS_PER_CLIENT,
 };
-use crate::probe::datapath::{DataSocket, UdpWire};
+use crate::engine::datapath::{DataSocket, UdpWire};
+use crate::kinds::side::{End, TestSide};
 use crate::probe::iperf3::local_results;
-use crate::probe::side::{End, TestSide};
 use crate::protocol::iperf3::{
     check_json_len, encode_json_len, encode_server_error, errors, is_cookie, same_cookie, Params,
     State, COOKIE_LEN, MAX_PARAMS_LEN,
@@ -770,7 +770,7 @@ async fn run(
         tcp.sort_by_key(|(seq, _)| *seq);
         for (id, (_, s)) in tcp.into_iter().enumerate() {
             let s = s.into_std().ok()?;
-            crate::probe::tcp::prepare_blocking(&s).ok()?;
+            crate::kinds::tcp::prepare_blocking(&s).ok()?;
             sockets.insert(id as u32, DataSocket::Tcp(s));
         }
         Some(())
@@ -829,7 +829,7 @@ async fn run(
     let open_ended = params.time == 0;
     let limit = match open_ended {
         true => planned,
-        false => planned + crate::probe::datapath::DRAIN_GRACE + t,
+        false => planned + crate::engine::datapath::DRAIN_GRACE + t,
     };
     const CUT: &str = "max_duration reached before the client's byte or block count";
     const STALLED: &str = "no data moved: the client stopped taking part";
@@ -951,7 +951,7 @@ async fn run(
 
 /// The server's report for `--get-server-output`: what this side
 /// measured, one line per stream, in iperf3's units.
-fn server_output(request: &TestRequest, stats: &crate::probe::stats::SideStats) -> String {
+fn server_output(request: &TestRequest, stats: &crate::engine::stats::SideStats) -> String {
     let mut out = format!(
         "pathprobe responder {}: {} {} test\n",
         env!("CARGO_PKG_VERSION"),
@@ -963,7 +963,7 @@ fn server_output(request: &TestRequest, stats: &crate::probe::stats::SideStats) 
             Some(crate::protocol::Role::Sender) => "sender",
             _ => "receiver",
         };
-        let rate = crate::probe::result::ratio(s.bytes as f64 * 8.0, s.seconds);
+        let rate = crate::analysis::result::ratio(s.bytes as f64 * 8.0, s.seconds);
         out.push_str(&format!(
             "[{:>3}] 0.00-{:.2} sec {} bytes {:.2} Mbits/sec {role}\n",
             crate::probe::iperf3::stream_id(s.id as usize),

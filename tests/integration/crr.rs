@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathprobe::control::{read_message, write_message};
-use pathprobe::probe::datapath::DataSocket;
-use pathprobe::probe::side::{End, TestSide};
-use pathprobe::probe::stats::SideStats;
-use pathprobe::probe::tcp::TcpOptions;
-use pathprobe::probe::tcp_crr::{Connections, Dialer};
+use pathprobe::engine::datapath::DataSocket;
+use pathprobe::engine::stats::SideStats;
+use pathprobe::kinds::side::{End, TestSide};
+use pathprobe::kinds::tcp::TcpOptions;
+use pathprobe::kinds::tcp_crr::{Connections, Dialer};
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::protocol::crr::CrrStats;
 use pathprobe::protocol::message::Hello;

@@ -41,10 +41,10 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::stats::StreamStats;
-use super::tcp::{apply_options, TcpOptions};
-use super::tcp_rr::{new_histogram, record, summarize};
+use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::stats::StreamStats;
+use crate::kinds::tcp::{apply_options, TcpOptions};
+use crate::kinds::tcp_rr::{new_histogram, record, summarize};
 use crate::protocol::crr::{
     CrrFailure, CrrFailures, CrrStats, CONNECTION_DEADLINE, END_STREAM, TRANSACTION_STREAM,
 };
@@ -655,7 +655,7 @@ impl CrrSummary {
         CrrSummary {
             connections_attempted: lc.connections,
             connections_established: lc.established,
-            connections_per_second: super::result::ratio(lc.established as f64, seconds),
+            connections_per_second: crate::analysis::result::ratio(lc.established as f64, seconds),
             connect: lc.connect,
             failed: lc.failures.total(),
             failures: lc.failures,

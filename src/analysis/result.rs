@@ -7,9 +7,9 @@
 
 use serde::Serialize;
 
-use super::diagnosis::{self, Diagnosis, Evidence};
-use super::spec::{Direction, FlowDirection, Kind};
-use super::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
+use crate::analysis::diagnosis::{self, Diagnosis, Evidence};
+use crate::engine::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
+use crate::protocol::{Direction, FlowDirection, Kind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProbeResult {
@@ -39,10 +39,10 @@ pub struct ProbeResult {
     pub udp: Option<UdpSummary>,
     /// Request/response figures (`tcp_rr`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rr: Option<super::tcp_rr::RrSummary>,
+    pub rr: Option<crate::kinds::tcp_rr::RrSummary>,
     /// Isochronous UDP round-trip figures (`udp_rr`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub udp_rr: Option<super::udp_rr::UdpRrSummary>,
+    pub udp_rr: Option<crate::kinds::udp_rr::UdpRrSummary>,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -572,7 +572,7 @@ impl ProbeContext {
     /// set them).
     pub fn of_run(
         request: &crate::protocol::TestRequest,
-        plan: &super::datapath::Plan,
+        plan: &crate::engine::datapath::Plan,
         target: &dyn std::fmt::Display,
         local_address: std::net::SocketAddr,
         remote_address: std::net::SocketAddr,
@@ -764,14 +764,14 @@ impl ProbeResult {
                 .rr
                 .filter(|_| matches!(ctx.kind, Kind::TcpRr | Kind::TcpCrr))
                 .map(|p| {
-                    super::tcp_rr::RrSummary::combine(
+                    crate::kinds::tcp_rr::RrSummary::combine(
                         p,
                         local.streams.first(),
                         remote.streams.first(),
                     )
                 }),
             udp_rr: ctx.rr.filter(|_| ctx.kind == Kind::UdpRr).map(|p| {
-                super::udp_rr::UdpRrSummary::combine(
+                crate::kinds::udp_rr::UdpRrSummary::combine(
                     p,
                     p.request_size,
                     local.streams.first(),

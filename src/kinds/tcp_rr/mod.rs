@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::stats::StreamStats;
+use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::stats::StreamStats;
 use crate::protocol::rr::{LatencyStats, RrStats, LATENCY_BUCKETS};
 
 /// Longest latency the histogram holds; longer ones count as this. A
@@ -287,7 +287,7 @@ pub fn ask(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) 
     let _ = stream.shutdown(Shutdown::Write);
     let _ = stream.set_read_timeout(Some(POLL_INTERVAL));
     let mut sink = [0u8; 4096];
-    let drain_until = Instant::now() + super::datapath::DRAIN_GRACE;
+    let drain_until = Instant::now() + crate::engine::datapath::DRAIN_GRACE;
     loop {
         match stream.read(&mut sink) {
             Ok(0) => break,
@@ -446,7 +446,7 @@ pub struct RrSummary {
     pub remote_service_demand_microseconds: f64,
     /// `tcp_crr`: connections, connect time and failures.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub crr: Option<super::tcp_crr::CrrSummary>,
+    pub crr: Option<crate::kinds::tcp_crr::CrrSummary>,
 }
 
 impl RrSummary {
@@ -456,7 +456,7 @@ impl RrSummary {
         local: Option<&StreamStats>,
         remote: Option<&StreamStats>,
     ) -> RrSummary {
-        use super::result::ratio;
+        use crate::analysis::result::ratio;
         let cpu =
             |s: Option<&StreamStats>| s.map_or(0.0, |s| s.cpu_user_seconds + s.cpu_system_seconds);
         let rr = |s: Option<&StreamStats>| s.and_then(|s| s.rr.clone()).unwrap_or_default();
@@ -481,7 +481,7 @@ impl RrSummary {
             crr: l
                 .crr
                 .as_ref()
-                .map(|_| super::tcp_crr::CrrSummary::combine(local, remote, seconds)),
+                .map(|_| crate::kinds::tcp_crr::CrrSummary::combine(local, remote, seconds)),
         }
     }
 }

@@ -19,17 +19,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::datapath::{
+use crate::engine::datapath::{
     interval_plan, pin_current_thread, DataSocket, IntervalSink, Plan, Progress, StartGate,
     StopFlag, StreamContext, StreamJob, DRAIN_GRACE, POLL_INTERVAL,
 };
-use super::spec::{stream_layout, FlowDirection};
-use super::stats::{Role, SideStats, StreamStats};
-use super::tcp::{self, apply_options, TcpOptions};
-use super::tcp_crr::Connections;
-use super::{tcp_crr, tcp_rr, udp, udp_rr};
+use crate::engine::stats::{Role, SideStats, StreamStats};
 use crate::host::{HostDelta, HostSnapshot};
+use crate::kinds::tcp::{self, apply_options, TcpOptions};
+use crate::kinds::tcp_crr::Connections;
+use crate::kinds::{tcp_crr, tcp_rr, udp, udp_rr};
 use crate::protocol::message::token_id;
+use crate::protocol::model::{stream_layout, FlowDirection};
 use crate::protocol::{Kind, TestRequest};
 
 /// Which end of the test this side is.
@@ -135,7 +135,7 @@ impl TestSide {
     }
 
     /// Runs UDP streams with `wire`'s header (iperf3's, for its peers).
-    pub fn with_wire(mut self, wire: super::datapath::UdpWire) -> TestSide {
+    pub fn with_wire(mut self, wire: crate::engine::datapath::UdpWire) -> TestSide {
         self.plan.wire = wire;
         self
     }
@@ -143,7 +143,7 @@ impl TestSide {
     /// Stops this side's senders, together, once they have sent `bytes`
     /// after the warm-up (iperf3's `-n`/`-k`, as its server does).
     pub fn with_send_limit(mut self, bytes: Option<u64>) -> TestSide {
-        self.plan.send_limit = bytes.map(super::datapath::SendLimit::new);
+        self.plan.send_limit = bytes.map(crate::engine::datapath::SendLimit::new);
         self
     }
 
@@ -452,7 +452,9 @@ impl SideRun {
         };
         keep_relevant_cpus(&mut host, &results);
         if let (Some(b), Some(a), Some((_, ipv6))) = (iface_before, iface_after, &self.counted) {
-            host.interface_bytes = Some(super::cross::interface_bytes(b, a, &results, *ipv6));
+            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(
+                b, a, &results, *ipv6,
+            ));
         }
         (results, host)
     }

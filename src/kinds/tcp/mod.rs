@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use super::datapath::{DataSocket, IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::pacing::Pacer;
-use super::stats::{StreamStats, TcpLimits, TcpStats};
-use super::tcpinfo::{self, TcpInfo};
-use super::ProbeError;
+use crate::engine::datapath::{
+    DataSocket, IntervalMeter, Mark, StreamContext, ThreadMeter, POLL_INTERVAL,
+};
+use crate::engine::error::ProbeError;
+use crate::engine::pacing::Pacer;
+use crate::engine::stats::{StreamStats, TcpLimits, TcpStats};
+use crate::engine::tcpinfo::{self, TcpInfo};
 use crate::protocol::{encode_frame, Message};
 
 /// Options both ends set on a TCP data socket.

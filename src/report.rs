@@ -441,7 +441,7 @@ fn rr_lines(rr: &crate::kinds::tcp_rr::RrSummary) -> String {
 
 /// One `-v` line of a latency distribution: `what`, padded to the
 /// column, then its percentiles in microseconds.
-fn percentile_line(what: &str, l: &crate::protocol::rr::LatencyStats) -> String {
+fn percentile_line(what: &str, l: &crate::protocol::latency::LatencyStats) -> String {
     let us = |s: f64| s * 1e6;
     format!(
         "{what:<9}min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})\n",
@@ -529,7 +529,7 @@ fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
             us(u.processing_max_seconds),
         );
     }
-    let ipdv = |l: &Option<crate::protocol::rr::LatencyStats>| match l {
+    let ipdv = |l: &Option<crate::protocol::latency::LatencyStats>| match l {
         Some(l) => format!(
             "mean {:.1} p50 {:.1} p99 {:.1} max {:.1} us",
             us(l.mean),
@@ -662,7 +662,7 @@ impl LiveIntervals {
 /// is follows from what this host did on the stream.
 fn live_figures(e: &IntervalEvent) -> IntervalFigures {
     let i = &e.interval;
-    let rate = crate::analysis::result::ratio(i.bytes as f64 * 8.0, i.end - i.start);
+    let rate = crate::engine::stats::ratio(i.bytes as f64 * 8.0, i.end - i.start);
     let sender = e.role == Role::Sender;
     IntervalFigures {
         id: Some(e.stream),
@@ -819,7 +819,7 @@ pub fn interval_event(e: &IntervalEvent) -> String {
         "start": i.start,
         "end": i.end,
         "bytes": i.bytes,
-        "bits_per_second": crate::analysis::result::ratio(i.bytes as f64 * 8.0, i.end - i.start),
+        "bits_per_second": crate::engine::stats::ratio(i.bytes as f64 * 8.0, i.end - i.start),
     });
     for (key, value) in [
         ("retransmits", i.retransmits),
@@ -860,7 +860,7 @@ mod tests {
 
     #[test]
     fn percentile_lines_line_up_in_microseconds() {
-        let l = crate::protocol::rr::LatencyStats {
+        let l = crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: 25e-6,
             p50: 20e-6,

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::analysis::diagnosis::{self, Diagnosis, Evidence};
+use crate::engine::stats::ratio;
 use crate::engine::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
 use crate::protocol::{Direction, FlowDirection, Kind};
 
@@ -393,16 +394,6 @@ impl SideSummary {
         self.softirq_net_tx = None;
         self.interface = None;
         self.kernel_release = String::new();
-    }
-}
-
-/// `num / den`, or 0 when that is not a finite number.
-pub fn ratio(num: f64, den: f64) -> f64 {
-    let r = num / den;
-    if r.is_finite() {
-        r
-    } else {
-        0.0
     }
 }
 

@@ -363,6 +363,15 @@ impl StopFlag {
     }
 }
 
+/// Makes a data socket blocking, with timeouts so that its thread can look
+/// at the stop flag.
+pub fn prepare_blocking(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL_INTERVAL))?;
+    stream.set_write_timeout(Some(POLL_INTERVAL))?;
+    Ok(())
+}
+
 /// A connected data socket handed to a stream thread.
 #[derive(Debug)]
 pub enum DataSocket {
@@ -370,7 +379,7 @@ pub enum DataSocket {
     Udp(UdpSocket),
     /// `tcp_crr`: no socket of its own, but a connection per transaction,
     /// made by the prober or handed over by the responder's accept loop.
-    Connections(crate::kinds::tcp_crr::Connections),
+    Connections(crate::engine::connections::Connections),
 }
 
 /// One stream to run on this side.

@@ -8,9 +8,12 @@
 //! here imports a kind, so that adding one never edits the engine.
 
 pub mod accounting;
+pub mod connections;
 pub mod datapath;
 pub mod error;
+pub mod histogram;
 pub mod pacing;
 pub mod stats;
+pub mod tcp_socket;
 pub mod tcpinfo;
 pub mod udp_io;

@@ -19,17 +19,18 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::engine::connections::Connections;
 use crate::engine::datapath::{
     interval_plan, pin_current_thread, DataSocket, IntervalSink, Plan, Progress, StartGate,
     StopFlag, StreamContext, StreamJob, DRAIN_GRACE, POLL_INTERVAL,
 };
 use crate::engine::stats::{Role, SideStats, StreamStats};
+use crate::engine::tcp_socket::{apply_options, TcpOptions};
 use crate::host::{HostDelta, HostSnapshot};
-use crate::kinds::tcp::{self, apply_options, TcpOptions};
-use crate::kinds::tcp_crr::Connections;
+use crate::kinds::tcp;
 use crate::kinds::{tcp_crr, tcp_rr, udp, udp_rr};
-use crate::protocol::message::token_id;
 use crate::protocol::model::{stream_layout, FlowDirection};
+use crate::protocol::udp::token_id;
 use crate::protocol::{Kind, TestRequest};
 
 /// Which end of the test this side is.

@@ -71,7 +71,7 @@ pub(crate) fn render_target(
 }
 
 /// A latency summary as the `percentile` label values of its gauges.
-fn percentiles(l: &crate::protocol::rr::LatencyStats) -> [(&'static str, f64); 6] {
+fn percentiles(l: &crate::protocol::latency::LatencyStats) -> [(&'static str, f64); 6] {
     [
         ("0", l.min),
         ("50", l.p50),

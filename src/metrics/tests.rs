@@ -1540,7 +1540,7 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         transactions: buckets.iter().sum(),
         seconds: 5.0,
         transactions_per_second: 20_000.0,
-        latency: Some(crate::protocol::rr::LatencyStats {
+        latency: Some(crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: p50,
             p50,
@@ -1596,7 +1596,7 @@ fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_transactions_per_second", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[1] = 90; // <= 25 us
     b[3] = 10; // <= 100 us
     let ok = |start, p50| {
@@ -1650,7 +1650,7 @@ fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
 }
 
 fn rr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome("tcp_rr", Direction::Send, T0, Ok(rr_result(40e-6, b)))
 }
@@ -1661,7 +1661,7 @@ fn crr_result(
     connect_buckets: Vec<u64>,
     failures: crate::protocol::crr::CrrFailures,
 ) -> ProbeResult {
-    let mut latency = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut latency = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     latency[4] = connect_buckets.iter().sum(); // <= 250 us
     let mut r = rr_result(120e-6, latency);
     r.kind = Kind::TcpCrr;
@@ -1670,7 +1670,7 @@ fn crr_result(
             connections_attempted: rr.transactions + failures.total(),
             connections_established: rr.transactions,
             connections_per_second: 5000.0,
-            connect: Some(crate::protocol::rr::LatencyStats {
+            connect: Some(crate::protocol::latency::LatencyStats {
                 min: 5e-6,
                 mean: 30e-6,
                 p50: 30e-6,
@@ -1690,7 +1690,7 @@ fn crr_result(
 }
 
 fn crr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome(
         "tcp_crr",
@@ -1720,7 +1720,7 @@ fn tcp_crr_connect_time_and_failures_count_from_0_beside_the_transaction_figures
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_connect_percentile_seconds", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 700; // <= 50 us
     b[4] = 300; // <= 250 us
     let mut f = CrrFailures::default();
@@ -1782,7 +1782,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
         downstream_lost: down,
         upstream_loss_percent: up as f64 / 10.0,
         downstream_loss_percent: down as f64 * 100.0 / (1000 - up) as f64,
-        rtt: Some(crate::protocol::rr::LatencyStats {
+        rtt: Some(crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: 50e-6,
             p50: 50e-6,
@@ -1793,7 +1793,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
             sum: 0.05,
             buckets: rtt_buckets,
         }),
-        ipdv_upstream: Some(crate::protocol::rr::LatencyStats {
+        ipdv_upstream: Some(crate::protocol::latency::LatencyStats {
             mean: 4e-6,
             ..Default::default()
         }),
@@ -1803,7 +1803,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
 }
 
 fn udp_rr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[3] = 988;
     outcome("udp_rr", Direction::Send, T0, Ok(udp_rr_result(10, 2, b)))
 }
@@ -1825,7 +1825,7 @@ fn udp_rr_loss_counts_by_leg_from_0_and_rtt_joins_the_latency_histogram() {
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_loss_ratio", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[3] = 990;
     store.record(
         key.clone(),

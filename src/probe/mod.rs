@@ -12,9 +12,11 @@
 pub mod client;
 pub mod iperf3;
 pub mod spec;
+pub mod target;
 pub mod verify;
 
 pub use crate::analysis::result::ProbeResult;
 pub use crate::engine::error::ProbeError;
-pub use client::{probe, Target};
+pub use client::probe;
 pub use spec::{Direction, FlowDirection, Kind, ProbeSpec, Wire};
+pub use target::Target;

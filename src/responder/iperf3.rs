@@ -770,7 +770,7 @@ async fn run(
         tcp.sort_by_key(|(seq, _)| *seq);
         for (id, (_, s)) in tcp.into_iter().enumerate() {
             let s = s.into_std().ok()?;
-            crate::kinds::tcp::prepare_blocking(&s).ok()?;
+            crate::engine::datapath::prepare_blocking(&s).ok()?;
             sockets.insert(id as u32, DataSocket::Tcp(s));
         }
         Some(())
@@ -963,7 +963,7 @@ fn server_output(request: &TestRequest, stats: &crate::engine::stats::SideStats)
             Some(crate::protocol::Role::Sender) => "sender",
             _ => "receiver",
         };
-        let rate = crate::analysis::result::ratio(s.bytes as f64 * 8.0, s.seconds);
+        let rate = crate::engine::stats::ratio(s.bytes as f64 * 8.0, s.seconds);
         out.push_str(&format!(
             "[{:>3}] 0.00-{:.2} sec {} bytes {:.2} Mbits/sec {role}\n",
             crate::probe::iperf3::stream_id(s.id as usize),

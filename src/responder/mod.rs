@@ -505,7 +505,7 @@ impl ResponderState {
         stream: u32,
         socket: std::net::TcpStream,
     ) -> Joined {
-        use crate::kinds::tcp_crr::Arrival;
+        use crate::engine::connections::Arrival;
         use crate::protocol::crr::{END_STREAM, TRANSACTION_STREAM};
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let Some(test) = pending.get_mut(token).filter(|t| t.peer_ip == peer) else {
@@ -898,7 +898,7 @@ async fn handle_connection(
         }
         Ok(Message::DataHello { token, stream: id }) => {
             let joined = stream.into_std().and_then(|s| {
-                crate::kinds::tcp::prepare_blocking(&s)?;
+                crate::engine::datapath::prepare_blocking(&s)?;
                 Ok(shared.join_tcp(&token, peer.ip(), id, s))
             });
             // Turned-away connections are reset, so that a flood of them

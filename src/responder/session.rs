@@ -18,10 +18,10 @@ use super::log::limited_info;
 use super::{refuse, PendingTest, ResponderCounters, ResponderState, SlotGuard};
 use crate::auth::{self, Challenge};
 use crate::control::{Control, ControlError};
+use crate::engine::connections::{Arrivals, Connections};
 use crate::engine::datapath::DataSocket;
 use crate::engine::stats::SideStats;
 use crate::kinds::side::{End, TestSide};
-use crate::kinds::tcp_crr::{Arrivals, Connections};
 use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
 use crate::protocol::{Kind, Message, RejectReason, TestRequest};
 

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathprobe::control::{read_message, write_message};
+use pathprobe::engine::connections::{Connections, Dialer};
 use pathprobe::engine::datapath::DataSocket;
 use pathprobe::engine::stats::SideStats;
+use pathprobe::engine::tcp_socket::TcpOptions;
 use pathprobe::kinds::side::{End, TestSide};
-use pathprobe::kinds::tcp::TcpOptions;
-use pathprobe::kinds::tcp_crr::{Connections, Dialer};
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::protocol::crr::CrrStats;
 use pathprobe::protocol::message::Hello;

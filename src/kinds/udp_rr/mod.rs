@@ -32,10 +32,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::histogram::{new_histogram, record, summarize};
 use crate::engine::stats::StreamStats;
 use crate::engine::udp_io::{self, RecvBatch, RecvMode};
-use crate::kinds::tcp_rr::{new_histogram, record, summarize};
-use crate::protocol::rr::{LatencyStats, RrParams, RrStats};
+use crate::protocol::latency::LatencyStats;
+use crate::protocol::rr::{RrParams, RrStats};
 use crate::protocol::udp::{UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN};
 use crate::protocol::udp_rr::{packet_count, Reply, UdpRrStats, FLAG_REPLY, MIN_LENGTH};
 
@@ -244,7 +245,7 @@ pub fn ask(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     counts.ipdv_downstream = summarize(&tally.ipdv_down);
     counts.rtt_userspace = summarize(&tally.rtt_userspace);
     counts.processing_mean =
-        crate::analysis::result::ratio(tally.processing_sum, counts.received as f64);
+        crate::engine::stats::ratio(tally.processing_sum, counts.received as f64);
     stats.rr = Some(RrStats {
         transactions: counts.received,
         request_bytes: counts.sent * len as u64,
@@ -568,7 +569,7 @@ impl UdpRrSummary {
         local: Option<&StreamStats>,
         remote: Option<&StreamStats>,
     ) -> UdpRrSummary {
-        use crate::analysis::result::ratio;
+        use crate::engine::stats::ratio;
         let udp = |s: Option<&StreamStats>| {
             s.and_then(|s| s.rr.as_ref())
                 .and_then(|r| r.udp.clone())

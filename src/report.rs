@@ -23,12 +23,12 @@ use serde_json::json;
 use crate::analysis::result::{DirectionSummary, IntervalFigures, ProbeResult};
 use crate::engine::datapath::{IntervalEvent, IntervalSink};
 use crate::engine::stats::Role;
-use crate::probe::{FlowDirection, Kind, ProbeError, ProbeSpec};
+use crate::probe::{FlowDirection, ProbeError, ProbeSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// nuttcp's %TX and %RX: the sending and receiving side's data threads.
-fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
+fn summary_line(d: &DirectionSummary) -> String {
     let mut line = format!(
         "{:.4} MiB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
         d.bytes as f64 / MIB,
@@ -37,30 +37,25 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
         d.sender_cpu_utilization * 100.0,
         d.receiver_cpu_utilization * 100.0,
     );
-    match r.kind {
-        Kind::Tcp => {
-            if let Some(t) = &d.tcp {
-                let _ = write!(line, " {} retrans", t.retransmits);
-                let _ = match t.rtt_seconds {
-                    Some(rtt) => write!(line, " {:.2} msRTT", rtt * 1e3),
-                    // The sender did not say (a stock iperf3 server).
-                    None => write!(line, " unknown msRTT"),
-                };
-            }
-        }
-        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {}
-        Kind::Udp => {
-            if let Some(u) = &d.udp {
-                let _ = write!(
-                    line,
-                    " {} / {} drop/pkt {:.2} %loss {:.3} msJitter",
-                    u.packets_lost,
-                    u.packets_sent,
-                    u.loss_ratio * 100.0,
-                    u.jitter_seconds * 1e3
-                );
-            }
-        }
+    // A direction has TCP or UDP figures only for the kind that measures
+    // them (the result sets them), so no kind is named here.
+    if let Some(t) = &d.tcp {
+        let _ = write!(line, " {} retrans", t.retransmits);
+        let _ = match t.rtt_seconds {
+            Some(rtt) => write!(line, " {:.2} msRTT", rtt * 1e3),
+            // The sender did not say (a stock iperf3 server).
+            None => write!(line, " unknown msRTT"),
+        };
+    }
+    if let Some(u) = &d.udp {
+        let _ = write!(
+            line,
+            " {} / {} drop/pkt {:.2} %loss {:.3} msJitter",
+            u.packets_lost,
+            u.packets_sent,
+            u.loss_ratio * 100.0,
+            u.jitter_seconds * 1e3
+        );
     }
     let _ = write!(line, " limited by {}", d.diagnosis.headline());
     line
@@ -251,15 +246,15 @@ fn interval_lines(r: &ProbeResult) -> String {
 
 fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
     let mut out = String::new();
-    match (&r.rr, &r.udp_rr) {
+    match (r.rr(), r.udp_rr()) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
-        (Some(rr), _) => out.push_str(&rr_lines(rr)),
+        (Some(rr), _) => out.push_str(&rr_lines(rr, r.crr())),
         (None, Some(u)) => out.push_str(&udp_rr_lines(u)),
         (None, None) => {
             for d in &r.directions {
                 let _ = write!(out, "{:<8} ", d.direction.as_str());
-                out.push_str(&summary_line(r, d));
+                out.push_str(&summary_line(d));
                 out.push('\n');
             }
         }
@@ -403,8 +398,11 @@ fn peer_line(r: &ProbeResult) -> Option<String> {
     ))
 }
 
-fn rr_lines(rr: &crate::kinds::tcp_rr::RrSummary) -> String {
-    let shape = match &rr.crr {
+fn rr_lines(
+    rr: &crate::kinds::tcp_rr::RrSummary,
+    crr: Option<&crate::kinds::tcp_crr::CrrSummary>,
+) -> String {
+    let shape = match crr {
         Some(_) => format!(
             "tcp_crr  {} / {} bytes, a connection each",
             rr.request_size, rr.response_size
@@ -433,7 +431,7 @@ fn rr_lines(rr: &crate::kinds::tcp_rr::RrSummary) -> String {
         rr.remote_cpu_seconds,
         rr.remote_service_demand_microseconds
     );
-    if let Some(c) = &rr.crr {
+    if let Some(c) = crr {
         out.push_str(&crr_lines(c));
     }
     out
@@ -857,6 +855,7 @@ pub fn direction_label(d: FlowDirection) -> &'static str {
 mod tests {
     use super::*;
     use crate::analysis::result::{ProbeContext, ProbeResult};
+    use crate::probe::Kind;
 
     #[test]
     fn percentile_lines_line_up_in_microseconds() {

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::analysis::diagnosis::{self, Diagnosis, Evidence};
 use crate::engine::stats::ratio;
 use crate::engine::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
+use crate::kinds::figures::KindFigures;
 use crate::protocol::{Direction, FlowDirection, Kind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -38,12 +39,10 @@ pub struct ProbeResult {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
-    /// Request/response figures (`tcp_rr`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rr: Option<crate::kinds::tcp_rr::RrSummary>,
-    /// Isochronous UDP round-trip figures (`udp_rr`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub udp_rr: Option<crate::kinds::udp_rr::UdpRrSummary>,
+    /// The probe's kind's own figures: `rr` for `tcp_rr` and `tcp_crr`
+    /// (with `rr.crr`), `udp_rr` for `udp_rr`, in the JSON.
+    #[serde(flatten)]
+    pub figures: KindFigures,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -750,24 +749,8 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
-            // tcp_crr's connection figures come inside the same summary.
-            rr: ctx
-                .rr
-                .filter(|_| matches!(ctx.kind, Kind::TcpRr | Kind::TcpCrr))
-                .map(|p| {
-                    crate::kinds::tcp_rr::RrSummary::combine(
-                        p,
-                        local.streams.first(),
-                        remote.streams.first(),
-                    )
-                }),
-            udp_rr: ctx.rr.filter(|_| ctx.kind == Kind::UdpRr).map(|p| {
-                crate::kinds::udp_rr::UdpRrSummary::combine(
-                    p,
-                    p.request_size,
-                    local.streams.first(),
-                    remote.streams.first(),
-                )
+            figures: ctx.rr.map_or(KindFigures::Throughput, |p| {
+                crate::kinds::of(ctx.kind).figures(p, local.streams.first(), remote.streams.first())
             }),
             local: side_summary(local),
             remote: side_summary(remote),
@@ -779,6 +762,21 @@ impl ProbeResult {
             protocol_version: None,
             peer_clock: None,
         }
+    }
+
+    /// The request/response figures (`tcp_rr`, `tcp_crr`).
+    pub fn rr(&self) -> Option<&crate::kinds::tcp_rr::RrSummary> {
+        self.figures.rr()
+    }
+
+    /// `tcp_crr`'s connection figures.
+    pub fn crr(&self) -> Option<&crate::kinds::tcp_crr::CrrSummary> {
+        self.figures.crr()
+    }
+
+    /// `udp_rr`'s round-trip figures.
+    pub fn udp_rr(&self) -> Option<&crate::kinds::udp_rr::UdpRrSummary> {
+        self.figures.udp_rr()
     }
 
     /// The summary of one direction, if the probe ran it.

@@ -239,7 +239,7 @@ fn render_series(
     }
 
     let Some(r) = result else { return };
-    if let Some(rr) = &r.rr {
+    if let Some(rr) = r.rr() {
         add(
             &names::RR_TRANSACTIONS_RATE,
             &[],
@@ -250,7 +250,7 @@ fn render_series(
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
             }
         }
-        if let Some(l) = rr.crr.as_ref().and_then(|c| c.connect.as_ref()) {
+        if let Some(l) = r.crr().and_then(|c| c.connect.as_ref()) {
             for (q, v) in percentiles(l) {
                 add(&names::RR_CONNECT_PERCENTILE, &[(PERCENTILE, q)], v);
             }
@@ -262,7 +262,7 @@ fn render_series(
             add(&names::RR_CPU_PER_TRANSACTION, &[(SIDE, side)], us / 1e6);
         }
     }
-    if let Some(u) = &r.udp_rr {
+    if let Some(u) = r.udp_rr() {
         if let Some(l) = &u.rtt {
             for (q, v) in percentiles(l) {
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);

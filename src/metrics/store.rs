@@ -328,18 +328,12 @@ impl TargetState {
             .result
             .as_ref()
             .ok()
-            .and_then(|r| r.rr.as_ref())
+            .and_then(|r| r.rr())
             .and_then(|rr| rr.latency.as_ref())
         {
             latency.get_or_insert_with(LatencyHistogram::default).add(l);
         }
-        if let Some(c) = latest
-            .result
-            .as_ref()
-            .ok()
-            .and_then(|r| r.rr.as_ref())
-            .and_then(|rr| rr.crr.as_ref())
-        {
+        if let Some(c) = latest.result.as_ref().ok().and_then(|r| r.crr()) {
             if let Some(l) = &c.connect {
                 connect.get_or_insert_with(LatencyHistogram::default).add(l);
             }
@@ -348,7 +342,7 @@ impl TargetState {
                 *n = n.saturating_add(c.failures.get(reason));
             }
         }
-        if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr.as_ref()) {
+        if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr()) {
             if let Some(l) = &u.rtt {
                 latency.get_or_insert_with(LatencyHistogram::default).add(l);
             }

@@ -215,8 +215,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         streams: Vec::new(),
         tcp: None,
         udp: None,
-        rr: None,
-        udp_rr: None,
+        figures: Default::default(),
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
@@ -1532,7 +1531,7 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.rr = Some(crate::kinds::tcp_rr::RrSummary {
+    r.figures = crate::kinds::figures::KindFigures::Rr(crate::kinds::tcp_rr::RrSummary {
         request_size: 1,
         response_size: 1,
         burst: 1,
@@ -1665,8 +1664,9 @@ fn crr_result(
     latency[4] = connect_buckets.iter().sum(); // <= 250 us
     let mut r = rr_result(120e-6, latency);
     r.kind = Kind::TcpCrr;
-    if let Some(rr) = r.rr.as_mut() {
-        rr.crr = Some(crate::kinds::tcp_crr::CrrSummary {
+    let rr = r.rr().cloned().unwrap_or_default();
+    r.figures = crate::kinds::figures::KindFigures::Crr {
+        crr: crate::kinds::tcp_crr::CrrSummary {
             connections_attempted: rr.transactions + failures.total(),
             connections_established: rr.transactions,
             connections_per_second: 5000.0,
@@ -1684,8 +1684,9 @@ fn crr_result(
             failed: failures.total(),
             failures,
             ..Default::default()
-        });
-    }
+        },
+        rr,
+    };
     r
 }
 
@@ -1775,7 +1776,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.udp_rr = Some(crate::kinds::udp_rr::UdpRrSummary {
+    r.figures = crate::kinds::figures::KindFigures::UdpRr(crate::kinds::udp_rr::UdpRrSummary {
         sent: 1000,
         received: 1000 - up - down,
         upstream_lost: up,

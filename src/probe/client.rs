@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
-use super::spec::{Kind, ProbeSpec};
+use super::spec::ProbeSpec;
 use super::target::{resolve, Target};
 use super::{verify, ProbeError};
 use crate::analysis::result::{ProbeContext, ProbeResult};
@@ -15,6 +15,7 @@ use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
 use crate::engine::connections::{Connections, Dialer};
 use crate::engine::datapath::{DataSocket, DRAIN_GRACE};
+use crate::kinds::kind::Transport;
 use crate::kinds::side::{End, TestSide};
 use crate::kinds::{tcp, udp};
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
@@ -234,8 +235,9 @@ async fn run_test(
 
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
         .with_intervals(spec.interval_events.clone());
-    let sockets = match request.kind {
-        Kind::Tcp | Kind::TcpRr => {
+    let kind = crate::kinds::of(request.kind);
+    let sockets = match (kind.transport(), kind.connection_per_transaction()) {
+        (Transport::Tcp, false) => {
             let sockets =
                 tcp::open_streams(addr, spec.bind, &side.tcp, side.stream_count(), &token, t)
                     .await?;
@@ -243,7 +245,7 @@ async fn run_test(
             sockets
         }
         // No connection before the start: each transaction makes its own.
-        Kind::TcpCrr => {
+        (Transport::Tcp, true) => {
             expect_ready(&mut control, t).await?;
             vec![(
                 0,
@@ -256,7 +258,7 @@ async fn run_test(
                 })),
             )]
         }
-        Kind::Udp | Kind::UdpRr => {
+        (Transport::Udp, _) => {
             let socks = udp::open_flows(
                 addr,
                 spec.bind,

@@ -52,11 +52,7 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
     if agreed.omit_ms > asked.omit_ms {
         return changed("omit_ms", &asked.omit_ms, &agreed.omit_ms);
     }
-    let min_length = match agreed.kind {
-        Kind::Udp => crate::protocol::udp::HELLO_LEN as u32,
-        Kind::UdpRr => crate::protocol::udp_rr::MIN_LENGTH,
-        Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => 1,
-    };
+    let min_length = crate::kinds::of(agreed.kind).length_bounds().min;
     // Message sizes and burst are the test itself: a responder refuses
     // what it will not run, it does not run another.
     if agreed.rr != asked.rr {

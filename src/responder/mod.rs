@@ -47,9 +47,6 @@ use crate::protocol::message::Limits;
 use crate::protocol::{Message, RejectReason};
 use crate::slot::{HostSlot, SlotPermit};
 
-/// The largest TCP write size any responder accepts: a test's buffers are
-/// allocated from it, per stream.
-pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
 /// The default largest write or datagram size a responder accepts.
 pub const DEFAULT_MAX_LENGTH: u32 = 1 << 20;
 

@@ -23,7 +23,7 @@ use crate::engine::datapath::DataSocket;
 use crate::engine::stats::SideStats;
 use crate::kinds::side::{End, TestSide};
 use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
-use crate::protocol::{Kind, Message, RejectReason, TestRequest};
+use crate::protocol::{Message, RejectReason, TestRequest};
 
 pub(super) async fn run(
     stream: TcpStream,
@@ -384,7 +384,7 @@ async fn run_test(
     // connections, one per transaction, come through its door while it
     // runs, for as long as its registration stands.
     let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
-    let (door, arrivals) = if request.kind == Kind::TcpCrr {
+    let (door, arrivals) = if crate::kinds::of(request.kind).connection_per_transaction() {
         let (door, rx, over_limit) =
             Door::new(config.max_connections_per_second, planned, Instant::now());
         (Some(door), Some((rx, over_limit)))

@@ -7,6 +7,8 @@
 //! the receiver to read everything and close. Only then does it read
 //! TCP_INFO, so that retransmits of the last flight are counted too.
 
+pub mod kind;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -32,6 +32,8 @@
 //! connection starts to it, and the responder's door for the test resets
 //! those beyond it (see `responder::door`).
 
+pub mod kind;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;

@@ -13,6 +13,8 @@
 //! With every request written, the prober simply blocks in a read, which
 //! with 1-byte messages makes a transaction two system calls on each end.
 
+pub mod kind;
+
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -392,9 +394,6 @@ pub struct RrSummary {
     pub remote_cpu_seconds: f64,
     pub local_service_demand_microseconds: f64,
     pub remote_service_demand_microseconds: f64,
-    /// `tcp_crr`: connections, connect time and failures.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub crr: Option<crate::kinds::tcp_crr::CrrSummary>,
 }
 
 impl RrSummary {
@@ -426,10 +425,6 @@ impl RrSummary {
             remote_cpu_seconds: remote_cpu,
             local_service_demand_microseconds: ratio(local_cpu * 1e6, l.transactions as f64),
             remote_service_demand_microseconds: ratio(remote_cpu * 1e6, r.transactions as f64),
-            crr: l
-                .crr
-                .as_ref()
-                .map(|_| crate::kinds::tcp_crr::CrrSummary::combine(local, remote, seconds)),
         }
     }
 }

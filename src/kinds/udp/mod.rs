@@ -12,6 +12,8 @@
 //! It also opens the prober's flows ([`open_flows`]) and announces them to
 //! the responder with hello datagrams ([`announce_flows`]).
 
+pub mod kind;
+
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;

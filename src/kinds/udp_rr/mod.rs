@@ -25,6 +25,8 @@
 //! processing time, which is held within its round trip; the responder's
 //! counts are held between what this side saw and what it sent.
 
+pub mod kind;
+
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

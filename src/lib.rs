@@ -4,8 +4,11 @@
 //!
 //! - [`protocol`]: the control protocol's framing and messages, and the UDP
 //!   datagram header. Pure encode/decode, no I/O.
-//! - [`probe`]: the prober side of a test, one file per probe kind, plus the
-//!   data path (stream threads, pacing, accounting).
+//! - [`engine`]: what both ends of every kind share (stream threads,
+//!   pacing, accounting, TCP_INFO, histograms), naming no kind.
+//! - [`kinds`]: one folder per probe kind, both ends' loops and summary.
+//! - [`probe`]: the prober: what to measure and its control conversation.
+//! - [`analysis`]: a finished probe's combined result and diagnosis.
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
@@ -30,13 +33,16 @@
 //!   host's own probes, so that a host is never in two tests at once.
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
+pub mod analysis;
 pub mod auth;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod engine;
 pub mod future;
 pub mod host;
 pub mod http;
+pub mod kinds;
 pub mod limits;
 pub mod logging;
 pub mod loopback;

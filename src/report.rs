@@ -20,15 +20,15 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::probe::datapath::{IntervalEvent, IntervalSink};
-use crate::probe::result::{DirectionSummary, IntervalFigures, ProbeResult};
-use crate::probe::stats::Role;
-use crate::probe::{FlowDirection, Kind, ProbeError, ProbeSpec};
+use crate::analysis::result::{DirectionSummary, IntervalFigures, ProbeResult};
+use crate::engine::datapath::{IntervalEvent, IntervalSink};
+use crate::engine::stats::Role;
+use crate::probe::{FlowDirection, ProbeError, ProbeSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// nuttcp's %TX and %RX: the sending and receiving side's data threads.
-fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
+fn summary_line(d: &DirectionSummary) -> String {
     let mut line = format!(
         "{:.4} MiB / {:.2} sec = {:.4} Mbps {:.0} %TX {:.0} %RX",
         d.bytes as f64 / MIB,
@@ -37,30 +37,25 @@ fn summary_line(r: &ProbeResult, d: &DirectionSummary) -> String {
         d.sender_cpu_utilization * 100.0,
         d.receiver_cpu_utilization * 100.0,
     );
-    match r.kind {
-        Kind::Tcp => {
-            if let Some(t) = &d.tcp {
-                let _ = write!(line, " {} retrans", t.retransmits);
-                let _ = match t.rtt_seconds {
-                    Some(rtt) => write!(line, " {:.2} msRTT", rtt * 1e3),
-                    // The sender did not say (a stock iperf3 server).
-                    None => write!(line, " unknown msRTT"),
-                };
-            }
-        }
-        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {}
-        Kind::Udp => {
-            if let Some(u) = &d.udp {
-                let _ = write!(
-                    line,
-                    " {} / {} drop/pkt {:.2} %loss {:.3} msJitter",
-                    u.packets_lost,
-                    u.packets_sent,
-                    u.loss_ratio * 100.0,
-                    u.jitter_seconds * 1e3
-                );
-            }
-        }
+    // A direction has TCP or UDP figures only for the kind that measures
+    // them (the result sets them), so no kind is named here.
+    if let Some(t) = &d.tcp {
+        let _ = write!(line, " {} retrans", t.retransmits);
+        let _ = match t.rtt_seconds {
+            Some(rtt) => write!(line, " {:.2} msRTT", rtt * 1e3),
+            // The sender did not say (a stock iperf3 server).
+            None => write!(line, " unknown msRTT"),
+        };
+    }
+    if let Some(u) = &d.udp {
+        let _ = write!(
+            line,
+            " {} / {} drop/pkt {:.2} %loss {:.3} msJitter",
+            u.packets_lost,
+            u.packets_sent,
+            u.loss_ratio * 100.0,
+            u.jitter_seconds * 1e3
+        );
     }
     let _ = write!(line, " limited by {}", d.diagnosis.headline());
     line
@@ -251,15 +246,15 @@ fn interval_lines(r: &ProbeResult) -> String {
 
 fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
     let mut out = String::new();
-    match (&r.rr, &r.udp_rr) {
+    match (r.rr(), r.udp_rr()) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
-        (Some(rr), _) => out.push_str(&rr_lines(rr)),
+        (Some(rr), _) => out.push_str(&rr_lines(rr, r.crr())),
         (None, Some(u)) => out.push_str(&udp_rr_lines(u)),
         (None, None) => {
             for d in &r.directions {
                 let _ = write!(out, "{:<8} ", d.direction.as_str());
-                out.push_str(&summary_line(r, d));
+                out.push_str(&summary_line(d));
                 out.push('\n');
             }
         }
@@ -403,8 +398,11 @@ fn peer_line(r: &ProbeResult) -> Option<String> {
     ))
 }
 
-fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
-    let shape = match &rr.crr {
+fn rr_lines(
+    rr: &crate::kinds::tcp_rr::RrSummary,
+    crr: Option<&crate::kinds::tcp_crr::CrrSummary>,
+) -> String {
+    let shape = match crr {
         Some(_) => format!(
             "tcp_crr  {} / {} bytes, a connection each",
             rr.request_size, rr.response_size
@@ -433,7 +431,7 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
         rr.remote_cpu_seconds,
         rr.remote_service_demand_microseconds
     );
-    if let Some(c) = &rr.crr {
+    if let Some(c) = crr {
         out.push_str(&crr_lines(c));
     }
     out
@@ -441,7 +439,7 @@ fn rr_lines(rr: &crate::probe::tcp_rr::RrSummary) -> String {
 
 /// One `-v` line of a latency distribution: `what`, padded to the
 /// column, then its percentiles in microseconds.
-fn percentile_line(what: &str, l: &crate::protocol::rr::LatencyStats) -> String {
+fn percentile_line(what: &str, l: &crate::protocol::latency::LatencyStats) -> String {
     let us = |s: f64| s * 1e6;
     format!(
         "{what:<9}min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} us (mean {:.1})\n",
@@ -456,7 +454,7 @@ fn percentile_line(what: &str, l: &crate::protocol::rr::LatencyStats) -> String 
 }
 
 /// `tcp_crr`'s own lines: connect time, and every connection accounted for.
-fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
+fn crr_lines(c: &crate::kinds::tcp_crr::CrrSummary) -> String {
     use crate::protocol::crr::{CrrFailure, CrrFailures};
     let mut out = String::new();
     if let Some(l) = &c.connect {
@@ -501,7 +499,7 @@ fn crr_lines(c: &crate::probe::tcp_crr::CrrSummary) -> String {
 
 /// A `udp_rr` result in irtt's terms: loss by direction, the round trip
 /// less the responder's processing time, IPDV each way.
-fn udp_rr_lines(u: &crate::probe::udp_rr::UdpRrSummary) -> String {
+fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
     let us = |s: f64| s * 1e6;
     let mut out = format!(
         "udp_rr   {} bytes every {:.3} ms: {} sent, {} received; loss upstream {:.2}% ({}), downstream {:.2}% ({}), round trip {:.2}%\n",
@@ -529,7 +527,7 @@ fn udp_rr_lines(u: &crate::probe::udp_rr::UdpRrSummary) -> String {
             us(u.processing_max_seconds),
         );
     }
-    let ipdv = |l: &Option<crate::protocol::rr::LatencyStats>| match l {
+    let ipdv = |l: &Option<crate::protocol::latency::LatencyStats>| match l {
         Some(l) => format!(
             "mean {:.1} p50 {:.1} p99 {:.1} max {:.1} us",
             us(l.mean),
@@ -662,7 +660,7 @@ impl LiveIntervals {
 /// is follows from what this host did on the stream.
 fn live_figures(e: &IntervalEvent) -> IntervalFigures {
     let i = &e.interval;
-    let rate = crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start);
+    let rate = crate::engine::stats::ratio(i.bytes as f64 * 8.0, i.end - i.start);
     let sender = e.role == Role::Sender;
     IntervalFigures {
         id: Some(e.stream),
@@ -819,7 +817,7 @@ pub fn interval_event(e: &IntervalEvent) -> String {
         "start": i.start,
         "end": i.end,
         "bytes": i.bytes,
-        "bits_per_second": crate::probe::result::ratio(i.bytes as f64 * 8.0, i.end - i.start),
+        "bits_per_second": crate::engine::stats::ratio(i.bytes as f64 * 8.0, i.end - i.start),
     });
     for (key, value) in [
         ("retransmits", i.retransmits),
@@ -856,11 +854,12 @@ pub fn direction_label(d: FlowDirection) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::result::{ProbeContext, ProbeResult};
+    use crate::analysis::result::{ProbeContext, ProbeResult};
+    use crate::probe::Kind;
 
     #[test]
     fn percentile_lines_line_up_in_microseconds() {
-        let l = crate::protocol::rr::LatencyStats {
+        let l = crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: 25e-6,
             p50: 20e-6,
@@ -877,10 +876,10 @@ mod tests {
         );
         assert!(percentile_line("latency", &l).starts_with("latency  min 10.0 "));
     }
-    use crate::probe::spec::Direction;
-    use crate::probe::stats::{
+    use crate::engine::stats::{
         Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats,
     };
+    use crate::probe::spec::Direction;
 
     fn ctx(kind: Kind, direction: Direction) -> ProbeContext {
         ProbeContext {
@@ -987,7 +986,7 @@ mod tests {
             ..Default::default()
         });
         // The sending thread ran 99% of the window: CPU-bound.
-        tx.sched = Some(crate::probe::stats::ThreadSched {
+        tx.sched = Some(crate::engine::stats::ThreadSched {
             run_seconds: 9.9,
             ..Default::default()
         });
@@ -1045,7 +1044,7 @@ mod tests {
 
     #[test]
     fn intervals_print_per_stream_with_a_sum_and_take_the_receivers_bytes() {
-        use crate::probe::stats::IntervalStats;
+        use crate::engine::stats::IntervalStats;
         let iv = |k: u32, bytes: u64, retransmits: Option<u64>| IntervalStats {
             start: f64::from(k) * 0.5,
             end: f64::from(k + 1) * 0.5,
@@ -1139,7 +1138,7 @@ mod tests {
     /// sender figures are null, not 0.
     #[test]
     fn intervals_without_the_receivers_say_they_are_the_senders() {
-        use crate::probe::stats::IntervalStats;
+        use crate::engine::stats::IntervalStats;
         let mib = 1 << 20;
         let iv = |k: u32, retransmits: Option<u64>, packets: Option<u64>| IntervalStats {
             start: f64::from(k),

@@ -14,8 +14,8 @@ use std::time::SystemTime;
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
-use crate::probe::diagnosis::Limit;
-use crate::probe::result::SideSummary;
+use crate::analysis::diagnosis::Limit;
+use crate::analysis::result::SideSummary;
 use crate::probe::FlowDirection;
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.
@@ -71,7 +71,7 @@ pub(crate) fn render_target(
 }
 
 /// A latency summary as the `percentile` label values of its gauges.
-fn percentiles(l: &crate::protocol::rr::LatencyStats) -> [(&'static str, f64); 6] {
+fn percentiles(l: &crate::protocol::latency::LatencyStats) -> [(&'static str, f64); 6] {
     [
         ("0", l.min),
         ("50", l.p50),
@@ -239,7 +239,7 @@ fn render_series(
     }
 
     let Some(r) = result else { return };
-    if let Some(rr) = &r.rr {
+    if let Some(rr) = r.rr() {
         add(
             &names::RR_TRANSACTIONS_RATE,
             &[],
@@ -250,7 +250,7 @@ fn render_series(
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);
             }
         }
-        if let Some(l) = rr.crr.as_ref().and_then(|c| c.connect.as_ref()) {
+        if let Some(l) = r.crr().and_then(|c| c.connect.as_ref()) {
             for (q, v) in percentiles(l) {
                 add(&names::RR_CONNECT_PERCENTILE, &[(PERCENTILE, q)], v);
             }
@@ -262,7 +262,7 @@ fn render_series(
             add(&names::RR_CPU_PER_TRANSACTION, &[(SIDE, side)], us / 1e6);
         }
     }
-    if let Some(u) = &r.udp_rr {
+    if let Some(u) = r.udp_rr() {
         if let Some(l) = &u.rtt {
             for (q, v) in percentiles(l) {
                 add(&names::RR_LATENCY_PERCENTILE, &[(PERCENTILE, q)], v);

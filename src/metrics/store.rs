@@ -182,7 +182,7 @@ pub(crate) struct SeriesState {
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
-/// [`crate::protocol::rr::LATENCY_BUCKETS`] (not cumulative; one more for
+/// [`crate::protocol::latency::LATENCY_BUCKETS`] (not cumulative; one more for
 /// above the last bound).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LatencyHistogram {
@@ -193,7 +193,7 @@ pub(crate) struct LatencyHistogram {
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram {
-            counts: vec![0; crate::protocol::rr::LATENCY_BUCKETS.len() + 1],
+            counts: vec![0; crate::protocol::latency::LATENCY_BUCKETS.len() + 1],
             sum: 0.0,
         }
     }
@@ -202,7 +202,7 @@ impl Default for LatencyHistogram {
 impl LatencyHistogram {
     /// Adds one probe's buckets; a peer's list of another length is cut
     /// or padded, never allowed to grow the series.
-    fn add(&mut self, latency: &crate::protocol::rr::LatencyStats) {
+    fn add(&mut self, latency: &crate::protocol::latency::LatencyStats) {
         for (c, n) in self.counts.iter_mut().zip(&latency.buckets) {
             *c = c.saturating_add(*n);
         }
@@ -214,7 +214,7 @@ impl LatencyHistogram {
     /// (upper bound, cumulative count) per bucket, the total, and the sum.
     pub fn cumulative(&self) -> (Vec<(f64, u64)>, u64) {
         let mut total = 0u64;
-        let buckets = crate::protocol::rr::LATENCY_BUCKETS
+        let buckets = crate::protocol::latency::LATENCY_BUCKETS
             .iter()
             .zip(&self.counts)
             .map(|(le, n)| {
@@ -328,18 +328,12 @@ impl TargetState {
             .result
             .as_ref()
             .ok()
-            .and_then(|r| r.rr.as_ref())
+            .and_then(|r| r.rr())
             .and_then(|rr| rr.latency.as_ref())
         {
             latency.get_or_insert_with(LatencyHistogram::default).add(l);
         }
-        if let Some(c) = latest
-            .result
-            .as_ref()
-            .ok()
-            .and_then(|r| r.rr.as_ref())
-            .and_then(|rr| rr.crr.as_ref())
-        {
+        if let Some(c) = latest.result.as_ref().ok().and_then(|r| r.crr()) {
             if let Some(l) = &c.connect {
                 connect.get_or_insert_with(LatencyHistogram::default).add(l);
             }
@@ -348,7 +342,7 @@ impl TargetState {
                 *n = n.saturating_add(c.failures.get(reason));
             }
         }
-        if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr.as_ref()) {
+        if let Some(u) = latest.result.as_ref().ok().and_then(|r| r.udp_rr()) {
             if let Some(l) = &u.rtt {
                 latency.get_or_insert_with(LatencyHistogram::default).add(l);
             }

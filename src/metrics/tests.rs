@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::expo::Exposition;
 use super::names::{self, MetricType, Scope};
 use super::*;
-use crate::probe::result::{DirectionSummary, ProbeResult, SideSummary, TcpSummary, UdpSummary};
+use crate::analysis::result::{DirectionSummary, ProbeResult, SideSummary, TcpSummary, UdpSummary};
 use crate::probe::{Direction, FlowDirection, Kind};
 
 // ---- a small parser of the text format ------------------------------------
@@ -157,7 +157,7 @@ fn tcp_flow(
         }),
         udp: None,
         // The sender stalled on the receive window 80% of the window.
-        diagnosis: crate::probe::diagnosis::diagnose(&crate::probe::diagnosis::Evidence {
+        diagnosis: crate::analysis::diagnosis::diagnose(&crate::analysis::diagnosis::Evidence {
             kind: Some(Kind::Tcp),
             busy: Some(1.0),
             rwnd_limited: Some(0.8),
@@ -215,8 +215,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         streams: Vec::new(),
         tcp: None,
         udp: None,
-        rr: None,
-        udp_rr: None,
+        figures: Default::default(),
         directions,
         local: side("6.1.0-local", 0.3, 0.5),
         remote: side("6.8.0-remote", 0.1, 0.7),
@@ -1474,7 +1473,7 @@ fn the_verdict_is_one_series_per_cause_with_the_candidates_strengths() {
     store.record(key.clone(), tcp_send_ok(T0));
     let s = store_text(&store);
     let send = with(&TCP_KEY, &[("flow", "send")]);
-    for cause in crate::probe::diagnosis::Limit::ALL {
+    for cause in crate::analysis::diagnosis::Limit::ALL {
         let want = if cause.as_str() == "receive_window" {
             1.0
         } else {
@@ -1532,7 +1531,7 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.rr = Some(crate::probe::tcp_rr::RrSummary {
+    r.figures = crate::kinds::figures::KindFigures::Rr(crate::kinds::tcp_rr::RrSummary {
         request_size: 1,
         response_size: 1,
         burst: 1,
@@ -1540,7 +1539,7 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         transactions: buckets.iter().sum(),
         seconds: 5.0,
         transactions_per_second: 20_000.0,
-        latency: Some(crate::protocol::rr::LatencyStats {
+        latency: Some(crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: p50,
             p50,
@@ -1596,7 +1595,7 @@ fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_transactions_per_second", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[1] = 90; // <= 25 us
     b[3] = 10; // <= 100 us
     let ok = |start, p50| {
@@ -1650,7 +1649,7 @@ fn tcp_rr_latency_is_a_histogram_over_probes_with_gauges_of_the_latest() {
 }
 
 fn rr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome("tcp_rr", Direction::Send, T0, Ok(rr_result(40e-6, b)))
 }
@@ -1661,16 +1660,17 @@ fn crr_result(
     connect_buckets: Vec<u64>,
     failures: crate::protocol::crr::CrrFailures,
 ) -> ProbeResult {
-    let mut latency = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut latency = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     latency[4] = connect_buckets.iter().sum(); // <= 250 us
     let mut r = rr_result(120e-6, latency);
     r.kind = Kind::TcpCrr;
-    if let Some(rr) = r.rr.as_mut() {
-        rr.crr = Some(crate::probe::tcp_crr::CrrSummary {
+    let rr = r.rr().cloned().unwrap_or_default();
+    r.figures = crate::kinds::figures::KindFigures::Crr {
+        crr: crate::kinds::tcp_crr::CrrSummary {
             connections_attempted: rr.transactions + failures.total(),
             connections_established: rr.transactions,
             connections_per_second: 5000.0,
-            connect: Some(crate::protocol::rr::LatencyStats {
+            connect: Some(crate::protocol::latency::LatencyStats {
                 min: 5e-6,
                 mean: 30e-6,
                 p50: 30e-6,
@@ -1684,13 +1684,14 @@ fn crr_result(
             failed: failures.total(),
             failures,
             ..Default::default()
-        });
-    }
+        },
+        rr,
+    };
     r
 }
 
 fn crr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 5;
     outcome(
         "tcp_crr",
@@ -1720,7 +1721,7 @@ fn tcp_crr_connect_time_and_failures_count_from_0_beside_the_transaction_figures
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_connect_percentile_seconds", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[2] = 700; // <= 50 us
     b[4] = 300; // <= 250 us
     let mut f = CrrFailures::default();
@@ -1775,14 +1776,14 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
-    r.udp_rr = Some(crate::probe::udp_rr::UdpRrSummary {
+    r.figures = crate::kinds::figures::KindFigures::UdpRr(crate::kinds::udp_rr::UdpRrSummary {
         sent: 1000,
         received: 1000 - up - down,
         upstream_lost: up,
         downstream_lost: down,
         upstream_loss_percent: up as f64 / 10.0,
         downstream_loss_percent: down as f64 * 100.0 / (1000 - up) as f64,
-        rtt: Some(crate::protocol::rr::LatencyStats {
+        rtt: Some(crate::protocol::latency::LatencyStats {
             min: 10e-6,
             mean: 50e-6,
             p50: 50e-6,
@@ -1793,7 +1794,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
             sum: 0.05,
             buckets: rtt_buckets,
         }),
-        ipdv_upstream: Some(crate::protocol::rr::LatencyStats {
+        ipdv_upstream: Some(crate::protocol::latency::LatencyStats {
             mean: 4e-6,
             ..Default::default()
         }),
@@ -1803,7 +1804,7 @@ fn udp_rr_result(up: u64, down: u64, rtt_buckets: Vec<u64>) -> ProbeResult {
 }
 
 fn udp_rr_outcome() -> ProbeOutcome {
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[3] = 988;
     outcome("udp_rr", Direction::Send, T0, Ok(udp_rr_result(10, 2, b)))
 }
@@ -1825,7 +1826,7 @@ fn udp_rr_loss_counts_by_leg_from_0_and_rtt_joins_the_latency_histogram() {
     assert_eq!(value(&s, "pathprobe_rr_latency_seconds_count", &k), 0.0);
     assert!(find(&s, "pathprobe_rr_loss_ratio", &k).is_empty());
 
-    let mut b = vec![0u64; crate::protocol::rr::LATENCY_BUCKETS.len() + 1];
+    let mut b = vec![0u64; crate::protocol::latency::LATENCY_BUCKETS.len() + 1];
     b[3] = 990;
     store.record(
         key.clone(),

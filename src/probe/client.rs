@@ -2,146 +2,24 @@
 //! connections or UDP flows, run the local streams, and combine the local
 //! figures with those the responder reports.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
-use super::datapath::{DataSocket, DRAIN_GRACE};
-use super::result::{ProbeContext, ProbeResult};
-use super::side::{End, TestSide};
-use super::spec::{IpFamily, Kind, ProbeSpec};
-use super::tcp_crr::{Connections, Dialer};
-use super::{tcp, udp, verify, ProbeError};
+use super::spec::ProbeSpec;
+use super::target::{resolve, Target};
+use super::{verify, ProbeError};
+use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
+use crate::engine::connections::{Connections, Dialer};
+use crate::engine::datapath::{DataSocket, DRAIN_GRACE};
+use crate::kinds::kind::Transport;
+use crate::kinds::side::{End, TestSide};
+use crate::kinds::{tcp, udp};
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
 use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
-
-/// Where to probe: a host name or address, and the responder's port.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-}
-
-impl Target {
-    /// Parses `host`, `host:port`, `a.b.c.d:port`, `::1`, `[::1]:port`.
-    pub fn parse(s: &str, default_port: u16) -> Result<Target, ProbeError> {
-        let bad = || {
-            ProbeError::BadArgument(format!(
-                "target {s:?}: expected host, host:port, or [ipv6]:port"
-            ))
-        };
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(bad());
-        }
-        if let Some(rest) = s.strip_prefix('[') {
-            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-            let port = match after.strip_prefix(':') {
-                Some(p) => p.parse().map_err(|_| bad())?,
-                None if after.is_empty() => default_port,
-                None => return Err(bad()),
-            };
-            return Ok(Target {
-                host: host.to_string(),
-                port,
-            });
-        }
-        if s.parse::<IpAddr>().is_ok() {
-            return Ok(Target {
-                host: s.to_string(),
-                port: default_port,
-            });
-        }
-        match s.rsplit_once(':') {
-            Some((host, port)) if !host.contains(':') && !host.is_empty() => Ok(Target {
-                host: host.to_string(),
-                port: port.parse().map_err(|_| bad())?,
-            }),
-            Some(_) => Err(bad()),
-            None => Ok(Target {
-                host: s.to_string(),
-                port: default_port,
-            }),
-        }
-    }
-
-    pub fn from_addr(addr: SocketAddr) -> Target {
-        Target {
-            host: addr.ip().to_string(),
-            port: addr.port(),
-        }
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target {
-            host: "127.0.0.1".into(),
-            port: DEFAULT_PORT,
-        }
-    }
-}
-
-pub(crate) async fn resolve(
-    target: &Target,
-    bind: Option<IpAddr>,
-    family: Option<IpFamily>,
-) -> Result<Vec<SocketAddr>, ProbeError> {
-    // The family -4/-6 or a bind address holds the probe to; both given
-    // must agree.
-    let (family, holder) = match (family, bind) {
-        (Some(f), Some(b)) if !f.matches(b) => {
-            return Err(ProbeError::BadArgument(format!(
-                "{} asks for {}, but the bind address {b} is {}",
-                f.flag(),
-                f.as_str(),
-                IpFamily::of(b).as_str()
-            )))
-        }
-        (Some(f), _) => (Some(f), f.flag().to_string()),
-        (None, Some(b)) => (Some(IpFamily::of(b)), format!("the bind address {b}")),
-        (None, None) => (None, String::new()),
-    };
-    if let (Some(f), Ok(ip)) = (family, target.host.parse::<IpAddr>()) {
-        if !f.matches(ip) {
-            return Err(ProbeError::BadArgument(format!(
-                "{holder} asks for {}, but {ip} is an {} address",
-                f.as_str(),
-                IpFamily::of(ip).as_str()
-            )));
-        }
-    }
-    let resolve_error = |source| ProbeError::Resolve {
-        target: target.host.clone(),
-        source,
-    };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
-        .await
-        .map_err(resolve_error)?
-        .filter(|a| family.is_none_or(|f| f.matches(a.ip())))
-        .collect();
-    if addrs.is_empty() {
-        let what = match family {
-            Some(f) => format!("no {} address", f.as_str()),
-            None => "no usable address".to_string(),
-        };
-        return Err(resolve_error(std::io::Error::other(what)));
-    }
-    Ok(addrs)
-}
 
 /// The longest a whole probe may take: its measured time and warm-up, the
 /// drain, and an allowance for set-up and tear-down of two control
@@ -357,8 +235,9 @@ async fn run_test(
 
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
         .with_intervals(spec.interval_events.clone());
-    let sockets = match request.kind {
-        Kind::Tcp | Kind::TcpRr => {
+    let kind = crate::kinds::of(request.kind);
+    let sockets = match (kind.transport(), kind.connection_per_transaction()) {
+        (Transport::Tcp, false) => {
             let sockets =
                 tcp::open_streams(addr, spec.bind, &side.tcp, side.stream_count(), &token, t)
                     .await?;
@@ -366,7 +245,7 @@ async fn run_test(
             sockets
         }
         // No connection before the start: each transaction makes its own.
-        Kind::TcpCrr => {
+        (Transport::Tcp, true) => {
             expect_ready(&mut control, t).await?;
             vec![(
                 0,
@@ -379,7 +258,7 @@ async fn run_test(
                 })),
             )]
         }
-        Kind::Udp | Kind::UdpRr => {
+        (Transport::Udp, _) => {
             let socks = udp::open_flows(
                 addr,
                 spec.bind,
@@ -514,68 +393,5 @@ fn refusal(msg: Message, expected: &str) -> ProbeError {
         Message::Rejected { reason, message } => ProbeError::Rejected { reason, message },
         Message::Error { message } => ProbeError::Aborted(message),
         other => ProbeError::Protocol(format!("expected {expected}, got {}", describe(&other))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn targets_parse_like_users_write_them() {
-        let t = |s| Target::parse(s, 5301).unwrap();
-        assert_eq!(
-            t("10.0.0.1"),
-            Target {
-                host: "10.0.0.1".into(),
-                port: 5301
-            }
-        );
-        assert_eq!(
-            t("10.0.0.1:9000"),
-            Target {
-                host: "10.0.0.1".into(),
-                port: 9000
-            }
-        );
-        assert_eq!(
-            t("::1"),
-            Target {
-                host: "::1".into(),
-                port: 5301
-            }
-        );
-        assert_eq!(
-            t("[::1]:7"),
-            Target {
-                host: "::1".into(),
-                port: 7
-            }
-        );
-        assert_eq!(
-            t("[fe80::1]"),
-            Target {
-                host: "fe80::1".into(),
-                port: 5301
-            }
-        );
-        assert_eq!(
-            t("db.example:80"),
-            Target {
-                host: "db.example".into(),
-                port: 80
-            }
-        );
-        assert_eq!(
-            t("db.example"),
-            Target {
-                host: "db.example".into(),
-                port: 5301
-            }
-        );
-        for bad in ["", "host:port", "[::1", "[::1]x", "a:b:c:zz"] {
-            assert!(Target::parse(bad, 1).is_err(), "{bad}");
-        }
-        assert_eq!(t("[::1]:7").to_string(), "[::1]:7");
     }
 }

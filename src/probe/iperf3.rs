@@ -16,12 +16,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::datapath::{DataSocket, UdpWire, DRAIN_GRACE};
-use super::result::{ProbeContext, ProbeResult};
-use super::side::{End, TestSide};
 use super::spec::{FlowDirection, Kind, ProbeSpec};
-use super::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
-use super::{tcp, udp, verify, ProbeError, Target};
+use super::target::Target;
+use super::{verify, ProbeError};
+use crate::analysis::result::{ProbeContext, ProbeResult};
+use crate::engine::datapath::{DataSocket, UdpWire, DRAIN_GRACE};
+use crate::engine::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
+use crate::kinds::side::{End, TestSide};
+use crate::kinds::{tcp, udp};
 use crate::protocol::iperf3::{
     self, check_json_len, encode_json_len, errors, make_cookie, Params, Results, State,
     StreamResult, COOKIE_LEN, MAX_RESULTS_LEN,
@@ -209,7 +211,7 @@ pub async fn probe(target: &Target, spec: &ProbeSpec) -> Result<ProbeResult, Pro
     spec.check_local()
         .map_err(|e| ProbeError::BadArgument(e.0))?;
     let request = iperf3_request(spec)?;
-    let addrs = super::client::resolve(target, spec.bind, spec.family).await?;
+    let addrs = super::target::resolve(target, spec.bind, spec.family).await?;
     let mut last = None;
     for addr in addrs {
         match tcp::connect(addr, spec.bind, None, spec.connect_timeout).await {
@@ -480,7 +482,7 @@ pub fn local_results(request: &TestRequest, local: &SideStats) -> Results {
     let window = local.streams.iter().map(|s| s.seconds).fold(0.0, f64::max);
     let user: f64 = local.streams.iter().map(|s| s.cpu_user_seconds).sum();
     let system: f64 = local.streams.iter().map(|s| s.cpu_system_seconds).sum();
-    let pct = |x: f64| super::result::ratio(x * 100.0, window);
+    let pct = |x: f64| crate::engine::stats::ratio(x * 100.0, window);
     let sends = local.streams.iter().any(|s| s.role == Some(Role::Sender));
     let mut streams: Vec<StreamResult> = local
         .streams

@@ -107,7 +107,7 @@ pub struct ProbeSpec {
     /// Interval reports (`-i`): both ends bucket their figures by it.
     pub interval: Option<Duration>,
     /// Where the local streams' intervals go as they close (`--json-stream`).
-    pub interval_events: Option<crate::probe::datapath::IntervalSink>,
+    pub interval_events: Option<crate::engine::datapath::IntervalSink>,
     /// UDP: no GSO/GRO on either end (`--no-offload`).
     pub no_offload: bool,
     /// Request and response sizes, burst and TCP_NODELAY of a `tcp_rr`
@@ -242,11 +242,11 @@ impl ProbeSpec {
         }
         if self
             .interval
-            .is_some_and(|i| i < crate::probe::datapath::MIN_INTERVAL || i > self.duration)
+            .is_some_and(|i| i < crate::engine::datapath::MIN_INTERVAL || i > self.duration)
         {
             return fail(format!(
                 "the interval must be between {} s and the duration, {} s (e.g. -i 1)",
-                crate::probe::datapath::MIN_INTERVAL.as_secs_f64(),
+                crate::engine::datapath::MIN_INTERVAL.as_secs_f64(),
                 self.duration.as_secs_f64()
             ));
         }
@@ -257,19 +257,21 @@ impl ProbeSpec {
             ));
         }
         let len = self.effective_length();
+        // The same bounds the responder admits (the registry decides them).
+        let bounds = crate::kinds::of(self.kind).length_bounds();
+        let in_bounds = (bounds.min..=bounds.max).contains(&len);
         match self.kind {
-            Kind::Udp if !(crate::protocol::udp::HELLO_LEN as u32..=65_000).contains(&len) => {
-                fail(format!(
-                    "UDP datagram length must be between {} and 65000 bytes, got {len}",
-                    crate::protocol::udp::HELLO_LEN
-                ))
-            }
-            Kind::Tcp if !(1..=16 << 20).contains(&len) => fail(format!(
-                "TCP buffer length must be between 1 byte and 16 MiB, got {len}"
+            Kind::Udp if !in_bounds => fail(format!(
+                "UDP datagram length must be between {} and {} bytes, got {len}",
+                bounds.min, bounds.max
+            )),
+            Kind::Tcp if !in_bounds => fail(format!(
+                "TCP buffer length must be between 1 byte and {} MiB, got {len}",
+                bounds.max >> 20
             )),
             Kind::TcpRr => {
                 let rr = self.effective_rr();
-                if rr.request_size == 0 || rr.response_size == 0 || len > 16 << 20 {
+                if rr.request_size == 0 || rr.response_size == 0 || len > bounds.max {
                     fail(format!(
                         "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
                         rr.request_size, rr.response_size
@@ -303,7 +305,8 @@ impl ProbeSpec {
 
     fn validate_tcp_crr(&self) -> Result<(), SpecError> {
         let rr = self.effective_rr();
-        if rr.request_size == 0 || rr.response_size == 0 || self.effective_length() > 16 << 20 {
+        let most = crate::kinds::of(self.kind).length_bounds().max;
+        if rr.request_size == 0 || rr.response_size == 0 || self.effective_length() > most {
             Err(SpecError(format!(
                 "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
                 rr.request_size, rr.response_size
@@ -328,12 +331,11 @@ impl ProbeSpec {
         let fail = |m: String| Err(SpecError(m));
         let rr = self.effective_udp_rr();
         let total_ms = (self.omit + self.duration).as_millis() as u64;
-        if !(w::MIN_LENGTH..=w::MAX_LENGTH).contains(&rr.request_size) {
+        let bounds = crate::kinds::of(self.kind).length_bounds();
+        if !(bounds.min..=bounds.max).contains(&rr.request_size) {
             fail(format!(
                 "udp_rr datagram length must be between {} and {} bytes, got {}",
-                w::MIN_LENGTH,
-                w::MAX_LENGTH,
-                rr.request_size
+                bounds.min, bounds.max, rr.request_size
             ))
         } else if !(w::MIN_INTERVAL_US..=w::MAX_INTERVAL_US).contains(&rr.interval_us) {
             fail(format!(

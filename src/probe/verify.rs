@@ -14,10 +14,10 @@
 
 use std::time::Duration;
 
-use super::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
-use super::side::MAX_CPUS;
 use super::spec::{stream_layout, FlowDirection};
-use super::stats::{Role, SideStats, StreamStats};
+use crate::engine::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
+use crate::engine::stats::{Role, SideStats, StreamStats};
+use crate::kinds::side::MAX_CPUS;
 use crate::protocol::{Kind, TestRequest};
 
 /// Slack on time figures: scheduling, the control round trip, the drain.
@@ -52,11 +52,7 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
     if agreed.omit_ms > asked.omit_ms {
         return changed("omit_ms", &asked.omit_ms, &agreed.omit_ms);
     }
-    let min_length = match agreed.kind {
-        Kind::Udp => crate::protocol::udp::HELLO_LEN as u32,
-        Kind::UdpRr => crate::protocol::udp_rr::MIN_LENGTH,
-        Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => 1,
-    };
+    let min_length = crate::kinds::of(agreed.kind).length_bounds().min;
     // Message sizes and burst are the test itself: a responder refuses
     // what it will not run, it does not run another.
     if agreed.rr != asked.rr {
@@ -955,7 +951,7 @@ mod tests {
 
     #[test]
     fn forged_limit_evidence_is_refused() {
-        use crate::probe::stats::{CpuLoad, TcpLimits, ThreadSched};
+        use crate::engine::stats::{CpuLoad, TcpLimits, ThreadSched};
         let (req, local, remote) = sides();
         let mut ok = remote.clone();
         ok.streams[0].sched = Some(ThreadSched {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::rr::LatencyStats;
+use super::latency::LatencyStats;
 
 /// The `stream` of a `DataHello` that opens one transaction.
 pub const TRANSACTION_STREAM: u32 = 0;

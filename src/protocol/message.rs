@@ -407,12 +407,6 @@ pub fn new_token() -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The 32-bit test id carried in UDP datagrams: the token's first 4 bytes.
-pub fn token_id(token: &str) -> u32 {
-    let hex = token.get(..8).unwrap_or("");
-    u32::from_str_radix(hex, 16).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,7 +607,9 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_eq!(token_id("deadbeef00"), 0xdead_beef);
-        assert_eq!(token_id("xx"), 0);
+        assert_eq!(
+            super::super::udp::token_id(&a),
+            u32::from_str_radix(&a[..8], 16).unwrap()
+        );
     }
 }

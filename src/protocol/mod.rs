@@ -6,6 +6,7 @@
 //!   data-connection hello, start, results) carried inside frames.
 //! - [`model`]: the vocabulary and figures carried inside messages (test
 //!   kind, direction, each side's measurements).
+//! - [`latency`]: a latency distribution, shared by every latency kind.
 //! - [`rr`]: request/response tests' parameters and figures.
 //! - [`crr`]: connect/request/response tests' bounds and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
@@ -23,6 +24,7 @@ pub mod frame;
 pub mod iperf3;
 #[cfg(test)]
 mod iperf3_proptests;
+pub mod latency;
 pub mod message;
 pub mod model;
 #[cfg(test)]

@@ -10,6 +10,7 @@ use proptest::sample::Index;
 
 use super::crr::{CrrFailures, CrrStats};
 use super::frame::{decode_frame, decode_payload, encode_frame, frame_len, MAX_FRAME_LEN};
+use super::latency::LatencyStats;
 use super::message::{
     Hello, HelloAuth, Limits, Message, RejectReason, TestRequest, Welcome, WelcomeAuth,
 };
@@ -17,7 +18,7 @@ use super::model::{
     CpuLoad, Direction, FlowDirection, HostDelta, IntervalStats, Kind, Role, SideStats,
     StreamStats, TcpLimits, TcpStats, ThreadSched, UdpReceiveStats, UdpSendStats,
 };
-use super::rr::{LatencyStats, RrStats};
+use super::rr::RrStats;
 use super::udp::{hello_datagram, parse_hello, UdpHeader, HEADER_LEN, HELLO_LEN};
 
 /// Any Unicode text, control characters, quotes and backslashes included:

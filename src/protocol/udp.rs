@@ -83,7 +83,7 @@ pub fn hello_datagram(token: &str, stream: u32) -> Vec<u8> {
     let mut buf = vec![0u8; HELLO_LEN];
     UdpHeader {
         flags: FLAG_HELLO,
-        test_id: super::message::token_id(token),
+        test_id: token_id(token),
         seq: 0,
         send_ns: 0,
     }
@@ -117,6 +117,13 @@ fn token_bytes(token: &str) -> [u8; 16] {
             .unwrap_or(0);
     }
     raw
+}
+
+/// The 32-bit test id carried in UDP datagrams (the control
+/// token lives in `message`; this is what of it fits a datagram header): the token's first 4 bytes.
+pub fn token_id(token: &str) -> u32 {
+    let hex = token.get(..8).unwrap_or("");
+    u32::from_str_radix(hex, 16).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -173,5 +180,11 @@ mod tests {
         let mut data = dgram.clone();
         data[3] = 0;
         assert_eq!(parse_hello(&data), None);
+    }
+
+    #[test]
+    fn token_id_reads_the_first_four_bytes() {
+        assert_eq!(token_id("deadbeef00"), 0xdead_beef);
+        assert_eq!(token_id("xx"), 0);
     }
 }

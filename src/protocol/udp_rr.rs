@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rr::LatencyStats;
+use super::latency::LatencyStats;
 use super::udp::{UdpHeader, HEADER_LEN};
 
 /// Marks a responder's reply; a request never carries it.

@@ -4,7 +4,8 @@
 //! limit named, as the operator's `limit_policy` says.
 
 use super::{LimitPolicy, ResponderConfig};
-use crate::protocol::{Direction, Kind, TestRequest};
+use crate::kinds::kind::Transport;
+use crate::protocol::{Direction, TestRequest};
 
 /// A request as the responder will run it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +91,9 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
     let responder_sends = matches!(r.direction, Direction::Receive | Direction::Bidir);
     if c.secret.is_none()
         && cap > 0
-        && (r.kind == Kind::Udp && responder_sends || r.kind == Kind::UdpRr)
+        && crate::kinds::of(r.kind).transport() == Transport::Udp
+        // A UDP round trip's responder always sends (its replies).
+        && (responder_sends || crate::kinds::of(r.kind).request_response())
         && (request.bitrate == 0 || request.bitrate > cap)
     {
         let asked = if request.bitrate == 0 {
@@ -139,17 +142,13 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
             "no pinning (allow_affinity: false)".into(),
         )?;
     }
-    let (min_len, ceiling) = match r.kind {
-        Kind::Udp => (crate::protocol::udp::HELLO_LEN as u32, 65_000),
-        Kind::UdpRr => (
-            crate::protocol::udp_rr::MIN_LENGTH,
-            crate::protocol::udp_rr::MAX_LENGTH,
-        ),
-        Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => (1, super::TCP_LENGTH_CEILING),
-    };
-    if matches!(r.kind, Kind::TcpRr | Kind::TcpCrr) {
+    let kind = crate::kinds::of(r.kind);
+    let bounds = kind.length_bounds();
+    let (min_len, ceiling) = (bounds.min, bounds.max);
+    let rr = kind.request_response();
+    if rr && kind.transport() == Transport::Tcp {
         check_rr(r, c.max_length.clamp(min_len, ceiling))?;
-    } else if r.kind == Kind::UdpRr {
+    } else if rr {
         check_udp_rr(r, &request, c.max_length.clamp(min_len, ceiling))?;
     } else if r.rr.is_some() {
         return Err(format!(
@@ -211,7 +210,8 @@ fn check_rr(r: &TestRequest, max_len: u32) -> Result<(), String> {
             "a {kind} test's length must be its larger message size"
         ));
     }
-    let most = if kind == Kind::TcpCrr { 1 } else { MAX_BURST };
+    let per_transaction = crate::kinds::of(kind).connection_per_transaction();
+    let most = if per_transaction { 1 } else { MAX_BURST };
     if rr.burst == 0 || rr.burst > most {
         return Err(format!(
             "{kind} burst {} is outside 1..={most} transactions in flight",
@@ -221,7 +221,7 @@ fn check_rr(r: &TestRequest, max_len: u32) -> Result<(), String> {
     if rr.interval_us != 0 {
         return Err(format!("a {kind} test has no send interval"));
     }
-    let intervals = kind == Kind::TcpCrr && r.interval_ms.is_some();
+    let intervals = per_transaction && r.interval_ms.is_some();
     if r.streams != 1 || r.direction != Direction::Send || intervals {
         return Err(format!(
             "a {kind} test runs one transaction stream, in the send direction"
@@ -305,6 +305,7 @@ fn seconds(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Kind;
     use std::time::Duration;
 
     fn limits(policy: LimitPolicy) -> ResponderConfig {

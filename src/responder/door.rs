@@ -18,8 +18,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::probe::datapath::DRAIN_GRACE;
-use crate::probe::tcp_crr::Arrival;
+use crate::engine::connections::Arrival;
+use crate::engine::datapath::DRAIN_GRACE;
 
 /// Connections one test may have waiting for its data thread. The thread
 /// answers one at a time, and a real prober has one open at a time.

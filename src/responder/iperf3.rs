@@ -29,9 +29,10 @@ use super::{
     normalize, LimitPolicy, ResponderCounters, ResponderState, MAX_PENDING_CONNECTIONS,
     MAX_PENDING_PER_CLIENT, MAX_SESSIONS_PER_CLIENT,
 };
-use crate::probe::datapath::{DataSocket, UdpWire};
+use crate::engine::datapath::{DataSocket, UdpWire};
+use crate::kinds::kind::Transport;
+use crate::kinds::side::{End, TestSide};
 use crate::probe::iperf3::local_results;
-use crate::probe::side::{End, TestSide};
 use crate::protocol::iperf3::{
     check_json_len, encode_json_len, encode_server_error, errors, is_cookie, same_cookie, Params,
     State, COOKIE_LEN, MAX_PARAMS_LEN,
@@ -421,9 +422,9 @@ async fn session(
     }
     let (tx, rx) = mpsc::unbounded_channel();
     // UDP streams have no connection: only TCP ones join through the port.
-    let wanted = match request.kind {
-        Kind::Udp => 0,
-        Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => request.total_streams(),
+    let wanted = match crate::kinds::of(request.kind).transport() {
+        Transport::Udp => 0,
+        Transport::Tcp => request.total_streams(),
     };
     let id = {
         let mut t = tests.lock().unwrap_or_else(|p| p.into_inner());
@@ -567,16 +568,17 @@ pub fn to_request(
         0 => max_ms.saturating_sub(omit_ms).max(1),
         t => t as u64 * 1000,
     };
-    let length = match (p.len, kind) {
-        (Some(l), _) if l > 0 && l <= i64::from(u32::MAX) => l as u32,
-        (Some(_), Kind::Udp) => return Err((errors::IEUDPBLOCKSIZE, "bad length".into())),
-        (Some(_), Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr) => {
-            return Err((errors::IEBLOCKSIZE, "bad length".into()))
-        }
-        (None, Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr) => 128 * 1024,
-        (None, Kind::Udp) => 1460,
+    let udp = crate::kinds::of(kind).transport() == Transport::Udp;
+    // iperf3's own defaults and bounds (its datagram header, not ours);
+    // the native bounds of the kind apply through check_limits below.
+    let length = match p.len {
+        Some(l) if l > 0 && l <= i64::from(u32::MAX) => l as u32,
+        Some(_) if udp => return Err((errors::IEUDPBLOCKSIZE, "bad length".into())),
+        Some(_) => return Err((errors::IEBLOCKSIZE, "bad length".into())),
+        None if udp => 1460,
+        None => 128 * 1024,
     };
-    if kind == Kind::Udp && !(16..=65_507).contains(&length) {
+    if udp && !(16..=65_507).contains(&length) {
         return Err((
             errors::IEUDPBLOCKSIZE,
             format!("datagrams of {length} bytes"),
@@ -639,9 +641,9 @@ pub fn to_request(
         } else if m.contains("bitrate") {
             errors::IETOTALRATE
         } else if m.starts_with("max_length") {
-            match kind {
-                Kind::Udp => errors::IEUDPBLOCKSIZE,
-                Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => errors::IEBLOCKSIZE,
+            match crate::kinds::of(kind).transport() {
+                Transport::Udp => errors::IEUDPBLOCKSIZE,
+                Transport::Tcp => errors::IEBLOCKSIZE,
             }
         } else if m.starts_with("max_window") {
             errors::IEBUFSIZE
@@ -714,8 +716,8 @@ async fn run(
     let total = side.stream_count();
     // UDP flows arrive on the iperf3 port's UDP side, bound before the
     // client is told to open them.
-    let udp_main = match request.kind {
-        Kind::Udp => match super::udp::bind_main(local) {
+    let udp_main = match crate::kinds::of(request.kind).transport() {
+        Transport::Udp => match super::udp::bind_main(local) {
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(%local, error = %e, "cannot bind the iperf3 UDP port");
@@ -728,7 +730,7 @@ async fn run(
                 return Outcome::Failed("UDP port unavailable");
             }
         },
-        Kind::Tcp | Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => None,
+        Transport::Tcp => None,
     };
     if control
         .write_all(&[State::CreateStreams.byte()])
@@ -770,7 +772,7 @@ async fn run(
         tcp.sort_by_key(|(seq, _)| *seq);
         for (id, (_, s)) in tcp.into_iter().enumerate() {
             let s = s.into_std().ok()?;
-            crate::probe::tcp::prepare_blocking(&s).ok()?;
+            crate::engine::datapath::prepare_blocking(&s).ok()?;
             sockets.insert(id as u32, DataSocket::Tcp(s));
         }
         Some(())
@@ -829,7 +831,7 @@ async fn run(
     let open_ended = params.time == 0;
     let limit = match open_ended {
         true => planned,
-        false => planned + crate::probe::datapath::DRAIN_GRACE + t,
+        false => planned + crate::engine::datapath::DRAIN_GRACE + t,
     };
     const CUT: &str = "max_duration reached before the client's byte or block count";
     const STALLED: &str = "no data moved: the client stopped taking part";
@@ -951,7 +953,7 @@ async fn run(
 
 /// The server's report for `--get-server-output`: what this side
 /// measured, one line per stream, in iperf3's units.
-fn server_output(request: &TestRequest, stats: &crate::probe::stats::SideStats) -> String {
+fn server_output(request: &TestRequest, stats: &crate::engine::stats::SideStats) -> String {
     let mut out = format!(
         "pathprobe responder {}: {} {} test\n",
         env!("CARGO_PKG_VERSION"),
@@ -963,7 +965,7 @@ fn server_output(request: &TestRequest, stats: &crate::probe::stats::SideStats) 
             Some(crate::protocol::Role::Sender) => "sender",
             _ => "receiver",
         };
-        let rate = crate::probe::result::ratio(s.bytes as f64 * 8.0, s.seconds);
+        let rate = crate::engine::stats::ratio(s.bytes as f64 * 8.0, s.seconds);
         out.push_str(&format!(
             "[{:>3}] 0.00-{:.2} sec {} bytes {:.2} Mbits/sec {role}\n",
             crate::probe::iperf3::stream_id(s.id as usize),

@@ -22,7 +22,7 @@ pub mod iperf3;
 mod log;
 mod session;
 pub mod turns;
-pub use crate::probe::datapath::DRAIN_GRACE;
+pub use crate::engine::datapath::DRAIN_GRACE;
 pub use admission::{check_limits, Admission};
 mod udp;
 
@@ -42,14 +42,11 @@ use self::access::{AccessList, ByteBudget, ClientRate, KnownPeers, PerClient, Sl
 use self::log::LogLimiter;
 use crate::auth::Secret;
 use crate::control::{read_message, Control, ControlError};
-use crate::probe::datapath::DataSocket;
+use crate::engine::datapath::DataSocket;
 use crate::protocol::message::Limits;
 use crate::protocol::{Message, RejectReason};
 use crate::slot::{HostSlot, SlotPermit};
 
-/// The largest TCP write size any responder accepts: a test's buffers are
-/// allocated from it, per stream.
-pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
 /// The default largest write or datagram size a responder accepts.
 pub const DEFAULT_MAX_LENGTH: u32 = 1 << 20;
 
@@ -505,7 +502,7 @@ impl ResponderState {
         stream: u32,
         socket: std::net::TcpStream,
     ) -> Joined {
-        use crate::probe::tcp_crr::Arrival;
+        use crate::engine::connections::Arrival;
         use crate::protocol::crr::{END_STREAM, TRANSACTION_STREAM};
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let Some(test) = pending.get_mut(token).filter(|t| t.peer_ip == peer) else {
@@ -898,7 +895,7 @@ async fn handle_connection(
         }
         Ok(Message::DataHello { token, stream: id }) => {
             let joined = stream.into_std().and_then(|s| {
-                crate::probe::tcp::prepare_blocking(&s)?;
+                crate::engine::datapath::prepare_blocking(&s)?;
                 Ok(shared.join_tcp(&token, peer.ip(), id, s))
             });
             // Turned-away connections are reset, so that a flood of them
@@ -908,12 +905,12 @@ async fn handle_connection(
                 Ok(Joined::OverLimit(s)) => {
                     ResponderCounters::inc(&shared.counters.rejected_connection_limit);
                     log::limited_info!(shared.log, "connection_limit", %peer, "tcp_crr connection over its test's limits; reset");
-                    crate::probe::tcp_crr::abort(s);
+                    crate::kinds::tcp_crr::abort(s);
                 }
                 Ok(Joined::Unknown(s)) => {
                     ResponderCounters::inc(&shared.counters.rejected_bad_token);
                     tracing::debug!(%peer, stream = id, "data connection for no pending test");
-                    crate::probe::tcp_crr::abort(s);
+                    crate::kinds::tcp_crr::abort(s);
                 }
                 Err(_) => {
                     ResponderCounters::inc(&shared.counters.rejected_bad_token);

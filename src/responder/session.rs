@@ -2,7 +2,7 @@
 //! shared-secret challenge when one is set, after which every frame is
 //! sealed), admission (see `admission.rs`), the test slot, collecting the
 //! data connections, running the responder's side of the test (built by
-//! [`crate::probe::side`], as the prober builds its own) and reporting its
+//! [`crate::kinds::side`], as the prober builds its own) and reporting its
 //! figures.
 
 use std::collections::BTreeMap;
@@ -18,12 +18,12 @@ use super::log::limited_info;
 use super::{refuse, PendingTest, ResponderCounters, ResponderState, SlotGuard};
 use crate::auth::{self, Challenge};
 use crate::control::{Control, ControlError};
-use crate::probe::datapath::DataSocket;
-use crate::probe::side::{End, TestSide};
-use crate::probe::stats::SideStats;
-use crate::probe::tcp_crr::{Arrivals, Connections};
+use crate::engine::connections::{Arrivals, Connections};
+use crate::engine::datapath::DataSocket;
+use crate::engine::stats::SideStats;
+use crate::kinds::side::{End, TestSide};
 use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
-use crate::protocol::{Kind, Message, RejectReason, TestRequest};
+use crate::protocol::{Message, RejectReason, TestRequest};
 
 pub(super) async fn run(
     stream: TcpStream,
@@ -354,7 +354,7 @@ enum TestError {
     #[error("data stream set-up failed: {0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
-    DataPath(#[from] crate::probe::side::DataPathFailed),
+    DataPath(#[from] crate::kinds::side::DataPathFailed),
     #[error("no data moved for {0:?}: the prober stopped taking part")]
     Stalled(Duration),
 }
@@ -384,7 +384,7 @@ async fn run_test(
     // connections, one per transaction, come through its door while it
     // runs, for as long as its registration stands.
     let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
-    let (door, arrivals) = if request.kind == Kind::TcpCrr {
+    let (door, arrivals) = if crate::kinds::of(request.kind).connection_per_transaction() {
         let (door, rx, over_limit) =
             Door::new(config.max_connections_per_second, planned, Instant::now());
         (Some(door), Some((rx, over_limit)))

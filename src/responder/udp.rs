@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::net::UdpSocket;
 
 use super::{normalize, ResponderCounters, ResponderState};
-use crate::probe::datapath::DataSocket;
+use crate::engine::datapath::DataSocket;
 use crate::protocol::udp::parse_hello;
 
 fn socket_for(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
@@ -49,7 +49,7 @@ pub(super) fn flow_socket(
     sock.connect(&peer.into())?;
     let sock: std::net::UdpSocket = sock.into();
     // Sized again for the test's rate once it starts (`TestSide::prepare`).
-    crate::probe::udp::configure_socket(&sock, crate::probe::udp::UDP_BUFFER);
+    crate::kinds::udp::configure_socket(&sock, crate::kinds::udp::UDP_BUFFER);
     Ok(sock)
 }
 

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathprobe::control::{read_message, write_message};
-use pathprobe::probe::datapath::DataSocket;
-use pathprobe::probe::side::{End, TestSide};
-use pathprobe::probe::stats::SideStats;
-use pathprobe::probe::tcp::TcpOptions;
-use pathprobe::probe::tcp_crr::{Connections, Dialer};
+use pathprobe::engine::connections::{Connections, Dialer};
+use pathprobe::engine::datapath::DataSocket;
+use pathprobe::engine::stats::SideStats;
+use pathprobe::engine::tcp_socket::TcpOptions;
+use pathprobe::kinds::side::{End, TestSide};
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::protocol::crr::CrrStats;
 use pathprobe::protocol::message::Hello;
@@ -54,8 +54,8 @@ async fn run(addr: SocketAddr, spec: &ProbeSpec) -> ProbeResult {
 /// The `rr` figures of a tcp_crr result hold together: every connection
 /// accounted for, each end's count the other's, both distributions whole.
 fn assert_consistent(r: &ProbeResult) {
-    let rr = r.rr.as_ref().expect("a tcp_crr result has rr figures");
-    let c = rr.crr.as_ref().expect("and its connection figures");
+    let rr = r.rr().expect("a tcp_crr result has rr figures");
+    let c = r.crr().expect("and its connection figures");
     assert_eq!(c.failed, 0, "{c:?}");
     assert_eq!(rr.transactions, c.connections_established, "{c:?}");
     assert_eq!(c.connections_attempted, c.connections_established, "{c:?}");
@@ -89,8 +89,8 @@ async fn tcp_crr_on_loopback_times_every_connection() {
     let _turn = turn::exclusive();
     let (addr, counters, _stop) = responder::start(ResponderConfig::default()).await;
     let r = run(addr, &crr_spec(2.0)).await;
-    let rr = r.rr.as_ref().unwrap();
-    let c = rr.crr.as_ref().unwrap();
+    let rr = r.rr().unwrap();
+    let c = r.crr().unwrap();
     let (l, k) = (rr.latency.as_ref().unwrap(), c.connect.as_ref().unwrap());
     eprintln!(
         "tcp_crr 1,1 on loopback: {} transactions in {:.2} s = {:.0} conn/s; connect p50 {:.1} us p99 {:.1} us; transaction p50 {:.1} us p99 {:.1} us; service demand local {:.1} us remote {:.1} us",
@@ -560,8 +560,8 @@ async fn tcp_crr_flood_is_bounded_counted_and_does_not_lock_out_a_probe() {
         "(the flood settled {:.2} s after it stopped)",
         flooded_for.elapsed().as_secs_f64()
     );
-    let rr = real.rr.as_ref().unwrap();
-    let c = rr.crr.as_ref().unwrap();
+    let rr = real.rr().unwrap();
+    let c = real.crr().unwrap();
     eprintln!(
         "under a flood without a token: real probe {} transactions, {:.0} conn/s, connect p50 {:.1} us, transaction p50 {:.1} us, failed {}; flood: {} attempts, {} closed, {} held, {} answered; responder: bad_token {} protocol_errors {} timeouts {} overload {}",
         rr.transactions,
@@ -661,7 +661,7 @@ async fn tcp_crr_flood_is_bounded_counted_and_does_not_lock_out_a_probe() {
     // The slot is free again: a real probe from 127.0.0.1 is served.
     let after = run(addr, &crr_spec(0.5)).await;
     assert_consistent(&after);
-    assert!(after.rr.unwrap().transactions > 50);
+    assert!(after.rr().unwrap().transactions > 50);
 }
 
 async fn read_message_max(

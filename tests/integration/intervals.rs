@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use pathprobe::probe::result::IntervalSummary;
-use pathprobe::probe::stats::Role;
+use pathprobe::analysis::result::IntervalSummary;
+use pathprobe::engine::stats::Role;
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::responder::ResponderConfig;
 

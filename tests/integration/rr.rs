@@ -111,14 +111,14 @@ async fn tcp_rr_one_byte_rate_keeps_up_with_sockperf_ping_pong() {
             .unwrap();
         theirs = theirs.max(s);
         let r = run_rr(addr, &spec).await;
-        let rr = r.rr.clone().expect("a tcp_rr result has rr figures");
+        let rr = r.rr().cloned().expect("a tcp_rr result has rr figures");
         ours = ours.max(rr.transactions_per_second);
         last = Some(r);
     }
     let _ = server.kill();
     let _ = server.wait();
     let r = last.unwrap();
-    let rr = r.rr.as_ref().unwrap();
+    let rr = r.rr().unwrap();
     eprintln!(
         "tcp_rr 1 byte: {ours:.0} trans/s; sockperf ping-pong --tcp 14 bytes: {theirs:.0} round trips/s ({:.1}%); latency p50 {:.1} us p99 {:.1} us; service demand local {:.2} us remote {:.2} us",
         ours / theirs * 100.0,
@@ -167,7 +167,7 @@ async fn tcp_rr_burst_of_large_messages_moves_both_ways() {
         },
     );
     let r = run_rr(addr, &spec).await;
-    let rr = r.rr.as_ref().unwrap();
+    let rr = r.rr().unwrap();
     assert!(rr.transactions > 100, "{rr:?}");
     let per = |bps: f64| bps / rr.transactions_per_second;
     // Requests in flight at the window's edges make the two counts differ
@@ -271,5 +271,5 @@ async fn tcp_rr_prober_that_stops_reading_is_ended_and_counted() {
     let mut real = rr_spec(0.5, pathprobe::probe::spec::DEFAULT_RR);
     real.bind = Some("127.0.0.3".parse().unwrap());
     let r = run_rr(addr, &real).await;
-    assert!(r.rr.unwrap().transactions > 0);
+    assert!(r.rr().unwrap().transactions > 0);
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use pathprobe::control::{read_message, write_message};
 use pathprobe::probe::spec::RrParams;
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
-use pathprobe::protocol::message::{token_id, Hello};
+use pathprobe::protocol::message::Hello;
+use pathprobe::protocol::udp::token_id;
 use pathprobe::protocol::udp::{hello_datagram, UdpHeader, FLAG_FIN};
 use pathprobe::protocol::udp_rr::Reply;
 use pathprobe::protocol::Message;
@@ -145,8 +146,8 @@ async fn udp_rr_rtt_median_agrees_with_irtt_on_loopback() {
         theirs.push((m, stats));
         let r = run(addr, &spec).await.expect("udp_rr succeeded");
         let u = r
-            .udp_rr
-            .clone()
+            .udp_rr()
+            .cloned()
             .expect("a udp_rr result has udp_rr figures");
         ours.push(u.rtt.as_ref().expect("round trips were timed").p50);
         ours_user.push(
@@ -164,7 +165,7 @@ async fn udp_rr_rtt_median_agrees_with_irtt_on_loopback() {
     let theirs_m = mean(&theirs.iter().map(|t| t.0).collect::<Vec<_>>());
     let user_m = mean(&ours_user);
     let r = last.unwrap();
-    let u = r.udp_rr.as_ref().unwrap();
+    let u = r.udp_rr().unwrap();
     let l = u.rtt.as_ref().unwrap();
     eprintln!(
         "udp_rr timed at userspace read: median {:.1} us (runs {:?})",
@@ -251,7 +252,7 @@ async fn udp_rr_above_the_rate_limit_is_refused() {
     let r = run(addr, &udp_rr_spec(0.3, INTERVAL, LENGTH))
         .await
         .expect("within the limit");
-    assert!(r.udp_rr.unwrap().received > 0);
+    assert!(r.udp_rr().unwrap().received > 0);
 }
 
 /// A prober that sends the responder what a real one never would: junk,

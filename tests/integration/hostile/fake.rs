@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use pathprobe::probe::stats::{Role, SideStats, StreamStats};
+use pathprobe::engine::stats::{Role, SideStats, StreamStats};
 use pathprobe::probe::FlowDirection;
 use pathprobe::protocol::message::{Limits, Welcome};
 use pathprobe::protocol::{Message, PROTOCOL_VERSION};

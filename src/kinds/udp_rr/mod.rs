@@ -25,17 +25,20 @@
 //! processing time, which is held within its round trip; the responder's
 //! counts are held between what this side saw and what it sent.
 
+pub mod kind;
+
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::stats::StreamStats;
-use super::tcp_rr::{new_histogram, record, summarize};
-use super::udp_io::{self, RecvBatch, RecvMode};
-use crate::protocol::rr::{LatencyStats, RrParams, RrStats};
+use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::histogram::{new_histogram, record, summarize};
+use crate::engine::stats::StreamStats;
+use crate::engine::udp_io::{self, RecvBatch, RecvMode};
+use crate::protocol::latency::LatencyStats;
+use crate::protocol::rr::{RrParams, RrStats};
 use crate::protocol::udp::{UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN};
 use crate::protocol::udp_rr::{packet_count, Reply, UdpRrStats, FLAG_REPLY, MIN_LENGTH};
 
@@ -243,7 +246,8 @@ pub fn ask(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     counts.ipdv_upstream = summarize(&tally.ipdv_up);
     counts.ipdv_downstream = summarize(&tally.ipdv_down);
     counts.rtt_userspace = summarize(&tally.rtt_userspace);
-    counts.processing_mean = super::result::ratio(tally.processing_sum, counts.received as f64);
+    counts.processing_mean =
+        crate::engine::stats::ratio(tally.processing_sum, counts.received as f64);
     stats.rr = Some(RrStats {
         transactions: counts.received,
         request_bytes: counts.sent * len as u64,
@@ -567,7 +571,7 @@ impl UdpRrSummary {
         local: Option<&StreamStats>,
         remote: Option<&StreamStats>,
     ) -> UdpRrSummary {
-        use super::result::ratio;
+        use crate::engine::stats::ratio;
         let udp = |s: Option<&StreamStats>| {
             s.and_then(|s| s.rr.as_ref())
                 .and_then(|r| r.udp.clone())

@@ -9,9 +9,9 @@
 
 use serde::Serialize;
 
-use super::spec::Kind;
-use super::stats::StreamStats;
+use crate::engine::stats::StreamStats;
 use crate::protocol::HostDelta;
+use crate::protocol::Kind;
 
 /// What limited a probe. The set is fixed: dashboards and alerts match on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -320,7 +320,7 @@ pub fn gather(
         .filter_map(|s| s.tcp_limits.as_ref())
         .collect();
     // Unknown unless every sender reported it.
-    let summed = |f: fn(&super::stats::TcpLimits) -> Option<f64>| -> Option<f64> {
+    let summed = |f: fn(&crate::engine::stats::TcpLimits) -> Option<f64>| -> Option<f64> {
         if limits.len() != senders.len() || limits.is_empty() {
             return None;
         }
@@ -779,7 +779,7 @@ mod tests {
         // while the hypervisor stole 20% of its CPU.
         let stream = StreamStats {
             seconds: 2.0,
-            sched: Some(crate::probe::stats::ThreadSched {
+            sched: Some(crate::engine::stats::ThreadSched {
                 run_seconds: 1.6,
                 wait_seconds: 0.0,
                 involuntary_switches: 0,
@@ -788,7 +788,7 @@ mod tests {
             ..StreamStats::default()
         };
         let mut host = HostDelta {
-            cpus: vec![crate::probe::stats::CpuLoad {
+            cpus: vec![crate::engine::stats::CpuLoad {
                 cpu: 1,
                 busy: 1.0,
                 steal: 0.2,

@@ -19,17 +19,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::datapath::{
+use crate::engine::datapath::{
     interval_plan, pin_current_thread, DataSocket, IntervalSink, Plan, Progress, StartGate,
     StopFlag, StreamContext, StreamJob, DRAIN_GRACE, POLL_INTERVAL,
 };
-use super::spec::{stream_layout, FlowDirection};
-use super::stats::{Role, SideStats, StreamStats};
-use super::tcp::{self, apply_options, TcpOptions};
-use super::tcp_crr::Connections;
-use super::{tcp_crr, tcp_rr, udp, udp_rr};
+use crate::engine::stats::{Role, SideStats, StreamStats};
+use crate::engine::tcp_socket::{apply_options, TcpOptions};
 use crate::host::{HostDelta, HostSnapshot};
-use crate::protocol::message::token_id;
+use crate::kinds::kind::ProbeKind;
+use crate::kinds::udp;
+use crate::protocol::model::{stream_layout, FlowDirection};
+use crate::protocol::udp::token_id;
 use crate::protocol::{Kind, TestRequest};
 
 /// Which end of the test this side is.
@@ -110,7 +110,7 @@ impl TestSide {
                 offload: !request.no_offload,
                 rr: request
                     .rr
-                    .filter(|_| matches!(request.kind, Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr)),
+                    .filter(|_| super::of(request.kind).request_response()),
                 wire: Default::default(),
                 send_limit: None,
             },
@@ -135,7 +135,7 @@ impl TestSide {
     }
 
     /// Runs UDP streams with `wire`'s header (iperf3's, for its peers).
-    pub fn with_wire(mut self, wire: super::datapath::UdpWire) -> TestSide {
+    pub fn with_wire(mut self, wire: crate::engine::datapath::UdpWire) -> TestSide {
         self.plan.wire = wire;
         self
     }
@@ -143,7 +143,7 @@ impl TestSide {
     /// Stops this side's senders, together, once they have sent `bytes`
     /// after the warm-up (iperf3's `-n`/`-k`, as its server does).
     pub fn with_send_limit(mut self, bytes: Option<u64>) -> TestSide {
-        self.plan.send_limit = bytes.map(super::datapath::SendLimit::new);
+        self.plan.send_limit = bytes.map(crate::engine::datapath::SendLimit::new);
         self
     }
 
@@ -206,7 +206,13 @@ impl TestSide {
             });
         }
         let expected = jobs.len();
-        let mut run = SideRun::spawn(jobs, self.plan.clone(), self.irqs.clone(), self.intervals)?;
+        let mut run = SideRun::spawn(
+            super::of(self.request.kind),
+            jobs,
+            self.plan.clone(),
+            self.irqs.clone(),
+            self.intervals,
+        )?;
         // Loopback carries both ends of the test: nothing to tell apart.
         run.counted = self
             .interface
@@ -294,6 +300,7 @@ pub type Warnings = Arc<Mutex<Vec<String>>>;
 /// Starts one thread for `job`; its figures arrive on the returned channel,
 /// and what it could not do as asked goes to `warnings` (once per kind).
 pub fn spawn_stream(
+    kind: &'static dyn ProbeKind,
     job: StreamJob,
     ctx: StreamContext,
     warnings: Warnings,
@@ -323,34 +330,7 @@ pub fn spawn_stream(
             // A stream that panics gives no figures, and its side reports
             // the failure rather than a test short of a stream.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                match (job.socket, job.role) {
-                    // The prober asks, the responder answers: the same
-                    // stream, each end's loop in tcp_rr.rs.
-                    (DataSocket::Tcp(s), Role::Sender) if ctx.plan.rr.is_some() => {
-                        tcp_rr::ask(s, &ctx, &mut stats)
-                    }
-                    (DataSocket::Tcp(s), Role::Receiver) if ctx.plan.rr.is_some() => {
-                        tcp_rr::answer(s, &ctx, &mut stats)
-                    }
-                    (DataSocket::Tcp(s), Role::Sender) => tcp::send(s, &ctx, &mut stats),
-                    (DataSocket::Tcp(s), Role::Receiver) => tcp::receive(s, &ctx, &mut stats),
-                    // udp_rr: the prober's schedule, the responder's echo.
-                    (DataSocket::Udp(s), Role::Sender) if ctx.plan.rr.is_some() => {
-                        udp_rr::ask(s, &ctx, &mut stats)
-                    }
-                    (DataSocket::Udp(s), Role::Receiver) if ctx.plan.rr.is_some() => {
-                        udp_rr::answer(s, &ctx, &mut stats)
-                    }
-                    (DataSocket::Udp(s), Role::Sender) => udp::send(s, &ctx, &mut stats),
-                    (DataSocket::Udp(s), Role::Receiver) => udp::receive(s, &ctx, &mut stats),
-                    // tcp_crr: the prober dials, the responder is handed.
-                    (DataSocket::Connections(Connections::Dial(d)), _) => {
-                        tcp_crr::ask(d, &ctx, &mut stats)
-                    }
-                    (DataSocket::Connections(Connections::Accepted(a)), _) => {
-                        tcp_crr::answer(a, &ctx, &mut stats)
-                    }
-                }
+                kind.run_stream(job.socket, job.role, &ctx, &mut stats)
             }));
             match ran {
                 Ok(()) => {
@@ -381,6 +361,7 @@ pub struct SideRun {
 impl SideRun {
     /// Spawns a thread per job; they wait at the gate.
     pub fn spawn(
+        kind: &'static dyn ProbeKind,
         jobs: Vec<StreamJob>,
         plan: Plan,
         irqs: Vec<String>,
@@ -399,7 +380,7 @@ impl SideRun {
         let mut streams = Vec::with_capacity(jobs.len());
         let warnings = Warnings::default();
         for job in jobs {
-            match spawn_stream(job, ctx.clone(), warnings.clone()) {
+            match spawn_stream(kind, job, ctx.clone(), warnings.clone()) {
                 Ok(rx) => streams.push(rx),
                 Err(e) => {
                     gate.abort();
@@ -452,7 +433,9 @@ impl SideRun {
         };
         keep_relevant_cpus(&mut host, &results);
         if let (Some(b), Some(a), Some((_, ipv6))) = (iface_before, iface_after, &self.counted) {
-            host.interface_bytes = Some(super::cross::interface_bytes(b, a, &results, *ipv6));
+            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(
+                b, a, &results, *ipv6,
+            ));
         }
         (results, host)
     }

@@ -3,7 +3,7 @@
 //! the stop flag, the sockets handed to stream threads, and the meter of a
 //! thread's CPU over its window, and the interval meter that buckets a
 //! stream's figures for `-i`. The threads themselves are started by
-//! [`super::side`], and run the loops of their kind (`tcp.rs`, `udp.rs`).
+//! [`crate::kinds::side`], and run the loops of their kind (`tcp.rs`, `udp.rs`).
 //!
 //! Streams run on dedicated threads with blocking sockets, not on the async
 //! runtime: per-thread CPU accounting (RUSAGE_THREAD) is then exact, and the
@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::stats::{IntervalStats, Role, StreamStats, ThreadSched};
+use crate::engine::stats::{IntervalStats, Role, StreamStats, ThreadSched};
 use crate::host::{SchedStat, ThreadUsage};
 use crate::protocol::FlowDirection;
 
@@ -363,6 +363,15 @@ impl StopFlag {
     }
 }
 
+/// Makes a data socket blocking, with timeouts so that its thread can look
+/// at the stop flag.
+pub fn prepare_blocking(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL_INTERVAL))?;
+    stream.set_write_timeout(Some(POLL_INTERVAL))?;
+    Ok(())
+}
+
 /// A connected data socket handed to a stream thread.
 #[derive(Debug)]
 pub enum DataSocket {
@@ -370,7 +379,7 @@ pub enum DataSocket {
     Udp(UdpSocket),
     /// `tcp_crr`: no socket of its own, but a connection per transaction,
     /// made by the prober or handed over by the responder's accept loop.
-    Connections(super::tcp_crr::Connections),
+    Connections(crate::engine::connections::Connections),
 }
 
 /// One stream to run on this side.

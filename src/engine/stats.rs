@@ -6,3 +6,13 @@ pub use crate::protocol::model::{
     CpuLoad, IntervalStats, Role, SideStats, StreamStats, TcpLimits, TcpStats, ThreadSched,
     UdpReceiveStats, UdpSendStats,
 };
+
+/// `num / den`, or 0 when that is not a finite number.
+pub fn ratio(num: f64, den: f64) -> f64 {
+    let r = num / den;
+    if r.is_finite() {
+        r
+    } else {
+        0.0
+    }
+}

@@ -12,17 +12,21 @@
 //! It also opens the prober's flows ([`open_flows`]) and announces them to
 //! the responder with hello datagrams ([`announce_flows`]).
 
+pub mod kind;
+
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::accounting::UdpAccount;
-use super::datapath::{IntervalMeter, Mark, StreamContext, ThreadMeter, UdpWire, POLL_INTERVAL};
-use super::pacing::Pacer;
-use super::stats::{StreamStats, UdpSendStats};
-use super::udp_io::{self, RecvBatch, RecvMode, SendMode};
-use super::ProbeError;
+use crate::engine::accounting::UdpAccount;
+use crate::engine::datapath::{
+    IntervalMeter, Mark, StreamContext, ThreadMeter, UdpWire, POLL_INTERVAL,
+};
+use crate::engine::error::ProbeError;
+use crate::engine::pacing::Pacer;
+use crate::engine::stats::{StreamStats, UdpSendStats};
+use crate::engine::udp_io::{self, RecvBatch, RecvMode, SendMode};
 use crate::protocol::iperf3;
 use crate::protocol::udp::{
     hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
@@ -470,7 +474,7 @@ pub(crate) fn open_flows(
         let s = UdpSocket::bind(local)
             .map_err(|e| ProbeError::BadArgument(format!("cannot bind UDP to {local}: {e}")))?;
         s.connect(addr)
-            .map_err(|e| super::tcp::connect_error(addr, e))?;
+            .map_err(|e| crate::kinds::tcp::connect_error(addr, e))?;
         configure_socket(&s, buffer);
         if let Some(tos) = tos {
             set_tos(&s, tos).map_err(|e| ProbeError::BadArgument(format!("--tos: {e}")))?;

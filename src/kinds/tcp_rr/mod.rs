@@ -13,22 +13,19 @@
 //! With every request written, the prober simply blocks in a read, which
 //! with 1-byte messages makes a transaction two system calls on each end.
 
+pub mod kind;
+
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::stats::StreamStats;
-use crate::protocol::rr::{LatencyStats, RrStats, LATENCY_BUCKETS};
-
-/// Longest latency the histogram holds; longer ones count as this. A
-/// transaction that takes a minute has stalled, and the stall watchdogs of
-/// both ends end such a test well before.
-const MAX_LATENCY: Duration = Duration::from_secs(60);
+use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::histogram::{new_histogram, record, summarize};
+use crate::engine::stats::StreamStats;
+use crate::protocol::latency::LatencyStats;
+use crate::protocol::rr::RrStats;
 
 /// Largest read either end makes at once: several responses (or requests)
 /// of a burst, without holding much memory for large messages.
@@ -39,53 +36,6 @@ fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
     )
-}
-
-/// A latency histogram for one test: nanoseconds from 1 ns to
-/// [`MAX_LATENCY`] at three significant digits, allocated once here.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY.as_nanos() as u64, 3)
-        .expect("constant histogram bounds are valid")
-}
-
-/// Records one latency; never allocates (values above the range count as
-/// its top).
-#[inline]
-pub fn record(hist: &mut Histogram<u64>, latency: Duration) {
-    let ns = (latency.as_nanos() as u64).clamp(1, hist.high());
-    hist.saturating_record(ns);
-}
-
-/// The summary and fixed buckets of a histogram of nanoseconds.
-pub fn summarize(hist: &Histogram<u64>) -> Option<LatencyStats> {
-    if hist.is_empty() {
-        return None;
-    }
-    let s = |ns: u64| ns as f64 / 1e9;
-    let mut buckets = vec![0u64; LATENCY_BUCKETS.len() + 1];
-    let mut sum = 0.0;
-    for v in hist.iter_recorded() {
-        // A sub-bucket goes by its lowest value, so that a bound such as
-        // 10 µs holds what was recorded as 10 µs (the error is under 0.1%).
-        let seconds = s(hist.lowest_equivalent(v.value_iterated_to()));
-        sum += s(hist.median_equivalent(v.value_iterated_to())) * v.count_at_value() as f64;
-        let i = LATENCY_BUCKETS
-            .iter()
-            .position(|&le| seconds <= le)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        buckets[i] += v.count_at_value();
-    }
-    Some(LatencyStats {
-        min: s(hist.min()),
-        mean: hist.mean() / 1e9,
-        p50: s(hist.value_at_quantile(0.5)),
-        p90: s(hist.value_at_quantile(0.9)),
-        p99: s(hist.value_at_quantile(0.99)),
-        p999: s(hist.value_at_quantile(0.999)),
-        max: s(hist.max()),
-        sum,
-        buckets,
-    })
 }
 
 /// `write` without waiting (MSG_DONTWAIT), whatever the socket's mode.
@@ -287,7 +237,7 @@ pub fn ask(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) 
     let _ = stream.shutdown(Shutdown::Write);
     let _ = stream.set_read_timeout(Some(POLL_INTERVAL));
     let mut sink = [0u8; 4096];
-    let drain_until = Instant::now() + super::datapath::DRAIN_GRACE;
+    let drain_until = Instant::now() + crate::engine::datapath::DRAIN_GRACE;
     loop {
         match stream.read(&mut sink) {
             Ok(0) => break,
@@ -444,9 +394,6 @@ pub struct RrSummary {
     pub remote_cpu_seconds: f64,
     pub local_service_demand_microseconds: f64,
     pub remote_service_demand_microseconds: f64,
-    /// `tcp_crr`: connections, connect time and failures.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub crr: Option<super::tcp_crr::CrrSummary>,
 }
 
 impl RrSummary {
@@ -456,7 +403,7 @@ impl RrSummary {
         local: Option<&StreamStats>,
         remote: Option<&StreamStats>,
     ) -> RrSummary {
-        use super::result::ratio;
+        use crate::engine::stats::ratio;
         let cpu =
             |s: Option<&StreamStats>| s.map_or(0.0, |s| s.cpu_user_seconds + s.cpu_system_seconds);
         let rr = |s: Option<&StreamStats>| s.and_then(|s| s.rr.clone()).unwrap_or_default();
@@ -478,10 +425,6 @@ impl RrSummary {
             remote_cpu_seconds: remote_cpu,
             local_service_demand_microseconds: ratio(local_cpu * 1e6, l.transactions as f64),
             remote_service_demand_microseconds: ratio(remote_cpu * 1e6, r.transactions as f64),
-            crr: l
-                .crr
-                .as_ref()
-                .map(|_| super::tcp_crr::CrrSummary::combine(local, remote, seconds)),
         }
     }
 }

@@ -7,9 +7,11 @@
 
 use serde::Serialize;
 
-use super::diagnosis::{self, Diagnosis, Evidence};
-use super::spec::{Direction, FlowDirection, Kind};
-use super::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
+use crate::analysis::diagnosis::{self, Diagnosis, Evidence};
+use crate::engine::stats::ratio;
+use crate::engine::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
+use crate::kinds::figures::KindFigures;
+use crate::protocol::{Direction, FlowDirection, Kind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProbeResult {
@@ -37,12 +39,10 @@ pub struct ProbeResult {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
-    /// Request/response figures (`tcp_rr`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rr: Option<super::tcp_rr::RrSummary>,
-    /// Isochronous UDP round-trip figures (`udp_rr`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub udp_rr: Option<super::udp_rr::UdpRrSummary>,
+    /// The probe's kind's own figures: `rr` for `tcp_rr` and `tcp_crr`
+    /// (with `rr.crr`), `udp_rr` for `udp_rr`, in the JSON.
+    #[serde(flatten)]
+    pub figures: KindFigures,
     pub local: SideSummary,
     pub remote: SideSummary,
     /// What the responder cut down to its limits, one sentence each
@@ -396,16 +396,6 @@ impl SideSummary {
     }
 }
 
-/// `num / den`, or 0 when that is not a finite number.
-pub fn ratio(num: f64, den: f64) -> f64 {
-    let r = num / den;
-    if r.is_finite() {
-        r
-    } else {
-        0.0
-    }
-}
-
 fn bits_per_second(bytes: u64, seconds: f64) -> f64 {
     ratio(bytes as f64 * 8.0, seconds)
 }
@@ -572,7 +562,7 @@ impl ProbeContext {
     /// set them).
     pub fn of_run(
         request: &crate::protocol::TestRequest,
-        plan: &super::datapath::Plan,
+        plan: &crate::engine::datapath::Plan,
         target: &dyn std::fmt::Display,
         local_address: std::net::SocketAddr,
         remote_address: std::net::SocketAddr,
@@ -759,24 +749,8 @@ impl ProbeResult {
             directions,
             tcp,
             udp,
-            // tcp_crr's connection figures come inside the same summary.
-            rr: ctx
-                .rr
-                .filter(|_| matches!(ctx.kind, Kind::TcpRr | Kind::TcpCrr))
-                .map(|p| {
-                    super::tcp_rr::RrSummary::combine(
-                        p,
-                        local.streams.first(),
-                        remote.streams.first(),
-                    )
-                }),
-            udp_rr: ctx.rr.filter(|_| ctx.kind == Kind::UdpRr).map(|p| {
-                super::udp_rr::UdpRrSummary::combine(
-                    p,
-                    p.request_size,
-                    local.streams.first(),
-                    remote.streams.first(),
-                )
+            figures: ctx.rr.map_or(KindFigures::Throughput, |p| {
+                crate::kinds::of(ctx.kind).figures(p, local.streams.first(), remote.streams.first())
             }),
             local: side_summary(local),
             remote: side_summary(remote),
@@ -788,6 +762,21 @@ impl ProbeResult {
             protocol_version: None,
             peer_clock: None,
         }
+    }
+
+    /// The request/response figures (`tcp_rr`, `tcp_crr`).
+    pub fn rr(&self) -> Option<&crate::kinds::tcp_rr::RrSummary> {
+        self.figures.rr()
+    }
+
+    /// `tcp_crr`'s connection figures.
+    pub fn crr(&self) -> Option<&crate::kinds::tcp_crr::CrrSummary> {
+        self.figures.crr()
+    }
+
+    /// `udp_rr`'s round-trip figures.
+    pub fn udp_rr(&self) -> Option<&crate::kinds::udp_rr::UdpRrSummary> {
+        self.figures.udp_rr()
     }
 
     /// The summary of one direction, if the probe ran it.

@@ -32,23 +32,27 @@
 //! connection starts to it, and the responder's door for the test resets
 //! those beyond it (see `responder::door`).
 
+pub mod kind;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
-use super::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
-use super::stats::StreamStats;
-use super::tcp::{apply_options, TcpOptions};
-use super::tcp_rr::{new_histogram, record, summarize};
+use crate::engine::connections::{Arrival, Arrivals, Dialer};
+use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
+use crate::engine::histogram::{new_histogram, record, summarize};
+use crate::engine::stats::StreamStats;
+use crate::engine::tcp_socket::{apply_options, TcpOptions};
 use crate::protocol::crr::{
     CrrFailure, CrrFailures, CrrStats, CONNECTION_DEADLINE, END_STREAM, TRANSACTION_STREAM,
 };
-use crate::protocol::rr::{LatencyStats, RrStats};
+use crate::protocol::latency::LatencyStats;
+use crate::protocol::rr::RrStats;
 use crate::protocol::{encode_frame, Message};
 
 /// Largest read either end makes at once.
@@ -57,58 +61,6 @@ const READ_BUFFER: usize = 256 * 1024;
 /// the responder waits for it to close: it is a courtesy that saves the
 /// responder its grace, not a measurement.
 const END_DEADLINE: Duration = Duration::from_millis(500);
-
-/// How the prober reaches the responder for every transaction.
-#[derive(Debug, Clone)]
-pub struct Dialer {
-    pub addr: SocketAddr,
-    /// Local address to connect from, as the control connection.
-    pub bind: Option<IpAddr>,
-    /// The test's token, named in every connection's `DataHello`.
-    pub token: String,
-    pub options: TcpOptions,
-    /// Connections per second to stay within: the responder's announced
-    /// `max_connections_per_second`; 0 for none.
-    pub rate_limit: u32,
-}
-
-/// A connection the responder's accept loop hands to a `tcp_crr` test,
-/// its `DataHello` read.
-#[derive(Debug)]
-pub enum Arrival {
-    /// One transaction: the request follows the hello.
-    Transaction(TcpStream),
-    /// The prober's last connection: its transactions are over.
-    End(TcpStream),
-}
-
-impl Arrival {
-    pub fn into_stream(self) -> TcpStream {
-        match self {
-            Arrival::Transaction(s) | Arrival::End(s) => s,
-        }
-    }
-}
-
-/// The responder's end of a `tcp_crr` test's connections.
-#[derive(Debug)]
-pub struct Arrivals {
-    /// In a mutex only so that a side's sockets can be shared across an
-    /// await (a receiver is not `Sync`); the data thread takes it once.
-    pub rx: Mutex<Receiver<Arrival>>,
-    pub options: TcpOptions,
-    /// Connections of this test its door turned away, as the door counts
-    /// them.
-    pub over_limit: Arc<AtomicU64>,
-}
-
-/// What a `tcp_crr` stream runs on instead of one socket: the connections
-/// it makes (prober) or is handed (responder).
-#[derive(Debug)]
-pub enum Connections {
-    Dial(Dialer),
-    Accepted(Arrivals),
-}
 
 /// The reason a socket call's error stands for.
 pub fn failure_of(e: &std::io::Error) -> CrrFailure {
@@ -655,7 +607,7 @@ impl CrrSummary {
         CrrSummary {
             connections_attempted: lc.connections,
             connections_established: lc.established,
-            connections_per_second: super::result::ratio(lc.established as f64, seconds),
+            connections_per_second: crate::engine::stats::ratio(lc.established as f64, seconds),
             connect: lc.connect,
             failed: lc.failures.total(),
             failures: lc.failures,

@@ -4,7 +4,7 @@
 //! Pure arithmetic on (sequence, send time, arrival time) triples, so it is
 //! tested on synthetic sequences.
 
-use super::stats::UdpReceiveStats;
+use crate::engine::stats::UdpReceiveStats;
 
 /// How far back duplicates are recognised. Reordering deeper than this is
 /// rare; a datagram older than the window counts as out of order.

@@ -1,0 +1,19 @@
+//! What both ends of every probe kind share, naming no kind: stream threads
+//! and their sockets ([`datapath`]), UDP pacing ([`pacing`]), UDP loss and
+//! jitter accounting ([`accounting`]), TCP_INFO ([`tcpinfo`]), batched UDP
+//! I/O ([`udp_io`]), latency histograms ([`histogram`]), the figures each
+//! side measures ([`stats`]) and why a probe failed ([`error`]).
+//!
+//! A kind's loops (in [`crate::kinds`]) are built from these parts; nothing
+//! here imports a kind, so that adding one never edits the engine.
+
+pub mod accounting;
+pub mod connections;
+pub mod datapath;
+pub mod error;
+pub mod histogram;
+pub mod pacing;
+pub mod stats;
+pub mod tcp_socket;
+pub mod tcpinfo;
+pub mod udp_io;

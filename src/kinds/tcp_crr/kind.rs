@@ -1,0 +1,68 @@
+//! `tcp_crr` as the registry sees it: a TCP connection per transaction.
+
+use crate::engine::connections::Connections;
+use crate::engine::datapath::{DataSocket, StreamContext};
+use crate::engine::stats::{Role, StreamStats};
+use crate::kinds::figures::KindFigures;
+use crate::kinds::kind::{wrong_socket, Family, LengthBounds, ProbeKind, Transport};
+use crate::kinds::tcp::kind::TCP_LENGTH_CEILING;
+use crate::kinds::tcp_rr::RrSummary;
+use crate::protocol::rr::RrParams;
+use crate::protocol::Kind;
+
+pub struct TcpCrr;
+pub static TCP_CRR: TcpCrr = TcpCrr;
+
+impl ProbeKind for TcpCrr {
+    fn kind(&self) -> Kind {
+        Kind::TcpCrr
+    }
+    fn transport(&self) -> Transport {
+        Transport::Tcp
+    }
+    fn family(&self) -> Family {
+        Family::Latency
+    }
+    fn connection_per_transaction(&self) -> bool {
+        true
+    }
+    fn length_bounds(&self) -> LengthBounds {
+        LengthBounds {
+            min: 1,
+            max: TCP_LENGTH_CEILING,
+        }
+    }
+    fn run_stream(
+        &self,
+        socket: DataSocket,
+        _role: Role,
+        ctx: &StreamContext,
+        stats: &mut StreamStats,
+    ) {
+        // The prober dials, the responder is handed each connection.
+        match socket {
+            DataSocket::Connections(Connections::Dial(d)) => super::ask(d, ctx, stats),
+            DataSocket::Connections(Connections::Accepted(a)) => super::answer(a, ctx, stats),
+            other => wrong_socket(self.kind(), &other),
+        }
+    }
+    fn figures(
+        &self,
+        p: RrParams,
+        local: Option<&StreamStats>,
+        remote: Option<&StreamStats>,
+    ) -> KindFigures {
+        let rr = RrSummary::combine(p, local, remote);
+        // Connection figures come with the prober's stream; without one
+        // there is nothing to add to the transactions'.
+        let counted = local
+            .and_then(|s| s.rr.as_ref())
+            .is_some_and(|r| r.crr.is_some());
+        if counted {
+            let crr = super::CrrSummary::combine(local, remote, rr.seconds);
+            KindFigures::Crr { rr, crr }
+        } else {
+            KindFigures::Rr(rr)
+        }
+    }
+}

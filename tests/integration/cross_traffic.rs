@@ -169,8 +169,19 @@ fn rr_kinds_own_packets_are_not_cross_traffic() {
     wait_listening(&lab, PORT);
     wait_listening(&lab, IPERF_PORT);
 
-    for kind in ["tcp_rr", "udp_rr", "tcp_crr"] {
-        let quiet = probe_with(&lab, &["--mode", kind]);
+    // udp_rr's default (64 bytes every 10 ms) moves about 32 KB each way
+    // in 3 s, where the responder's results frame on the control
+    // connection (about 1 KB, which reaches the prober before it reads its
+    // counters) alone is 3%: a round trip every millisecond of 256 bytes
+    // makes 0.9 MB each way.
+    let kinds: [(&str, &[&str]); 3] = [
+        ("tcp_rr", &[]),
+        ("udp_rr", &["--interval", "1ms", "-l", "256"]),
+        ("tcp_crr", &[]),
+    ];
+    for (kind, shape) in kinds {
+        let args = [&["--mode", kind][..], shape].concat();
+        let quiet = probe_with(&lab, &args);
         // udp_rr's figures are under their own key.
         let transactions = quiet["rr"]["transactions"]
             .as_u64()
@@ -196,7 +207,7 @@ fn rr_kinds_own_packets_are_not_cross_traffic() {
         // sent it, the responder's received it.
         let _client = filler(&lab, SECONDS + 4);
         thread::sleep(Duration::from_millis(1500));
-        let busy = probe_with(&lab, &["--mode", kind]);
+        let busy = probe_with(&lab, &args);
         let window = busy["duration_seconds"].as_f64().unwrap();
         let expected = CROSS_BPS as f64 / 8.0 * window;
         for (side, way) in [("local", "other_sent"), ("remote", "other_received")] {

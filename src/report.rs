@@ -57,30 +57,35 @@ fn summary_line(d: &DirectionSummary) -> String {
             u.jitter_seconds * 1e3
         );
     }
-    let _ = write!(line, " limited by {}", d.diagnosis.headline());
+    if let Some(verdict) = &d.diagnosis {
+        let _ = write!(line, " limited by {}", verdict.headline());
+    }
     line
 }
 
 /// `-v`: the evidence behind a direction's verdict, one line per figure,
-/// `?` where it is unknown (an older kernel or peer).
+/// `?` where it is unknown (an older kernel or peer); nothing for a kind
+/// without a verdict.
 fn evidence_table(d: &DirectionSummary) -> String {
-    let e = &d.diagnosis.evidence;
+    let Some(verdict) = &d.diagnosis else {
+        return String::new();
+    };
+    let e = &verdict.evidence;
     let pct = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{:.1}%", v * 100.0));
     let mut out = String::new();
     let _ = writeln!(
         out,
         "  {} verdict: limited by {}",
         d.direction.as_str(),
-        d.diagnosis.headline()
+        verdict.headline()
     );
-    let cands: Vec<String> = d
-        .diagnosis
+    let cands: Vec<String> = verdict
         .candidates
         .iter()
         .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
         .collect();
     let _ = writeln!(out, "    candidates       {}", cands.join(", "));
-    for a in &d.diagnosis.advice {
+    for a in &verdict.advice {
         let _ = writeln!(out, "    advice           {a}");
     }
     for (name, t) in [

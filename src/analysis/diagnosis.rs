@@ -13,6 +13,20 @@ use crate::engine::stats::StreamStats;
 use crate::protocol::HostDelta;
 use crate::protocol::Kind;
 
+/// Whether probes of `kind` get a verdict. The causes are those of a
+/// throughput probe: a flow that moved as much as something let it. A
+/// request/response probe moves a transaction at a time and waits for its
+/// answer, so its bytes are bounded by its own pacing and round trips,
+/// none of which is a cause in the set: judged as throughput it only ever
+/// read "unknown (0%)". It gets no verdict (issue 21); its latency figures
+/// say what it measured.
+pub fn judges(kind: Kind) -> bool {
+    match kind {
+        Kind::Tcp | Kind::Udp => true,
+        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => false,
+    }
+}
+
 /// What limited a probe. The set is fixed: dashboards and alerts match on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

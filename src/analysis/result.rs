@@ -62,8 +62,11 @@ pub struct ProbeResult {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// What limited the probe: its one direction's verdict, or for bidir
-    /// the slower direction's (docs/DIAGNOSIS.md).
-    pub diagnosis: Diagnosis,
+    /// the slower direction's (docs/DIAGNOSIS.md). Absent for the kinds
+    /// that have no bottleneck verdict (request/response: see
+    /// [`diagnosis::judges`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
     /// The control protocol version the two ends agreed on (native wire
     /// only): during a rolling upgrade, the older end's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -293,8 +296,10 @@ pub struct DirectionSummary {
     pub tcp: Option<TcpSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
-    /// What limited this direction (docs/DIAGNOSIS.md).
-    pub diagnosis: Diagnosis,
+    /// What limited this direction (docs/DIAGNOSIS.md); absent as for
+    /// [`ProbeResult::diagnosis`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -685,7 +690,7 @@ impl ProbeResult {
                 receiver_cpu_utilization: cpu_of(&receivers_ref),
                 tcp: (ctx.kind == Kind::Tcp).then(|| tcp_summary(&senders_ref, &receivers_ref)),
                 udp,
-                diagnosis: diagnosis::diagnose(&evidence),
+                diagnosis: diagnosis::judges(ctx.kind).then(|| diagnosis::diagnose(&evidence)),
             });
             all_senders.extend(senders);
             all_receivers.extend(receivers);
@@ -714,14 +719,16 @@ impl ProbeResult {
         };
         let udp = (ctx.kind == Kind::Udp)
             .then(|| udp_summary(&all_senders, &all_receivers, sent_bps, recv_bps));
-        let diagnosis = directions
-            .iter()
-            .min_by(|a, b| {
-                a.throughput_bits_per_second
-                    .total_cmp(&b.throughput_bits_per_second)
-            })
-            .map(|d| d.diagnosis.clone())
-            .unwrap_or_else(|| diagnosis::diagnose(&Evidence::default()));
+        let diagnosis = diagnosis::judges(ctx.kind).then(|| {
+            directions
+                .iter()
+                .min_by(|a, b| {
+                    a.throughput_bits_per_second
+                        .total_cmp(&b.throughput_bits_per_second)
+                })
+                .and_then(|d| d.diagnosis.clone())
+                .unwrap_or_else(|| diagnosis::diagnose(&Evidence::default()))
+        });
         ProbeResult {
             kind: ctx.kind,
             direction: ctx.direction,

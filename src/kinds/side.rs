@@ -67,9 +67,9 @@ pub struct TestSide {
     /// The interface that carries traffic to the peer, and its IRQs.
     pub interface: Option<String>,
     irqs: Vec<String>,
-    /// Whether the peer is IPv6 (the header sizes of cross-traffic
-    /// accounting).
-    ipv6: bool,
+    /// What cross-traffic accounting needs of the test: its kind, sizes,
+    /// and whether the peer is IPv6.
+    shape: super::cross::TestShape,
     /// Where this side's intervals go as they close (the prober's
     /// `--json-stream`); the responder's travel in its results only.
     pub intervals: Option<IntervalSink>,
@@ -123,7 +123,7 @@ impl TestSide {
             layout: stream_layout(request.direction, request.streams),
             interface,
             irqs,
-            ipv6: peer.to_canonical().is_ipv6(),
+            shape: super::cross::TestShape::new(request, token, peer.to_canonical().is_ipv6()),
             intervals: None,
         }
     }
@@ -218,7 +218,7 @@ impl TestSide {
             .interface
             .clone()
             .filter(|i| i != "lo")
-            .map(|i| (i, self.ipv6));
+            .map(|i| (i, self.shape));
         Ok(RunningSide {
             stop: run.stop.clone(),
             progress: run.progress.clone(),
@@ -352,8 +352,8 @@ pub struct SideRun {
     plan: Plan,
     irqs: Vec<String>,
     /// The interface whose bytes are compared with the test's own, and
-    /// whether the peer is IPv6.
-    counted: Option<(String, bool)>,
+    /// what the test's own are made of.
+    counted: Option<(String, super::cross::TestShape)>,
     /// Filled by the stream threads.
     pub warnings: Warnings,
 }
@@ -432,10 +432,8 @@ impl SideRun {
             _ => Default::default(),
         };
         keep_relevant_cpus(&mut host, &results);
-        if let (Some(b), Some(a), Some((_, ipv6))) = (iface_before, iface_after, &self.counted) {
-            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(
-                b, a, &results, *ipv6,
-            ));
+        if let (Some(b), Some(a), Some((_, shape))) = (iface_before, iface_after, &self.counted) {
+            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(b, a, &results, shape));
         }
         (results, host)
     }

@@ -410,14 +410,14 @@ pub static PROBE_LIMITED_BY: MetricDef = def(
     Gauge,
     "pathprobe_probe_limited_by",
     &[FLOW, CAUSE],
-    "1 for what limited each flow of the latest probe (the verdict, and a second cause as strong as the first), 0 for every other cause of the fixed set: sender_cpu, receiver_cpu, softirq_contention, receive_window, send_buffer, network, rate_limit, unknown (docs/DIAGNOSIS.md).",
+    "1 for what limited each flow of the latest probe (the verdict, and a second cause as strong as the first), 0 for every other cause of the fixed set: sender_cpu, receiver_cpu, softirq_contention, receive_window, send_buffer, network, rate_limit, unknown (docs/DIAGNOSIS.md). Absent for the request/response kinds (tcp_rr, udp_rr, tcp_crr), which get no verdict.",
 );
 pub static PROBE_LIMIT_STRENGTH: MetricDef = def(
     Probe,
     Gauge,
     "pathprobe_probe_limit_strength_ratio",
     &[FLOW, CAUSE],
-    "Strength of each candidate cause of the latest probe's verdict, 0 to 1: the fraction of the window it held (the cap reached, for rate_limit); absent where the evidence is unknown (docs/DIAGNOSIS.md).",
+    "Strength of each candidate cause of the latest probe's verdict, 0 to 1: the fraction of the window it held (the cap reached, for rate_limit); absent where the evidence is unknown, and for the request/response kinds (docs/DIAGNOSIS.md).",
 );
 
 // ---- Host ---------------------------------------------------------------
@@ -667,7 +667,7 @@ pub static PROBE_CROSS_TRAFFIC: MetricDef = def(
     Gauge,
     "pathprobe_probe_cross_traffic_bytes",
     &[SIDE, TYPE],
-    "Bytes the interface carrying the latest probe received (type=\"received\") or sent (type=\"sent\") during its measured window beyond the probe's own, on this host (side=\"local\") or the responder's (side=\"remote\"): other traffic sharing the NIC, which makes the figure suspect. The probe's own bytes are allowed for with full headers on every segment and an ACK per segment, so a quiet interface reads 0. Absent on loopback and from responders that do not report it.",
+    "Bytes the interface carrying the latest probe received (type=\"received\") or sent (type=\"sent\") during its measured window beyond the probe's own, on this host (side=\"local\") or the responder's (side=\"remote\"): other traffic sharing the NIC, which makes the figure suspect. The probe's own packets are allowed for with their headers, kind by kind (a TCP throughput probe's segments and an ACK per segment; tcp_rr's requests and responses; udp_rr's datagrams both ways; a whole connection per tcp_crr transaction), so a quiet interface reads 0. Absent on loopback and from responders that do not report it.",
 );
 
 /// Every metric, in the order of the documentation and of /metrics output.

@@ -219,7 +219,11 @@ fn render_series(
                 udp.packets_dropped_at_socket as f64,
             );
         }
-        let verdict = &d.diagnosis;
+        // Kinds without a verdict (request/response) have no verdict
+        // series, rather than a standing "unknown".
+        let Some(verdict) = &d.diagnosis else {
+            continue;
+        };
         for cause in Limit::ALL {
             let named =
                 verdict.limit == cause || verdict.also.as_ref().is_some_and(|a| a.limit == cause);

@@ -157,13 +157,15 @@ fn tcp_flow(
         }),
         udp: None,
         // The sender stalled on the receive window 80% of the window.
-        diagnosis: crate::analysis::diagnosis::diagnose(&crate::analysis::diagnosis::Evidence {
-            kind: Some(Kind::Tcp),
-            busy: Some(1.0),
-            rwnd_limited: Some(0.8),
-            sndbuf_limited: Some(0.0),
-            ..Default::default()
-        }),
+        diagnosis: Some(crate::analysis::diagnosis::diagnose(
+            &crate::analysis::diagnosis::Evidence {
+                kind: Some(Kind::Tcp),
+                busy: Some(1.0),
+                rwnd_limited: Some(0.8),
+                sndbuf_limited: Some(0.0),
+                ..Default::default()
+            },
+        )),
     }
 }
 
@@ -190,7 +192,7 @@ fn udp_flow(flow: FlowDirection) -> DirectionSummary {
             received_bits_per_second: 1_000_000.0,
             ..Default::default()
         }),
-        diagnosis: Default::default(),
+        diagnosis: Some(Default::default()),
     }
 }
 
@@ -223,7 +225,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         interval_seconds: None,
         intervals: Vec::new(),
         warnings: Vec::new(),
-        diagnosis: Default::default(),
+        diagnosis: Some(Default::default()),
         protocol_version: Some(3),
         peer_clock: None,
     }
@@ -1531,6 +1533,11 @@ fn rr_result(p50: f64, buckets: Vec<u64>) -> ProbeResult {
         Direction::Send,
         vec![tcp_flow(FlowDirection::Send, 1_000, 8e3, 0)],
     );
+    // Request/response results carry no verdict (ProbeResult::combine).
+    r.diagnosis = None;
+    for d in &mut r.directions {
+        d.diagnosis = None;
+    }
     r.figures = crate::kinds::figures::KindFigures::Rr(crate::kinds::tcp_rr::RrSummary {
         request_size: 1,
         response_size: 1,

@@ -899,3 +899,53 @@ fn present_minutes(minutes: usize, from: usize, to: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Issue 21: a request/response probe (tcp_rr, udp_rr, tcp_crr) exports
+/// pathprobe_throughput_bytes_per_second too, the bytes of its
+/// transactions, which mean nothing as a path's throughput. Every
+/// throughput panel (a title that says throughput or bit/s) selects the
+/// throughput kinds only: each of its selectors of that metric has a `kind`
+/// matcher that no request/response kind passes, and some throughput kind
+/// does.
+#[test]
+fn throughput_panels_leave_request_response_kinds_out() {
+    let selector = regex::Regex::new(r"pathprobe_throughput_bytes_per_second\{([^}]*)\}").unwrap();
+    let kind = regex::Regex::new(r#"kind(=~|!~)"([^"]*)""#).unwrap();
+    let mut checked = 0;
+    for (file, d) in all_dashboards() {
+        for (title, expr) in panel_queries(&d) {
+            let lower = title.to_lowercase();
+            if !(lower.contains("throughput") || lower.contains("bit/s")) {
+                continue;
+            }
+            for sel in selector.captures_iter(&expr) {
+                checked += 1;
+                let m = kind
+                    .captures(&sel[1])
+                    .unwrap_or_else(|| panic!("{file} {title:?}: no kind matcher in {}", &sel[0]));
+                let re = regex::Regex::new(&format!("^(?:{})$", &m[2])).unwrap();
+                let passes = |k: &str| re.is_match(k) == (&m[1] == "=~");
+                for rr in ["tcp_rr", "udp_rr", "tcp_crr"] {
+                    assert!(!passes(rr), "{file} {title:?} shows {rr}: {}", &sel[0]);
+                }
+                assert!(
+                    [
+                        "tcp",
+                        "udp",
+                        "loopback_tcp",
+                        "loopback_udp",
+                        "iperf3_tcp",
+                        "iperf3_udp"
+                    ]
+                    .iter()
+                    .any(|k| passes(k)),
+                    "{file} {title:?} shows no throughput kind: {}",
+                    &sel[0]
+                );
+            }
+        }
+    }
+    // The mesh matrices, per-path and per-release throughput, the path's
+    // throughput, and loopback throughput.
+    assert!(checked >= 14, "{checked} selectors");
+}

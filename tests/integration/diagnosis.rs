@@ -532,3 +532,91 @@ fn random_drops_with_cubic_are_the_network_with_retransmits() {
     let ratio = v.evidence("retransmit_ratio").unwrap_or(0.0);
     assert!((0.005..=0.1).contains(&ratio), "{}", v.show());
 }
+
+/// Issue 21: a request/response probe (tcp_rr, udp_rr, tcp_crr) has no
+/// bottleneck verdict: judged as throughput it always read "limited by
+/// unknown (0%)". Real probes of each kind on loopback print no verdict,
+/// with or without -v, carry no `diagnosis` in their JSON, and a serve
+/// running them exports no pathprobe_probe_limited_by; a TCP probe keeps
+/// its verdict.
+#[test]
+fn request_response_probes_have_no_verdict() {
+    use std::io::{BufRead, BufReader};
+
+    let _turn = crate::common::turn::shared();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+        .args(["respond", "--listen", "127.0.0.1", "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning the responder");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = wait_bounded(&mut self.0, Duration::from_secs(5));
+        }
+    }
+    let _responder = Kill(child);
+    let addr = line
+        .split_whitespace()
+        .nth(4)
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let probe = |args: &[&str]| -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pathprobe"));
+        cmd.args(["probe", "-t", "1"]).args(args).arg(&addr);
+        let out = run_bounded(&mut cmd, PROBE_TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(
+            out.status.success(),
+            "probe {args:?} failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    };
+    for kind in ["tcp_rr", "udp_rr", "tcp_crr"] {
+        for extra in [&[][..], &["-v"][..]] {
+            let text = probe(&[&["--mode", kind][..], extra].concat());
+            eprintln!("{kind} {extra:?}:\n{text}");
+            for word in ["unknown (0%)", "limited by", "verdict"] {
+                assert!(
+                    !text.contains(word),
+                    "{kind} {extra:?} says {word:?}:\n{text}"
+                );
+            }
+        }
+        let json: Value = serde_json::from_str(&probe(&["--mode", kind, "-J"])).unwrap();
+        assert!(json.get("diagnosis").is_none(), "{kind}: {json:#}");
+        let directions = json["directions"].as_array().expect("directions");
+        assert!(!directions.is_empty(), "{kind}: {json:#}");
+        for d in directions {
+            assert!(d.get("diagnosis").is_none(), "{kind}: {d:#}");
+        }
+    }
+    // A throughput probe still names what limited it.
+    let tcp = probe(&[]);
+    assert!(tcp.contains(" limited by "), "{tcp}");
+    let json: Value = serde_json::from_str(&probe(&["-J"])).unwrap();
+    assert!(json["diagnosis"]["limit"].is_string(), "{json:#}");
+
+    // Nor does a serve export a verdict for them.
+    let body = crate::common::rr::scrape();
+    assert!(
+        body.contains("pathprobe_rr_transactions_per_second{"),
+        "{body}"
+    );
+    let verdicts: Vec<&str> = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("pathprobe_probe_limited_by{")
+                || l.starts_with("pathprobe_probe_limit_strength_ratio{")
+        })
+        .collect();
+    assert!(verdicts.is_empty(), "{verdicts:#?}");
+}

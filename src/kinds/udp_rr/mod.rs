@@ -42,8 +42,9 @@ use crate::protocol::rr::{RrParams, RrStats};
 use crate::protocol::udp::{UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN};
 use crate::protocol::udp_rr::{packet_count, Reply, UdpRrStats, FLAG_REPLY, MIN_LENGTH};
 
-/// FIN datagrams the prober sends at the end, so that one survives loss.
-const FIN_COPIES: u32 = 8;
+/// FIN datagrams the prober sends at the end, so that one survives loss
+/// (cross-traffic accounting allows for them).
+pub(crate) const FIN_COPIES: u32 = 8;
 /// Shortest and longest wait for the last replies after the last request:
 /// three times the longest round trip seen, within these.
 const MIN_LINGER: Duration = Duration::from_millis(200);

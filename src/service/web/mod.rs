@@ -14,16 +14,25 @@
 //! - `/fleet`: the latest throughput from this host to each peer.
 //! - `/api/v1/history?target=&module=&since=`: the history as JSON.
 //!
-//! Read-only: every route is a GET that only reads. Every name that comes
-//! from configuration, discovery or a peer is escaped ([`esc`]).
+//! Read-only: every route is a GET that only reads. Every page is built
+//! with [`maud`], which escapes every value spliced into the markup: a
+//! name from configuration, discovery or a peer cannot become markup
+//! unless the code says `PreEscaped`, which only the embedded CSS and
+//! script and markup built by maud itself are.
+//!
+//! What a kind's card and path page show (throughput, or latency for the
+//! RR kinds) is decided in one table, [`kinds`].
 
 #![allow(missing_docs)]
 
 mod api;
+mod kinds;
 mod pages;
 pub mod svg;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use crate::config::Config;
 use crate::metrics::{ProbeKey, ResultStore};
@@ -151,23 +160,6 @@ pub fn handle(view: &View<'_>, path: &str, query: Option<&str>) -> Option<Reply>
     Some(reply.unwrap_or_else(|e| e))
 }
 
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// Percent-encodes a query value.
 pub fn url(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -209,8 +201,30 @@ pub fn relative(secs_ago: f64) -> String {
 }
 
 /// A `<time>` the script turns into local time (title) and keeps relative.
-fn time_tag(at: f64, now: f64) -> String {
-    format!("<time data-ts=\"{at:.0}\">{}</time>", relative(now - at))
+fn time_tag(at: f64, now: f64) -> Markup {
+    html! { time data-ts=(format!("{at:.0}")) { (relative(now - at)) } }
+}
+
+/// A duration as words: "2 h", "15 min", "1 h 30 min", "45 s", "1 d".
+pub fn duration_words(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{} ms", d.as_millis());
+    }
+    let parts = [(86_400, "d"), (3600, "h"), (60, "min"), (1, "s")];
+    let mut out = Vec::new();
+    let mut rest = s;
+    for (unit, name) in parts {
+        if rest >= unit {
+            out.push(format!("{} {name}", rest / unit));
+            rest %= unit;
+        }
+        // Two units say enough: "1 d 2 h", not "1 d 2 h 3 min 4 s".
+        if out.len() == 2 {
+            break;
+        }
+    }
+    out.join(" ")
 }
 
 pub fn fmt_bps(v: f64) -> String {
@@ -270,30 +284,50 @@ const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
 /// The page around `body`: navigation, embedded CSS and script.
-fn page(view: &View<'_>, title: &str, body: &str) -> String {
+fn page(view: &View<'_>, title: &str, body: Markup) -> String {
     let refresh = view.config.web.refresh.as_secs();
-    let meta = if refresh > 0 {
-        format!("<meta http-equiv=\"refresh\" content=\"{refresh}\">")
-    } else {
-        String::new()
+    let now = unix(view.now);
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                @if refresh > 0 {
+                    meta http-equiv="refresh" content=(refresh);
+                }
+                meta name="viewport" content="width=device-width";
+                title { (title) " · pathprobe on " (view.host) }
+                // Our own stylesheet, embedded at build time.
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                nav {
+                    b { "pathprobe" } " on " (view.host) " "
+                    a href="/" { "paths" } " "
+                    a href="/kernels" { "kernels" } " "
+                    a href="/fleet" { "fleet" } " "
+                    a href="/metrics" { "/metrics" } " "
+                    a href="/api/v1/history" { "/api/v1/history" } " "
+                    span class="ver" { (env!("CARGO_PKG_VERSION")) }
+                }
+                "\n"
+                main { (body) }
+                "\n"
+                footer {
+                    "rendered " (time_tag(now, now)) " · "
+                    code { "/probe?target=NAME|HOST[:PORT]&module=NAME[&debug=true]" }
+                    " runs one probe now · "
+                    a href="/-/healthy" { "/-/healthy" } " "
+                    a href="/-/ready" { "/-/ready" }
+                }
+                // Our own script, embedded at build time.
+                script { (PreEscaped(JS)) }
+            }
+        }
     };
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{meta}\
-         <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{} · pathprobe on {}</title><style>{CSS}</style></head><body>\n\
-         <nav><b>pathprobe</b> on {} <a href=\"/\">paths</a> <a href=\"/kernels\">kernels</a> \
-         <a href=\"/fleet\">fleet</a> <a href=\"/metrics\">/metrics</a> \
-         <a href=\"/api/v1/history\">/api/v1/history</a> <span class=\"ver\">{}</span></nav>\n\
-         <main>{body}</main>\n\
-         <footer>rendered {} · <code>/probe?target=HOST[:PORT]&amp;module=NAME[&amp;debug=true]</code> runs one probe now · \
-         <a href=\"/-/healthy\">/-/healthy</a> <a href=\"/-/ready\">/-/ready</a></footer>\
-         <script>{JS}</script></body></html>\n",
-        esc(title),
-        esc(view.host),
-        esc(view.host),
-        env!("CARGO_PKG_VERSION"),
-        time_tag(unix(view.now), unix(view.now)),
-    )
+    let mut out = doc.into_string();
+    out.push('\n');
+    out
 }
 
 /// `q` filter and `page` number, checked.
@@ -317,25 +351,27 @@ fn pager(
     pages: usize,
     shown: (usize, usize),
     total: usize,
-) -> String {
-    let link =
-        |p: usize, text: &str| format!("<a href=\"{path}?q={}&amp;page={p}\">{text}</a>", url(q));
-    let mut s = format!(
-        "<form class=\"filter\" method=\"get\" action=\"{path}\"><input name=\"q\" value=\"{}\" placeholder=\"filter by target or module\"> \
-         <button>filter</button> <span class=\"count\">{}–{} of {total}</span> ",
-        esc(q),
-        if total == 0 { 0 } else { shown.0 + 1 },
-        shown.1
-    );
-    if page > 1 {
-        s.push_str(&link(page - 1, "« previous"));
-        s.push(' ');
+) -> Markup {
+    let link = |p: usize| format!("{path}?q={}&page={p}", url(q));
+    html! {
+        form class="filter" method="get" action=(path) {
+            input name="q" value=(q) placeholder="filter by target or module";
+            " "
+            button { "filter" }
+            " "
+            span class="count" {
+                (if total == 0 { 0 } else { shown.0 + 1 }) "–" (shown.1) " of " (total)
+            }
+            " "
+            @if page > 1 {
+                a href=(link(page - 1)) { "« previous" } " "
+            }
+            @if page < pages {
+                a href=(link(page + 1)) { "next »" }
+            }
+        }
+        "\n"
     }
-    if page < pages {
-        s.push_str(&link(page + 1, "next »"));
-    }
-    s.push_str("</form>\n");
-    s
 }
 
 #[cfg(test)]

@@ -205,26 +205,47 @@ fn time_tag(at: f64, now: f64) -> Markup {
     html! { time data-ts=(format!("{at:.0}")) { (relative(now - at)) } }
 }
 
-/// A duration as words: "2 h", "15 min", "1 h 30 min", "45 s", "1 d".
+/// A duration as words: "2 h", "15 min", "1 h 30 min", "45 s", "3 d";
+/// hours up to two days ("24 h", "36 h"), as a day's chart reads.
 pub fn duration_words(d: Duration) -> String {
     let s = d.as_secs();
     if s == 0 {
         return format!("{} ms", d.as_millis());
     }
-    let parts = [(86_400, "d"), (3600, "h"), (60, "min"), (1, "s")];
+    let units: &[(u64, &str)] = if s >= 2 * 86_400 {
+        &[(86_400, "d"), (3600, "h"), (60, "min"), (1, "s")]
+    } else {
+        &[(3600, "h"), (60, "min"), (1, "s")]
+    };
     let mut out = Vec::new();
     let mut rest = s;
-    for (unit, name) in parts {
+    for &(unit, name) in units {
         if rest >= unit {
             out.push(format!("{} {name}", rest / unit));
             rest %= unit;
+        } else if !out.is_empty() {
+            // "1 h 0 min 5 s" says nothing the "1 h" does not.
+            break;
         }
-        // Two units say enough: "1 d 2 h", not "1 d 2 h 3 min 4 s".
+        // Two units say enough: "3 d 2 h", not "3 d 2 h 3 min 4 s".
         if out.len() == 2 {
             break;
         }
     }
     out.join(" ")
+}
+
+/// A span of history, rounded: whole hours from an hour up, else whole
+/// minutes, else seconds ("24 h", "10 min", "26 s").
+pub fn span_words(secs: f64) -> String {
+    let rounded = if secs >= 3600.0 {
+        (secs / 3600.0).round() * 3600.0
+    } else if secs >= 60.0 {
+        (secs / 60.0).round() * 60.0
+    } else {
+        secs.round().max(1.0)
+    };
+    duration_words(Duration::from_secs_f64(rounded))
 }
 
 pub fn fmt_bps(v: f64) -> String {

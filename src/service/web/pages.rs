@@ -1,16 +1,14 @@
 //! The HTML pages: overview, one path, kernel releases, fleet.
 
+use maud::{html, Markup};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-use maud::{html, Markup};
 
 use super::kinds::{view_of, Figure};
 use super::svg::{self, Marker, Series};
 use super::{
-    duration_words, fmt_pct, get, median, page, pager, paging, time_tag, unix, url, JobInfo, Reply,
-    View,
+    duration_words, fmt_pct, get, median, page, pager, paging, span_words, time_tag, unix, url,
+    JobInfo, Reply, View,
 };
 use crate::metrics::ProbeKey;
 use crate::service::history::{JobHistory, Point};
@@ -117,17 +115,6 @@ pub(super) fn latest_and_change(
     } else {
         Some((latest, None))
     }
-}
-
-/// A span of history for "vs … median": whole hours from an hour up,
-/// else whole minutes.
-fn span_words(secs: f64) -> String {
-    let rounded = if secs >= 3600.0 {
-        (secs / 3600.0).round() * 3600.0
-    } else {
-        (secs / 60.0).round().max(1.0) * 60.0
-    };
-    duration_words(Duration::from_secs_f64(rounded))
 }
 
 fn change_tag(change: f64, what: &str, higher_is_better: bool) -> Markup {

@@ -2,8 +2,6 @@
 //! asset is needed to see them. Built with maud, which escapes every
 //! label (a kernel release or a name from a peer) as it is spliced in.
 
-use std::time::Duration;
-
 use maud::{html, Markup};
 
 /// One line of a chart: `(unix seconds, value)`, NaN values left out.
@@ -59,7 +57,7 @@ pub fn chart(
                     text class="axis" x=(LEFT - 4.0) y=(f1(y(v) + 4.0)) text-anchor="end" { (unit(v)) }
                 }
                 text class="axis" x=(LEFT) y=(H - 4.0) {
-                    (super::duration_words(Duration::from_secs(span.round() as u64))) " ago"
+                    (super::span_words(span)) " ago"
                 }
                 text class="axis" x=(W - 4.0) y=(H - 4.0) text-anchor="end" { "now" }
                 @for m in markers {

@@ -270,3 +270,153 @@ fn api_pages_a_large_history_and_the_cursor_walks_all_of_it() {
         serde_json::from_str(&f.get("/api/v1/history", Some("limit=2")).body).unwrap();
     assert_eq!(v["next_cursor"], "2");
 }
+
+/// Markup a peer or a configuration could send: a script, quotes that
+/// would end an attribute, and an element with a handler.
+const HOSTILE: &str = "<script>alert(\"x\")</script>'\"><img src=x onerror=alert(2)>";
+
+/// A result as a probe gives one, with `text` wherever a peer's words
+/// reach the page: the kernel release, and a clamp note naming the
+/// peer's software.
+fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResult {
+    use crate::probe::result::SideSummary;
+    use crate::probe::ProbeResult;
+    let side = |k: &str| SideSummary {
+        kernel_release: k.to_string(),
+        ..Default::default()
+    };
+    ProbeResult {
+        kind,
+        direction: Direction::Send,
+        target: text.into(),
+        local_address: "10.0.0.1:50000".into(),
+        remote_address: "10.0.0.2:5301".into(),
+        timestamp_seconds: 2e9 - 5.0,
+        requested_seconds: 1.0,
+        omit_seconds: 0.0,
+        duration_seconds: 1.0,
+        bytes: 1000,
+        throughput_bits_per_second: 8e3,
+        sender_bytes: 1000,
+        sender_throughput_bits_per_second: 8e3,
+        streams: Vec::new(),
+        directions: Vec::new(),
+        tcp: None,
+        udp: None,
+        rr: None,
+        udp_rr: None,
+        local: side("6.1"),
+        remote: side(text),
+        clamped: vec![format!("the responder ({text}) cut the duration to 1 s")],
+        interval_seconds: None,
+        intervals: Vec::new(),
+        warnings: Vec::new(),
+        diagnosis: Default::default(),
+        protocol_version: Some(3),
+        peer_clock: None,
+    }
+}
+
+fn outcome(
+    started: f64,
+    result: Result<crate::probe::ProbeResult, crate::metrics::ProbeFailure>,
+) -> crate::metrics::ProbeOutcome {
+    crate::metrics::ProbeOutcome {
+        kind: "tcp".into(),
+        direction: Direction::Send,
+        labels: Default::default(),
+        started: at(started),
+        duration: Duration::from_secs(1),
+        slot_wait: None,
+        result,
+    }
+}
+
+/// Issue 21: every peer-controlled string (target name, the peer's
+/// software and kernel release, a failure's text, a verdict) is escaped
+/// on every page that shows it, by the template engine rather than by a
+/// call a new line of code could forget.
+#[test]
+fn peer_controlled_markup_is_escaped_on_every_page() {
+    let mut f = fixture();
+    f.history = History::new(Retention::default());
+    let ok = ProbeKey::new(HOSTILE, "tcp");
+    let down = ProbeKey::new("down", HOSTILE);
+    for i in 0..12 {
+        let t = 2e9 - 3.0 * 3600.0 + i as f64 * 900.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = 1e9;
+        p.send = 1e9;
+        p.local_kernel = Some(if i < 6 { HOSTILE } else { "6.1" }.into());
+        p.remote_kernel = Some(if i < 6 { "6.1" } else { HOSTILE }.into());
+        p.verdict = Some(HOSTILE.into());
+        f.history.record_point(&ok, "tcp", p, at(t));
+        let mut d = point(t, Direction::Send);
+        d.failures = 1;
+        d.reason = Some(HOSTILE.into());
+        f.history.record_point(&down, "tcp", d, at(t));
+    }
+    f.store.record(
+        ok.clone(),
+        outcome(2e9 - 5.0, Ok(result_with(crate::probe::Kind::Tcp, HOSTILE))),
+    );
+    f.store.record(
+        down.clone(),
+        outcome(
+            2e9 - 5.0,
+            Err(crate::metrics::ProbeFailure {
+                reason: "refused",
+                message: format!("the responder ({HOSTILE}) said no"),
+            }),
+        ),
+    );
+    f.jobs = vec![
+        job(HOSTILE, "tcp", "tcp", Some(HOSTILE)),
+        job("down", HOSTILE, "tcp", Some("10.0.0.9")),
+    ];
+    let q = |k: &ProbeKey| format!("target={}&module={}", url(&k.target), url(&k.module));
+    let pages = [
+        ("/", None),
+        ("/path", Some(q(&ok))),
+        ("/path", Some(q(&down))),
+        ("/kernels", None),
+        ("/fleet", None),
+        ("/", Some(format!("q={}", url(HOSTILE)))),
+    ];
+    for (path, query) in &pages {
+        let r = f.get(path, query.as_deref());
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let b = &r.body;
+        // The page's own script is the only one, and no element or
+        // attribute came from the hostile string.
+        assert_eq!(b.matches("<script").count(), 1, "{path}: {b}");
+        assert!(!b.contains("<img"), "{path}: {b}");
+        assert!(!b.contains("host<1>"), "{path}: {b}");
+        assert!(
+            b.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;'&quot;&gt;&lt;img"),
+            "{path}: {b}"
+        );
+    }
+    // Where each string shows, it shows escaped, not dropped.
+    let esc = "&lt;script&gt;alert(&quot;x&quot;)";
+    let overview = f.get("/", None).body;
+    // Target name (heading, data attribute), verdict, failure text and
+    // the software named in a clamp note.
+    assert!(overview.matches(esc).count() >= 5, "{overview}");
+    assert!(
+        overview.contains(&format!("the responder ({esc}")),
+        "{overview}"
+    );
+    let path = f.get("/path", Some(&q(&ok))).body;
+    // Kernel releases on the markers and in the list, and the peer's
+    // kernel release in the latest result's text.
+    assert!(path.contains(&format!("this host kernel {esc}")), "{path}");
+    assert!(path.contains(&format!("peer kernel 6.1 → {esc}")), "{path}");
+    let kernels = f.get("/kernels", None).body;
+    assert!(
+        kernels.contains(&format!("data-release=\"{esc}")),
+        "{kernels}"
+    );
+    let fleet = f.get("/fleet", None).body;
+    assert!(fleet.contains(&format!("failed ({esc}")), "{fleet}");
+}

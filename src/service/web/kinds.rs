@@ -4,6 +4,7 @@
 //! declares its page) changes one place: [`view_of`].
 
 use super::{fmt_bps, fmt_count, fmt_ms, fmt_pct};
+
 use crate::service::history::Point;
 
 /// One figure of an entry: how to read it from a [`Point`] and print it.
@@ -64,13 +65,13 @@ const RECEIVE: Figure = Figure {
 const P50: Figure = Figure {
     name: "p50",
     value: |p| p.p50,
-    unit: fmt_ms,
+    unit: fmt_latency,
     higher_is_better: false,
 };
 const P99: Figure = Figure {
     name: "p99",
     value: |p| p.p99,
-    unit: fmt_ms,
+    unit: fmt_latency,
     higher_is_better: false,
 };
 const TPS: Figure = Figure {
@@ -179,5 +180,25 @@ pub(super) fn fmt_rate(v: f64) -> String {
         format!("{v:.0} /s")
     } else {
         format!("{v:.1} /s")
+    }
+}
+
+/// A transaction's latency: in µs below a millisecond, where a LAN's and
+/// a loopback's are ("12.3 µs", "410 µs", "2.64 ms").
+pub(super) fn fmt_latency(v: f64) -> String {
+    if !v.is_finite() {
+        "–".into()
+    } else if v == 0.0 {
+        "0 µs".into()
+    } else if v < 10e-6 {
+        format!("{:.2} µs", v * 1e6)
+    } else if v < 100e-6 {
+        format!("{:.1} µs", v * 1e6)
+    } else if v < 1e-3 {
+        format!("{:.0} µs", v * 1e6)
+    } else if v < 1.0 {
+        format!("{:.2} ms", v * 1e3)
+    } else {
+        format!("{v:.2} s")
     }
 }

@@ -470,11 +470,11 @@ fn rr_kinds_show_latency_and_throughput_kinds_keep_throughput() {
             .unwrap()..];
         let card = &card[..card.find("</svg>").unwrap()];
         assert!(
-            card.contains("<span class=\"fig\" data-figure=\"p50\">0.12 ms</span>"),
+            card.contains("<span class=\"fig\" data-figure=\"p50\">120 µs</span>"),
             "{card}"
         );
         assert!(
-            card.contains("<span class=\"fig\" data-figure=\"p99\">0.41 ms</span>"),
+            card.contains("<span class=\"fig\" data-figure=\"p99\">410 µs</span>"),
             "{card}"
         );
         assert!(
@@ -511,7 +511,7 @@ fn rr_kinds_show_latency_and_throughput_kinds_keep_throughput() {
                 "{gone}: {path}"
             );
         }
-        assert!(path.contains(">0.45 ms</text>"), "a latency axis: {path}");
+        assert!(path.contains(">451 µs</text>"), "a latency axis: {path}");
     }
     // The TCP card is as it was: throughput, and its three charts.
     let tcp = &body[body.find("data-module=\"tcp\" data-kind=\"tcp\"").unwrap()..];
@@ -531,7 +531,7 @@ fn rr_kinds_show_latency_and_throughput_kinds_keep_throughput() {
     assert!(!path.contains("data-name=\"p50\""));
     // The fleet shows each path's own figure.
     let fleet = f.get("/fleet", None).body;
-    assert!(fleet.contains(">0.12 ms</a>"), "{fleet}");
+    assert!(fleet.contains(">120 µs</a>"), "{fleet}");
     assert!(!fleet.contains("31.6 kbit/s"), "{fleet}");
 }
 

@@ -421,6 +421,29 @@ struct Release {
     remote_cpu_per_gbps: Vec<f64>,
 }
 
+/// A release's row: the release, its median, (min, max), and the change
+/// of its median against the release before.
+type ReleaseRow = (Release, f64, (f64, f64), Option<Markup>);
+
+/// Each release's row, in order.
+fn release_rows(rel: Vec<Release>, trend: &Figure) -> Vec<ReleaseRow> {
+    let mut prev: Option<f64> = None;
+    rel.into_iter()
+        .map(|mut r| {
+            let range = r
+                .values
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+            let med = median(&mut r.values);
+            let change = prev
+                .filter(|p| *p > 0.0)
+                .map(|p| change_tag((med - p) / p, "previous", trend.higher_is_better));
+            prev = Some(med);
+            (r, med, range, change)
+        })
+        .collect()
+}
+
 /// Per release, the kind's trend figure (`value`), and CPU per Gbit/s
 /// moved.
 fn releases(j: &JobHistory, value: fn(&Point) -> f64) -> Vec<Release> {
@@ -479,17 +502,7 @@ pub(super) fn kernels(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
                     }
                     "\n"
                 }
-                @let mut prev: Option<f64> = None;
-                @for mut r in rel {
-                    @let (min, max) = r
-                        .values
-                        .iter()
-                        .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
-                    @let med = median(&mut r.values);
-                    @let change = prev.filter(|p| *p > 0.0).map(|p| {
-                        change_tag((med - p) / p, "previous", trend.higher_is_better)
-                    });
-                    @let _ = { prev = Some(med); };
+                @for (mut r, med, (min, max), change) in release_rows(rel, trend) {
                     tr data-release=(r.name) {
                         td {
                             a href=(path_link(k)) { (k.target) }

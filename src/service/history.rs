@@ -5,15 +5,16 @@
 //!
 //! # Memory budget
 //!
-//! One entry ([`Point`]) is about 160 bytes, kernel release and failure
+//! One entry ([`Point`]) is at most 192 bytes (the RR kinds' p50, p99 and
+//! transactions/s included), kernel release and failure
 //! reason strings being shared. A job keeps at most
 //! [`MAX_FULL_ENTRIES`] full-resolution entries (older ones are bucketed
 //! early when probes run more often than that allows) and at most
 //! `2 × retention / bucket` buckets (buckets are split where a kernel
 //! release or the direction changes, hence the 2). With the defaults (24 h,
 //! 2 h at full resolution, 15 min buckets) that is at most 240 + 192
-//! entries, about 70 KiB per job; a job probed every minute holds 120 + 88
-//! entries, about 35 KiB.
+//! entries, at most 81 KiB per job; a job probed every minute holds 120 + 88
+//! entries, about 39 KiB.
 //!
 //! Time is always passed in (`now`), never read here, so the downsampling
 //! is tested with a clock the test holds.
@@ -869,6 +870,18 @@ pub async fn save_periodically(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memory budget (module docs, docs/WEB.md) counts on this size:
+    /// 432 entries of it under 84 KiB.
+    #[test]
+    fn an_entry_fits_its_budget() {
+        assert!(
+            std::mem::size_of::<Point>() <= 192,
+            "{}",
+            std::mem::size_of::<Point>()
+        );
+        assert!(Retention::default().max_entries() * 192 <= 84 << 10);
+    }
 
     const H: f64 = 3600.0;
 

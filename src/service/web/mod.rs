@@ -2,12 +2,13 @@
 //! ([`super::history`]) with no Grafana and no internet needed: CSS and a
 //! few lines of script are embedded, charts are SVG drawn here.
 //!
-//! - `/`: a card per path, with a 24 h sparkline, the latest figure and
-//!   its change against the path's own 24 h median; failures first and in
-//!   red, with their reason. Filter (`q=`) and pages (`page=`).
-//! - `/path?target=&module=`: charts of throughput per direction,
-//!   retransmits and RTT (TCP) or loss and jitter (UDP), CPU of both ends,
-//!   kernel release changes marked; the latest result in full.
+//! - `/`: a card per path, with a sparkline over the history held, the
+//!   latest figures (by kind: see [`kinds`]) and, over enough history, the
+//!   change against the path's own median; failures first and in red,
+//!   with their reason. Filter (`q=`) and pages (`page=`).
+//! - `/path?target=&module=`: the kind's charts (throughput per direction,
+//!   retransmits and RTT, loss and jitter, or RR latency), CPU of both
+//!   ends, kernel release changes marked; the latest result in full.
 //! - `/kernels`: per kernel release of this host, each path's samples,
 //!   median, min, max, change against the previous release, and CPU per
 //!   Gbit/s.

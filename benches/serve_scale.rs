@@ -21,8 +21,8 @@ use pathprobe::service::history::{History, Point, Retention};
 use std::time::UNIX_EPOCH;
 
 const TARGETS: usize = 1000;
-/// The stated bound: the budget of docs/WEB.md, 72 KiB per job at most.
-const HISTORY_BOUND_MIB: f64 = 72.0;
+/// The stated bound: the budget of docs/WEB.md, 84 KiB per job at most.
+const HISTORY_BOUND_MIB: f64 = 84.0;
 
 fn self_rss_kib() -> u64 {
     rss_kib(std::process::id())

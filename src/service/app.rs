@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::future::BoxFuture;
 use crate::http::{App, ProbeRequestError, ProbeResponse};
 use crate::metrics::{HttpRefusal, ProbeFailure, ProbeOutcome};
-use crate::probe::Target;
+use crate::probe::{Kind, ProbeSpec, Target};
 use crate::protocol::DEFAULT_PORT;
 
 use super::probe_access;
@@ -18,11 +18,83 @@ use super::ServiceContext;
 
 pub struct ServiceApp(pub Arc<ServiceContext>);
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// A probe's parameters for `/probe?debug=true`, as the configuration's
+/// keys and units write them (`duration: 10s, bitrate: 1G`), not as Rust
+/// writes the struct. The secret is said to be there, never shown.
+fn spec_words(spec: &ProbeSpec) -> String {
+    use crate::units::{format_duration, format_rate, format_size};
+    let mut out = vec![
+        format!("kind: {}", spec.kind.as_str()),
+        format!("protocol: {}", spec.wire.as_str()),
+        format!("duration: {}", format_duration(spec.duration)),
+    ];
+    if !spec.omit.is_zero() {
+        out.push(format!("omit: {}", format_duration(spec.omit)));
+    }
+    if spec.streams != 1 {
+        out.push(format!("streams: {}", spec.streams));
+    }
+    out.push(match spec.effective_bitrate() {
+        0 => "bitrate: unpaced".to_string(),
+        b => format!("bitrate: {}", format_rate(b)),
+    });
+    out.push(format!(
+        "length: {}",
+        format_size(u64::from(spec.effective_length()))
+    ));
+    if matches!(spec.kind, Kind::TcpRr | Kind::TcpCrr | Kind::UdpRr) {
+        let rr = spec.effective_rr();
+        out.push(format!(
+            "request_size: {}, response_size: {}, burst: {}, nodelay: {}",
+            rr.request_size, rr.response_size, rr.burst, rr.nodelay
+        ));
+    }
+    if let Some(w) = spec.window {
+        out.push(format!("window: {}", format_size(u64::from(w))));
+    }
+    if let Some(c) = &spec.congestion {
+        out.push(format!("congestion: {c}"));
+    }
+    if let Some(t) = spec.tos {
+        out.push(format!("tos: {t:#04x}"));
+    }
+    if let Some(b) = spec.bind {
+        out.push(format!("bind: {b}"));
+    }
+    if let Some(f) = spec.family {
+        out.push(format!("family: {}", f.as_str()));
+    }
+    if let Some(p) = spec.port {
+        out.push(format!("port: {p}"));
+    }
+    out.push(format!(
+        "connect_timeout: {}",
+        format_duration(spec.connect_timeout)
+    ));
+    out.push(format!(
+        "auth: {}",
+        if spec.secret.is_some() {
+            "shared secret"
+        } else {
+            "none"
+        }
+    ));
+    out.join(", ")
+}
+
+/// `/probe?target=`: a configured target's name stands for its address
+/// (and keeps its name as the `target` label); anything else is an
+/// address.
+fn resolve_target(
+    targets: &[crate::config::TargetConfig],
+    t: &str,
+) -> Result<Target, ProbeRequestError> {
+    if let Some(c) = targets.iter().find(|c| c.name.as_deref() == Some(t)) {
+        if let Some(e) = c.endpoint() {
+            return e.map_err(|e| ProbeRequestError::BadRequest(e.to_string()));
+        }
+    }
+    Target::parse(t, DEFAULT_PORT).map_err(|e| ProbeRequestError::BadRequest(e.to_string()))
 }
 
 impl App for ServiceApp {
@@ -69,10 +141,7 @@ impl App for ServiceApp {
                          it takes no target (got target={t:?}): use /probe?module={module}"
                     )))
                 }
-                (false, Some(t)) => Some(
-                    Target::parse(t, DEFAULT_PORT)
-                        .map_err(|e| ProbeRequestError::BadRequest(e.to_string()))?,
-                ),
+                (false, Some(t)) => Some(resolve_target(&config.targets, t)?),
                 (false, None) => {
                     return Err(ProbeRequestError::BadRequest(format!(
                         "module {module:?} probes a remote responder: \
@@ -114,7 +183,7 @@ impl App for ServiceApp {
             let max_probing = config.scheduler.max_concurrent_probes;
             let mut outcomes = Vec::new();
             for (direction, spec) in m.specs() {
-                let _ = writeln!(debug, "- {direction} probe: {spec:?}");
+                let _ = writeln!(debug, "- {direction} probe: {}", spec_words(&spec));
                 let queued = Instant::now();
                 // When the probe itself began, after the wait for the slot.
                 let mut began: Option<(Instant, SystemTime)> = None;
@@ -205,9 +274,9 @@ impl App for ServiceApp {
     }
 
     fn landing_page(&self) -> String {
-        let mut rows = String::new();
         let now = SystemTime::now();
-        for (key, o) in self.0.store.latest() {
+        let latest = self.0.store.latest();
+        let rows = latest.iter().map(|(key, o)| {
             let age = now.duration_since(o.ended()).unwrap_or_default().as_secs();
             let (status, figure) = match &o.result {
                 Ok(r) => {
@@ -231,32 +300,47 @@ impl App for ServiceApp {
                         ("ok".to_string(), f)
                     } else {
                         let _ = write!(f, "; clamped: {}", r.clamped.join("; "));
-                        ("ok, clamped".to_string(), escape(&f))
+                        ("ok, clamped".to_string(), f)
                     }
                 }
-                Err(f) => (format!("failed: {}", f.reason), escape(&f.message)),
+                Err(f) => (format!("failed: {}", f.reason), f.message.clone()),
             };
-            let _ = writeln!(
-                rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{age} s ago</td></tr>",
-                escape(&key.target),
-                escape(&key.module),
-                o.direction,
-                escape(&status),
-                figure
-            );
-        }
+            (key, o.direction.to_string(), status, figure, age)
+        });
         let since = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        format!(
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>pathprobe</title></head><body>\n\
-             <h1>pathprobe {}</h1>\n\
-             <ul><li><a href=\"/metrics\">/metrics</a>: latest results, host and self metrics</li>\n\
-             <li>/probe?target=HOST[:PORT]&amp;module=NAME[&amp;debug=true]: run one probe now</li>\n\
-             <li><a href=\"/-/healthy\">/-/healthy</a>, <a href=\"/-/ready\">/-/ready</a>, POST /-/reload</li></ul>\n\
-             <h2>Latest result per target</h2>\n\
-             <table border=\"1\"><tr><th>target</th><th>module</th><th>direction</th><th>status</th><th>result</th><th>age</th></tr>\n{rows}</table>\n\
-             <p><small>rendered at {since}</small></p></body></html>\n",
-            env!("CARGO_PKG_VERSION")
-        )
+        let doc = maud::html! {
+            (maud::DOCTYPE)
+            html {
+                head { meta charset="utf-8"; title { "pathprobe" } }
+                body {
+                    h1 { "pathprobe " (env!("CARGO_PKG_VERSION")) }
+                    ul {
+                        li { a href="/metrics" { "/metrics" } ": latest results, host and self metrics" }
+                        li { "/probe?target=NAME|HOST[:PORT]&module=NAME[&debug=true]: run one probe now" }
+                        li {
+                            a href="/-/healthy" { "/-/healthy" } ", "
+                            a href="/-/ready" { "/-/ready" } ", POST /-/reload"
+                        }
+                    }
+                    h2 { "Latest result per target" }
+                    table border="1" {
+                        tr {
+                            th { "target" } th { "module" } th { "direction" }
+                            th { "status" } th { "result" } th { "age" }
+                        }
+                        @for (key, direction, status, figure, age) in rows {
+                            tr {
+                                td { (key.target) } td { (key.module) } td { (direction) }
+                                td { (status) } td { (figure) } td { (age) " s ago" }
+                            }
+                        }
+                    }
+                    p { small { "rendered at " (since) } }
+                }
+            }
+        };
+        let mut out = doc.into_string();
+        out.push('\n');
+        out
     }
 }

@@ -5,15 +5,16 @@
 //!
 //! # Memory budget
 //!
-//! One entry ([`Point`]) is about 160 bytes, kernel release and failure
+//! One entry ([`Point`]) is at most 192 bytes (the RR kinds' p50, p99 and
+//! transactions/s included), kernel release and failure
 //! reason strings being shared. A job keeps at most
 //! [`MAX_FULL_ENTRIES`] full-resolution entries (older ones are bucketed
 //! early when probes run more often than that allows) and at most
 //! `2 × retention / bucket` buckets (buckets are split where a kernel
 //! release or the direction changes, hence the 2). With the defaults (24 h,
 //! 2 h at full resolution, 15 min buckets) that is at most 240 + 192
-//! entries, about 70 KiB per job; a job probed every minute holds 120 + 88
-//! entries, about 35 KiB.
+//! entries, at most 81 KiB per job; a job probed every minute holds 120 + 88
+//! entries, about 39 KiB.
 //!
 //! Time is always passed in (`now`), never read here, so the downsampling
 //! is tested with a clock the test holds.
@@ -108,6 +109,11 @@ pub struct Point {
     pub rtt: f64,
     pub loss: f64,
     pub jitter: f64,
+    /// RR kinds: the transaction latency's median and 99th percentile,
+    /// and transactions per second.
+    pub p50: f64,
+    pub p99: f64,
+    pub tps: f64,
     pub local_cpu: f64,
     pub remote_cpu: f64,
     pub reason: Option<Arc<str>>,
@@ -152,6 +158,16 @@ pub struct Sample {
     /// `udp.jitter_seconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_seconds: Option<f64>,
+    /// RR kinds: the latency's p50 and p99 (`rr.latency` for tcp_rr and
+    /// tcp_crr, `udp_rr.rtt` for udp_rr), and transactions per second
+    /// (`rr.transactions_per_second`; for udp_rr, replies received per
+    /// second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p50_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p99_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions_per_second: Option<f64>,
     /// `local.cpu_utilization` and `remote.cpu_utilization`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_cpu_utilization: Option<f64>,
@@ -199,6 +215,20 @@ impl Point {
                     p.loss = u.loss_ratio;
                     p.jitter = u.jitter_seconds;
                 }
+                if let Some(rr) = &r.rr {
+                    p.tps = rr.transactions_per_second;
+                    if let Some(l) = &rr.latency {
+                        (p.p50, p.p99) = (l.p50, l.p99);
+                    }
+                }
+                if let Some(u) = &r.udp_rr {
+                    if r.duration_seconds > 0.0 {
+                        p.tps = u.received as f64 / r.duration_seconds;
+                    }
+                    if let Some(l) = &u.rtt {
+                        (p.p50, p.p99) = (l.p50, l.p99);
+                    }
+                }
                 p.local_cpu = r.local.cpu_utilization;
                 p.remote_cpu = r.remote.cpu_utilization;
                 p.local_kernel = text(&r.local.kernel_release);
@@ -227,6 +257,9 @@ impl Point {
             rtt: f64::NAN,
             loss: f64::NAN,
             jitter: f64::NAN,
+            p50: f64::NAN,
+            p99: f64::NAN,
+            tps: f64::NAN,
             local_cpu: f64::NAN,
             remote_cpu: f64::NAN,
             reason: None,
@@ -271,6 +304,11 @@ impl Point {
         mean(&mut self.rtt, p.rtt);
         mean(&mut self.loss, p.loss);
         mean(&mut self.jitter, p.jitter);
+        // A bucket's p50 and p99 are means of its probes' percentiles: a
+        // summary of the slot, not the slot's own percentile.
+        mean(&mut self.p50, p.p50);
+        mean(&mut self.p99, p.p99);
+        mean(&mut self.tps, p.tps);
         mean(&mut self.local_cpu, p.local_cpu);
         mean(&mut self.remote_cpu, p.remote_cpu);
         let (a, b) = (self.samples as f64, p.samples as f64);
@@ -320,6 +358,9 @@ impl Point {
             rtt_seconds: opt(self.rtt),
             loss_ratio: opt(self.loss),
             jitter_seconds: opt(self.jitter),
+            latency_p50_seconds: opt(self.p50),
+            latency_p99_seconds: opt(self.p99),
+            transactions_per_second: opt(self.tps),
             local_cpu_utilization: opt(self.local_cpu),
             remote_cpu_utilization: opt(self.remote_cpu),
             local_kernel_release: self.local_kernel.clone(),
@@ -348,6 +389,9 @@ impl Point {
         p.rtt = nan(s.rtt_seconds);
         p.loss = nan(s.loss_ratio);
         p.jitter = nan(s.jitter_seconds);
+        p.p50 = nan(s.latency_p50_seconds);
+        p.p99 = nan(s.latency_p99_seconds);
+        p.tps = nan(s.transactions_per_second);
         p.local_cpu = nan(s.local_cpu_utilization);
         p.remote_cpu = nan(s.remote_cpu_utilization);
         let mut t = |x: &Option<Arc<str>>| x.as_deref().and_then(|v| strings.get(v));
@@ -826,6 +870,18 @@ pub async fn save_periodically(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memory budget (module docs, docs/WEB.md) counts on this size:
+    /// 432 entries of it under 84 KiB.
+    #[test]
+    fn an_entry_fits_its_budget() {
+        assert!(
+            std::mem::size_of::<Point>() <= 192,
+            "{}",
+            std::mem::size_of::<Point>()
+        );
+        assert!(Retention::default().max_entries() * 192 <= 84 << 10);
+    }
 
     const H: f64 = 3600.0;
 

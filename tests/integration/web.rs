@@ -353,3 +353,228 @@ async fn a_foreign_history_file_is_refused_and_left_alone() {
         "root:x:0:0:root:/root:/bin/bash\n"
     );
 }
+
+/// The samples of `module`'s job on target `peer` in the history API.
+async fn samples_of(run: &InProcess, module: &str) -> Vec<serde_json::Value> {
+    let (status, body) = run
+        .request(
+            "GET",
+            &format!("/api/v1/history?target=peer&module={module}"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let v = api(&body);
+    v["jobs"][0]["samples"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// What the card's `<span class="fig" data-figure="NAME">` reads.
+fn figure_of<'a>(dom: &'a str, card: &str, name: &str) -> &'a str {
+    let at = dom
+        .find(card)
+        .unwrap_or_else(|| panic!("no card {card}: {dom}"));
+    let tag = format!("data-figure=\"{name}\">");
+    let f = at
+        + dom[at..]
+            .find(&tag)
+            .unwrap_or_else(|| panic!("no {name}: {dom}"))
+        + tag.len();
+    &dom[f..f + dom[f..].find('<').unwrap()]
+}
+
+/// Issue 21: real tcp_rr and udp_rr probes against a responder make the
+/// history; in Chromium their cards lead with p50, p99 and
+/// transactions/s (no "kbit/s"), and their path pages draw a latency
+/// chart (p50, p99) with a point per probe and no retransmit or RTT chart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_paths_show_latency_in_a_real_browser() {
+    if !browser::available() {
+        eprintln!("skipped: chromium is not installed");
+        return;
+    }
+    let started = Instant::now();
+    let run = InProcess::start(
+        r#"
+modules:
+  rr: {kind: tcp_rr, duration: 300ms}
+  irtt: {kind: udp_rr, duration: 300ms}
+targets:
+  - {name: peer, address: "PEER", modules: [rr, irtt], interval: 1s}
+web: {refresh: 0s}
+"#,
+    )
+    .await;
+    let base = format!("http://{}", run.http);
+    // A few probes of each, with their latency figures.
+    for module in ["rr", "irtt"] {
+        loop {
+            let s = samples_of(&run, module).await;
+            let with = s
+                .iter()
+                .filter(|s| s.get("latency_p50_seconds").is_some())
+                .count();
+            if with >= 3 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "{module}: three RR probes did not come: {s:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let before_rr = samples_of(&run, "rr").await;
+    let r = dom(format!("{base}/")).await;
+    let after_rr = samples_of(&run, "rr").await;
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let d = &r.dom;
+    // Every p50 the page could have drawn from: the latest at either
+    // fetch, or one in between.
+    // The card's figure, in seconds.
+    let secs = |f: &str| -> f64 {
+        let (v, unit) = f.split_once(' ').unwrap_or_else(|| panic!("{f}"));
+        let v: f64 = v.parse().unwrap_or_else(|_| panic!("{f}"));
+        match unit {
+            "µs" => v * 1e-6,
+            "ms" => v * 1e-3,
+            "s" => v,
+            _ => panic!("not a latency: {f}"),
+        }
+    };
+    for (module, kind) in [("rr", "tcp_rr"), ("irtt", "udp_rr")] {
+        let card = format!("data-module=\"{module}\" data-kind=\"{kind}\"");
+        let p50 = figure_of(d, &card, "p50");
+        let p99 = figure_of(d, &card, "p99");
+        let tps = figure_of(d, &card, "transactions/s");
+        eprintln!("{module} card: p50 {p50}, p99 {p99}, {tps}");
+        for f in [p50, p99] {
+            let v = secs(f);
+            assert!(v > 0.0 && v < 1.0, "{module}: {f}");
+        }
+        assert!(secs(p50) <= secs(p99), "{module}: {p50} > {p99}");
+        let t: f64 = tps
+            .trim_end_matches(" /s")
+            .trim_end_matches(" k/s")
+            .parse()
+            .unwrap_or_else(|_| panic!("{module}: {tps}"));
+        assert!(t > 0.0, "{module}: {tps}");
+        let at = d.find(&card).unwrap();
+        let this = &d[at..at + d[at..].find("</svg>").unwrap()];
+        assert!(!this.contains("bit/s"), "{module}: {this}");
+    }
+    // The card's p50 is a probe's: the latest at either fetch (to the
+    // precision shown).
+    let p50 = secs(figure_of(d, "data-module=\"rr\"", "p50"));
+    assert!(
+        before_rr.iter().chain(&after_rr).any(|s| {
+            s["latency_p50_seconds"]
+                .as_f64()
+                .is_some_and(|v| (v - p50).abs() <= v * 0.01 + 0.5e-8)
+        }),
+        "the card's p50 {p50} s is no probe's"
+    );
+
+    for module in ["rr", "irtt"] {
+        let before = samples_of(&run, module).await;
+        let r = dom(format!("{base}/path?target=peer&module={module}")).await;
+        let after = samples_of(&run, module).await;
+        assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+        let d = &r.dom;
+        assert!(
+            d.contains("<figcaption>transaction latency</figcaption>"),
+            "{d}"
+        );
+        let count = |s: &[serde_json::Value]| {
+            s.iter()
+                .filter(|s| s.get("latency_p50_seconds").is_some())
+                .count()
+        };
+        let (p50, p99) = (points_of(d, "p50"), points_of(d, "p99"));
+        eprintln!("{module} path: p50 {p50} points, p99 {p99} points");
+        assert!(
+            (count(&before)..=count(&after)).contains(&p50) && p50 >= 3,
+            "{module}: {p50} p50 points, {} to {} probes",
+            count(&before),
+            count(&after)
+        );
+        assert_eq!(p50, p99);
+        assert!(points_of(d, "transactions/s") >= 3);
+        for gone in ["retransmits", "RTT", "send"] {
+            assert!(
+                !d.contains(&format!("data-name=\"{gone}\"")),
+                "{module}: {gone} chart: {d}"
+            );
+        }
+    }
+    // Drawn: the latency chart's area has its series in it.
+    let file = screenshots_dir().join("path-rr.png");
+    let (url, f) = (format!("{base}/path?target=peer&module=rr"), file.clone());
+    let r = tokio::task::spawn_blocking(move || browser::screenshot(&url, &f, 780, 700))
+        .await
+        .unwrap();
+    assert!(r.console_errors.is_empty(), "{:?}", r.console_errors);
+    let img = Image::read(&file);
+    let regions = img.regions([243, 246, 249]);
+    assert!(!regions.is_empty(), "no chart area");
+    let blue = img.count_near(regions[0], [42, 111, 176], 40);
+    assert!(
+        blue > 30,
+        "no latency line drawn in {:?} ({blue} px)",
+        regions[0]
+    );
+    run.shutdown().await;
+    assert!(started.elapsed() < Duration::from_secs(240));
+}
+
+/// Issue 25.11: `/probe?target=NAME` with a configured target's name
+/// probes that target (it failed to resolve NAME as a host), and
+/// `debug=true` gives the probe's parameters in the configuration's words,
+/// not a Rust `ProbeSpec { … }`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_takes_a_target_name_and_debug_reads_as_config() {
+    let run = InProcess::start(
+        "modules:\n  tcp: {kind: tcp, duration: 300ms}\n\
+         targets:\n  - {name: peer-one, address: \"PEER\", modules: [tcp], interval: 24h}\n\
+         web: {refresh: 0s}\n",
+    )
+    .await;
+    let (status, body) = run
+        .request("GET", "/probe?target=peer-one&module=tcp")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The sample line itself (its HELP line also starts with these words).
+    let success = |b: &str| {
+        b.lines()
+            .any(|l| l.starts_with("pathprobe_probe_success{") && l.ends_with("} 1"))
+    };
+    assert!(
+        success(&body),
+        "the name resolved to the configured address: {body}"
+    );
+    let (status, debug) = run
+        .request("GET", "/probe?target=peer-one&module=tcp&debug=true")
+        .await;
+    assert_eq!(status, 200, "{debug}");
+    eprintln!("{debug}");
+    let line = debug
+        .lines()
+        .find(|l| l.starts_with("- send probe: "))
+        .unwrap_or_else(|| panic!("{debug}"));
+    assert!(
+        line.starts_with("- send probe: kind: tcp, protocol: pathprobe, duration: 300ms, "),
+        "{line}"
+    );
+    assert!(line.contains("connect_timeout: "), "{line}");
+    for rust in ["ProbeSpec", "Some(", "None", " { ", "Duration", "secs:"] {
+        assert!(!debug.contains(rust), "{rust:?} in: {debug}");
+    }
+    // An address still works as before.
+    let (status, body) = run
+        .request("GET", &format!("/probe?target={}&module=tcp", run.peer))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(success(&body), "{body}");
+    run.shutdown().await;
+}

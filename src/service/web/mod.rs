@@ -2,28 +2,38 @@
 //! ([`super::history`]) with no Grafana and no internet needed: CSS and a
 //! few lines of script are embedded, charts are SVG drawn here.
 //!
-//! - `/`: a card per path, with a 24 h sparkline, the latest figure and
-//!   its change against the path's own 24 h median; failures first and in
-//!   red, with their reason. Filter (`q=`) and pages (`page=`).
-//! - `/path?target=&module=`: charts of throughput per direction,
-//!   retransmits and RTT (TCP) or loss and jitter (UDP), CPU of both ends,
-//!   kernel release changes marked; the latest result in full.
+//! - `/`: a card per path, with a sparkline over the history held, the
+//!   latest figures (by kind: see [`kinds`]) and, over enough history, the
+//!   change against the path's own median; failures first and in red,
+//!   with their reason. Filter (`q=`) and pages (`page=`).
+//! - `/path?target=&module=`: the kind's charts (throughput per direction,
+//!   retransmits and RTT, loss and jitter, or RR latency), CPU of both
+//!   ends, kernel release changes marked; the latest result in full.
 //! - `/kernels`: per kernel release of this host, each path's samples,
 //!   median, min, max, change against the previous release, and CPU per
 //!   Gbit/s.
 //! - `/fleet`: the latest throughput from this host to each peer.
 //! - `/api/v1/history?target=&module=&since=`: the history as JSON.
 //!
-//! Read-only: every route is a GET that only reads. Every name that comes
-//! from configuration, discovery or a peer is escaped ([`esc`]).
+//! Read-only: every route is a GET that only reads. Every page is built
+//! with [`maud`], which escapes every value spliced into the markup: a
+//! name from configuration, discovery or a peer cannot become markup
+//! unless the code says `PreEscaped`, which only the embedded CSS and
+//! script and markup built by maud itself are.
+//!
+//! What a kind's card and path page show (throughput, or latency for the
+//! RR kinds) is decided in one table, [`kinds`].
 
 #![allow(missing_docs)]
 
 mod api;
+mod kinds;
 mod pages;
 pub mod svg;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use crate::config::Config;
 use crate::metrics::{ProbeKey, ResultStore};
@@ -151,23 +161,6 @@ pub fn handle(view: &View<'_>, path: &str, query: Option<&str>) -> Option<Reply>
     Some(reply.unwrap_or_else(|e| e))
 }
 
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// Percent-encodes a query value.
 pub fn url(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -209,8 +202,51 @@ pub fn relative(secs_ago: f64) -> String {
 }
 
 /// A `<time>` the script turns into local time (title) and keeps relative.
-fn time_tag(at: f64, now: f64) -> String {
-    format!("<time data-ts=\"{at:.0}\">{}</time>", relative(now - at))
+fn time_tag(at: f64, now: f64) -> Markup {
+    html! { time data-ts=(format!("{at:.0}")) { (relative(now - at)) } }
+}
+
+/// A duration as words: "2 h", "15 min", "1 h 30 min", "45 s", "3 d";
+/// hours up to two days ("24 h", "36 h"), as a day's chart reads.
+pub fn duration_words(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{} ms", d.as_millis());
+    }
+    let units: &[(u64, &str)] = if s >= 2 * 86_400 {
+        &[(86_400, "d"), (3600, "h"), (60, "min"), (1, "s")]
+    } else {
+        &[(3600, "h"), (60, "min"), (1, "s")]
+    };
+    let mut out = Vec::new();
+    let mut rest = s;
+    for &(unit, name) in units {
+        if rest >= unit {
+            out.push(format!("{} {name}", rest / unit));
+            rest %= unit;
+        } else if !out.is_empty() {
+            // "1 h 0 min 5 s" says nothing the "1 h" does not.
+            break;
+        }
+        // Two units say enough: "3 d 2 h", not "3 d 2 h 3 min 4 s".
+        if out.len() == 2 {
+            break;
+        }
+    }
+    out.join(" ")
+}
+
+/// A span of history, rounded: whole hours from an hour up, else whole
+/// minutes, else seconds ("24 h", "10 min", "26 s").
+pub fn span_words(secs: f64) -> String {
+    let rounded = if secs >= 3600.0 {
+        (secs / 3600.0).round() * 3600.0
+    } else if secs >= 60.0 {
+        (secs / 60.0).round() * 60.0
+    } else {
+        secs.round().max(1.0)
+    };
+    duration_words(Duration::from_secs_f64(rounded))
 }
 
 pub fn fmt_bps(v: f64) -> String {
@@ -270,30 +306,50 @@ const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
 /// The page around `body`: navigation, embedded CSS and script.
-fn page(view: &View<'_>, title: &str, body: &str) -> String {
+fn page(view: &View<'_>, title: &str, body: Markup) -> String {
     let refresh = view.config.web.refresh.as_secs();
-    let meta = if refresh > 0 {
-        format!("<meta http-equiv=\"refresh\" content=\"{refresh}\">")
-    } else {
-        String::new()
+    let now = unix(view.now);
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                @if refresh > 0 {
+                    meta http-equiv="refresh" content=(refresh);
+                }
+                meta name="viewport" content="width=device-width";
+                title { (title) " · pathprobe on " (view.host) }
+                // Our own stylesheet, embedded at build time.
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                nav {
+                    b { "pathprobe" } " on " (view.host) " "
+                    a href="/" { "paths" } " "
+                    a href="/kernels" { "kernels" } " "
+                    a href="/fleet" { "fleet" } " "
+                    a href="/metrics" { "/metrics" } " "
+                    a href="/api/v1/history" { "/api/v1/history" } " "
+                    span class="ver" { (env!("CARGO_PKG_VERSION")) }
+                }
+                "\n"
+                main { (body) }
+                "\n"
+                footer {
+                    "rendered " (time_tag(now, now)) " · "
+                    code { "/probe?target=NAME|HOST[:PORT]&module=NAME[&debug=true]" }
+                    " runs one probe now · "
+                    a href="/-/healthy" { "/-/healthy" } " "
+                    a href="/-/ready" { "/-/ready" }
+                }
+                // Our own script, embedded at build time.
+                script { (PreEscaped(JS)) }
+            }
+        }
     };
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{meta}\
-         <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{} · pathprobe on {}</title><style>{CSS}</style></head><body>\n\
-         <nav><b>pathprobe</b> on {} <a href=\"/\">paths</a> <a href=\"/kernels\">kernels</a> \
-         <a href=\"/fleet\">fleet</a> <a href=\"/metrics\">/metrics</a> \
-         <a href=\"/api/v1/history\">/api/v1/history</a> <span class=\"ver\">{}</span></nav>\n\
-         <main>{body}</main>\n\
-         <footer>rendered {} · <code>/probe?target=HOST[:PORT]&amp;module=NAME[&amp;debug=true]</code> runs one probe now · \
-         <a href=\"/-/healthy\">/-/healthy</a> <a href=\"/-/ready\">/-/ready</a></footer>\
-         <script>{JS}</script></body></html>\n",
-        esc(title),
-        esc(view.host),
-        esc(view.host),
-        env!("CARGO_PKG_VERSION"),
-        time_tag(unix(view.now), unix(view.now)),
-    )
+    let mut out = doc.into_string();
+    out.push('\n');
+    out
 }
 
 /// `q` filter and `page` number, checked.
@@ -317,25 +373,27 @@ fn pager(
     pages: usize,
     shown: (usize, usize),
     total: usize,
-) -> String {
-    let link =
-        |p: usize, text: &str| format!("<a href=\"{path}?q={}&amp;page={p}\">{text}</a>", url(q));
-    let mut s = format!(
-        "<form class=\"filter\" method=\"get\" action=\"{path}\"><input name=\"q\" value=\"{}\" placeholder=\"filter by target or module\"> \
-         <button>filter</button> <span class=\"count\">{}–{} of {total}</span> ",
-        esc(q),
-        if total == 0 { 0 } else { shown.0 + 1 },
-        shown.1
-    );
-    if page > 1 {
-        s.push_str(&link(page - 1, "« previous"));
-        s.push(' ');
+) -> Markup {
+    let link = |p: usize| format!("{path}?q={}&page={p}", url(q));
+    html! {
+        form class="filter" method="get" action=(path) {
+            input name="q" value=(q) placeholder="filter by target or module";
+            " "
+            button { "filter" }
+            " "
+            span class="count" {
+                (if total == 0 { 0 } else { shown.0 + 1 }) "–" (shown.1) " of " (total)
+            }
+            " "
+            @if page > 1 {
+                a href=(link(page - 1)) { "« previous" } " "
+            }
+            @if page < pages {
+                a href=(link(page + 1)) { "next »" }
+            }
+        }
+        "\n"
     }
-    if page < pages {
-        s.push_str(&link(page + 1, "next »"));
-    }
-    s.push_str("</form>\n");
-    s
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! The HTML pages: overview, one path, kernel releases, fleet.
 
+use maud::{html, Markup};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::kinds::{view_of, Figure};
 use super::svg::{self, Marker, Series};
 use super::{
-    esc, fmt_bps, fmt_count, fmt_ms, fmt_pct, get, median, page, pager, paging, time_tag, unix,
-    url, JobInfo, Reply, View,
+    duration_words, fmt_pct, get, median, page, pager, paging, span_words, time_tag, unix, url,
+    JobInfo, Reply, View,
 };
 use crate::metrics::ProbeKey;
 use crate::service::history::{JobHistory, Point};
@@ -17,12 +18,31 @@ fn matches(info: &JobInfo, q: &str) -> bool {
 }
 
 fn path_link(k: &ProbeKey) -> String {
-    format!(
-        "/path?target={}&amp;module={}",
-        url(&k.target),
-        url(&k.module)
-    )
+    format!("/path?target={}&module={}", url(&k.target), url(&k.module))
 }
+
+/// The shortest span a chart's axis covers, however new the history.
+const MIN_SPAN: f64 = 60.0;
+
+/// Where a job's charts start: at its oldest entry within the retention
+/// (a little before it, so its dot is not cut by the edge), not at the
+/// retention's start, so that a new host's first hour fills the chart
+/// instead of being a tick at its right edge.
+pub(super) fn window_start(j: &JobHistory, now: f64, retention: f64) -> f64 {
+    let oldest = now - retention;
+    match j.points().map(|p| p.timestamp).find(|t| *t >= oldest) {
+        Some(first) => (first - (now - first) * 0.02)
+            .min(now - MIN_SPAN)
+            .max(oldest),
+        None => now - MIN_SPAN.min(retention),
+    }
+}
+
+/// The change against the median is shown only over a history of at
+/// least this many entries with a figure before the latest...
+pub(super) const BASELINE_MIN_ENTRIES: usize = 10;
+/// ... spanning at least this long (or the whole retention, if shorter).
+pub(super) const BASELINE_MIN_SPAN: f64 = 3600.0;
 
 /// Slice `page` (from 1) of `n` items: (start, end, pages).
 fn slice(n: usize, page: usize, size: usize) -> Result<(usize, usize, usize), Reply> {
@@ -72,50 +92,51 @@ fn failures_of(j: &JobHistory, from: f64) -> Vec<f64> {
         .collect()
 }
 
-/// The newest successful throughput, and its change against the median
-/// over the history shown.
-fn latest_and_change(j: &JobHistory, from: f64) -> Option<(f64, f64)> {
-    let latest = j
-        .points()
-        .rev()
-        .find(|p| p.throughput.is_finite())?
-        .throughput;
-    let mut all: Vec<f64> = series_of(j, from, |p| p.throughput)
-        .into_iter()
-        .map(|p| p.1)
-        .collect();
-    let med = median(&mut all);
-    let change = if med > 0.0 {
-        (latest - med) / med
+/// The newest entry's `fig`, and its change against the median over the
+/// history held since `oldest` with the span of that history, once there
+/// is enough of it ([`BASELINE_MIN_ENTRIES`], [`BASELINE_MIN_SPAN`]).
+pub(super) fn latest_and_change(
+    j: &JobHistory,
+    oldest: f64,
+    retention: f64,
+    fig: &Figure,
+) -> Option<(f64, Option<(f64, f64)>)> {
+    let all = series_of(j, oldest, fig.value);
+    let &(at, latest) = all.last()?;
+    let first = all[0].0;
+    let span = at - first;
+    if all.len() <= BASELINE_MIN_ENTRIES || span < BASELINE_MIN_SPAN.min(retention) {
+        return Some((latest, None));
+    }
+    let mut values: Vec<f64> = all.iter().map(|p| p.1).collect();
+    let med = median(&mut values);
+    if med > 0.0 {
+        Some((latest, Some(((latest - med) / med, span))))
     } else {
-        f64::NAN
-    };
-    Some((latest, change))
+        Some((latest, None))
+    }
 }
 
-fn change_tag(change: f64, what: &str) -> String {
+fn change_tag(change: f64, what: &str, higher_is_better: bool) -> Markup {
     if !change.is_finite() {
-        return String::new();
+        return html! {};
     }
-    let class = if change < -0.1 {
-        "down"
-    } else if change > 0.1 {
-        "up"
+    let good = if higher_is_better { change } else { -change };
+    let class = if good < -0.1 {
+        "delta down"
+    } else if good > 0.1 {
+        "delta up"
     } else {
-        "flat"
+        "delta flat"
     };
-    format!(
-        "<span class=\"delta {class}\">{:+.0} % vs {what}</span>",
-        change * 100.0
-    )
+    html! { span class=(class) { (format!("{:+.0} % vs {what}", change * 100.0)) } }
 }
 
 pub(super) fn overview(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Reply> {
     let (q, page_no) = paging(ps)?;
     let now = unix(view.now);
-    let from = now - view.config.web.history_retention.as_secs_f64();
-    let hours = view.config.web.history_retention.as_secs_f64() / 3600.0;
-    let body = view.history.with(|hist| -> Result<String, Reply> {
+    let retention = view.config.web.history_retention.as_secs_f64();
+    let body = view.history.with(|hist| -> Result<Markup, Reply> {
         let mut rows: Vec<(&JobInfo, Option<&JobHistory>, bool)> = view
             .jobs
             .iter()
@@ -131,118 +152,108 @@ pub(super) fn overview(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply
         rows.sort_by_key(|r| !r.2);
         let failing = rows.iter().filter(|r| r.2).count();
         let (start, end, pages) = slice(rows.len(), page_no, view.config.web.page_size)?;
-        let mut s = format!(
-            "<h1>Paths <small>{} · {failing} failing</small></h1>\n",
-            view.jobs.len()
-        );
-        s.push_str(&pager("/", &q, page_no, pages, (start, end), rows.len()));
-        s.push_str("<div class=\"cards\">\n");
-        for (info, j, failing) in &rows[start..end] {
-            card(&mut s, view, info, *j, *failing, from, now, hours);
-        }
-        s.push_str("</div>\n");
-        if view.jobs.is_empty() {
-            s.push_str(
-                "<p>No probes are configured: add <code>targets:</code> to the configuration.</p>",
-            );
-        }
-        Ok(s)
+        Ok(html! {
+            h1 { "Paths " small { (view.jobs.len()) " · " (failing) " failing" } }
+            "\n"
+            (pager("/", &q, page_no, pages, (start, end), rows.len()))
+            div class="cards" {
+                "\n"
+                @for (info, j, failing) in &rows[start..end] {
+                    (card(view, info, *j, *failing, now, retention))
+                }
+            }
+            "\n"
+            @if view.jobs.is_empty() {
+                p { "No probes are configured: add " code { "targets:" } " to the configuration." }
+            }
+        })
     })?;
-    Ok(Reply::html(page(view, "paths", &body)))
+    Ok(Reply::html(page(view, "paths", body)))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A card's "module · kind" line: the kind only when the module's name
+/// does not already say it.
+fn module_and_kind(module: &str, kind: &str) -> String {
+    if module == kind {
+        module.to_string()
+    } else {
+        format!("{module} · {kind}")
+    }
+}
+
 fn card(
-    s: &mut String,
     view: &View<'_>,
     info: &JobInfo,
     j: Option<&JobHistory>,
     failing: bool,
-    from: f64,
     now: f64,
-    hours: f64,
-) {
+    retention: f64,
+) -> Markup {
     let k = &info.key;
     let class = match (j, failing) {
         (None, _) => "card empty",
         (_, true) => "card fail",
         _ => "card ok",
     };
-    let _ = write!(
-        s,
-        "<div class=\"{class}\" data-target=\"{}\" data-module=\"{}\"><h3><a class=\"target\" href=\"{}\">{}</a> \
-         <span class=\"mod\">{} · {}</span></h3>",
-        esc(&k.target),
-        esc(&k.module),
-        path_link(k),
-        esc(&k.target),
-        esc(&k.module),
-        info.kind
-    );
-    let Some(j) = j else {
-        let _ = writeln!(
-            s,
-            "<div class=\"when\">no results yet, first probe by {}</div></div>",
-            time_tag(super::unix(info.first_due), now)
-        );
-        return;
-    };
-    match latest_and_change(j, from) {
-        Some((latest, change)) => {
-            let _ = write!(
-                s,
-                "<div><span class=\"fig\">{}</span>{}</div>",
-                fmt_bps(latest),
-                change_tag(change, &format!("{hours:.0} h median"))
-            );
-        }
-        None => s.push_str("<div><span class=\"fig\">–</span></div>"),
-    }
-    s.push_str(&svg::sparkline(
-        from,
-        now,
-        &series_of(j, from, |p| p.throughput),
-        &failures_of(j, from),
-    ));
-    if let Some(p) = j.latest() {
-        let _ = write!(
-            s,
-            "<div class=\"when\">latest {}",
-            time_tag(p.timestamp, now)
-        );
-        if let Some(v) = &p.verdict {
-            let _ = write!(s, " · {}", esc(v));
-        }
-        s.push_str("</div>");
-    }
+    let kv = view_of(info.kind);
     let outcomes = view.store.latest_of(k);
-    for o in &outcomes {
-        match &o.result {
-            Err(f) if failing => {
-                let _ = write!(
-                    s,
-                    "<div class=\"reason\">failed ({}): {}</div>",
-                    esc(f.reason),
-                    esc(&f.message)
-                );
+    html! {
+        div class=(class) data-target=(k.target) data-module=(k.module) data-kind=(info.kind) {
+            h3 {
+                a class="target" href=(path_link(k)) { (k.target) }
+                " "
+                span class="mod" { (module_and_kind(&k.module, info.kind)) }
             }
-            Ok(r) if !r.clamped.is_empty() => {
-                let _ = write!(
-                    s,
-                    "<div class=\"reason\">ok, clamped: {}</div>",
-                    esc(&r.clamped.join("; "))
-                );
+            @if let Some(j) = j {
+                @let from = window_start(j, now, retention);
+                @let oldest = now - retention;
+                div class="figs" {
+                    @for (i, f) in kv.headline.iter().enumerate() {
+                        @let latest = latest_and_change(j, oldest, retention, f);
+                        @if kv.headline.len() > 1 {
+                            small class="figname" { (f.name) } " "
+                        }
+                        span class="fig" data-figure=(f.name) {
+                            (latest.map_or("–".to_string(), |l| (f.unit)(l.0)))
+                        }
+                        @if i == 0 {
+                            @if let Some((_, Some((change, span)))) = latest {
+                                (change_tag(change, &format!("{} median", span_words(span)), f.higher_is_better))
+                            }
+                        }
+                        " "
+                    }
+                }
+                (svg::sparkline(from, now, &series_of(j, from, kv.trend().value), &failures_of(j, from)))
+                @if let Some(p) = j.latest() {
+                    div class="when" {
+                        "latest " (time_tag(p.timestamp, now))
+                        @if let Some(v) = &p.verdict { " · " (v.as_ref()) }
+                    }
+                }
+                @for o in &outcomes {
+                    @match &o.result {
+                        Err(f) if failing => {
+                            div class="reason" { "failed (" (f.reason) "): " (f.message) }
+                        }
+                        Ok(r) if !r.clamped.is_empty() => {
+                            div class="reason" { "ok, clamped: " (r.clamped.join("; ")) }
+                        }
+                        _ => {}
+                    }
+                }
+                @if failing && outcomes.iter().all(|o| o.result.is_ok()) {
+                    // The store was emptied (reload) but the history knows why.
+                    @if let Some(r) = j.latest().and_then(|p| p.reason.as_deref()) {
+                        div class="reason" { "failed (" (r) ")" }
+                    }
+                }
+            } @else {
+                div class="when" { "no results yet, first probe by " (time_tag(unix(info.first_due), now)) }
             }
-            _ => {}
         }
+        "\n"
     }
-    if failing && outcomes.iter().all(|o| o.result.is_ok()) {
-        // The store was emptied (reload) but the history knows why.
-        if let Some(r) = j.latest().and_then(|p| p.reason.as_deref()) {
-            let _ = write!(s, "<div class=\"reason\">failed ({})</div>", esc(r));
-        }
-    }
-    s.push_str("</div>\n");
 }
 
 pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Reply> {
@@ -258,85 +269,58 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
     };
     let k = &info.key;
     let now = unix(view.now);
-    let from = now - view.config.web.history_retention.as_secs_f64();
-    let tcp = info.kind.contains("tcp");
-    let mut s = format!(
-        "<h1>{} <small>{} · {} · every {:?}</small></h1>\n",
-        esc(&k.target),
-        esc(&k.module),
-        info.kind,
-        info.interval
-    );
-    if let Some(h) = &info.host {
-        let _ = writeln!(
-            s,
-            "<p>Peer's own page: <a class=\"peer\" href=\"http://{}/\">{}</a> (if it serves on the default port)</p>",
-            esc(&peer_web(h)),
-            esc(&peer_web(h))
-        );
-    }
+    let retention = view.config.web.history_retention.as_secs_f64();
+    let kv = view_of(info.kind);
     let charts = view.history.with(|hist| {
         let Some(j) = hist.get(k).filter(|j| !j.is_empty()) else {
-            return format!(
-                "<p class=\"when\">no results yet, first probe by {}</p>",
-                time_tag(unix(info.first_due), now)
-            );
+            return html! {
+                p class="when" { "no results yet, first probe by " (time_tag(unix(info.first_due), now)) }
+            };
         };
+        let from = window_start(j, now, retention);
         let markers = kernel_changes(j.points());
         let fails = failures_of(j, from);
-        let mut c = String::new();
-        let mut tput = vec![
-            Series {
-                name: "send",
-                class: "s0",
-                points: series_of(j, from, |p| p.send),
-            },
-            Series {
-                name: "receive",
-                class: "s1",
-                points: series_of(j, from, |p| p.receive),
-            },
-        ];
-        tput.retain(|s| !s.points.is_empty());
-        if tput.is_empty() {
-            tput.push(Series {
-                name: "throughput",
-                class: "s0",
-                points: series_of(j, from, |p| p.throughput),
-            });
-        }
-        c.push_str(&svg::chart(
-            "throughput per direction",
-            from,
-            now,
-            &tput,
-            &fails,
-            &markers,
-            fmt_bps,
-        ));
-        let one = |title: &str, name: &'static str, f: fn(&Point) -> f64, unit: fn(f64) -> String| {
-            svg::chart(
-                title,
-                from,
-                now,
-                &[Series {
-                    name,
-                    class: "s0",
-                    points: series_of(j, from, f),
-                }],
-                &[],
-                &markers,
-                unit,
-            )
-        };
-        if tcp {
-            c.push_str(&one("retransmits per probe", "retransmits", |p| p.retransmits, fmt_count));
-            c.push_str(&one("smoothed RTT", "RTT", |p| p.rtt, fmt_ms));
-        } else {
-            c.push_str(&one("loss", "loss", |p| p.loss, fmt_pct));
-            c.push_str(&one("jitter", "jitter", |p| p.jitter, fmt_ms));
-        }
-        c.push_str(&svg::chart(
+        let classes = ["s0", "s1", "s2", "s3"];
+        let drawn: Vec<Markup> = kv
+            .charts
+            .iter()
+            .enumerate()
+            .map(|(n, c)| {
+                let mut series: Vec<Series<'_>> = c
+                    .series
+                    .iter()
+                    .zip(classes)
+                    .map(|(f, class)| Series {
+                        name: f.name,
+                        class,
+                        points: series_of(j, from, f.value),
+                    })
+                    .collect();
+                series.retain(|s| !s.points.is_empty());
+                if series.is_empty() {
+                    if let Some(f) = &c.fallback {
+                        series.push(Series {
+                            name: f.name,
+                            class: "s0",
+                            points: series_of(j, from, f.value),
+                        });
+                    }
+                }
+                if series.is_empty() {
+                    // An empty chart still says what it would show.
+                    series.extend(c.series.iter().zip(classes).map(|(f, class)| Series {
+                        name: f.name,
+                        class,
+                        points: Vec::new(),
+                    }));
+                }
+                let unit = c.series.first().or(c.fallback.as_ref()).map_or(fmt_pct as fn(f64) -> String, |f| f.unit);
+                // Failures are marked on the first chart only.
+                let f: &[f64] = if n == 0 { &fails } else { &[] };
+                svg::chart(c.title, from, now, &series, f, &markers, unit)
+            })
+            .collect();
+        let cpu = svg::chart(
             "CPU of the data threads (fraction of one CPU)",
             from,
             now,
@@ -355,58 +339,67 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
             &[],
             &markers,
             fmt_pct,
-        ));
-        if !markers.is_empty() {
-            c.push_str("<h2>Kernel release changes</h2><ul class=\"kchanges\">");
-            for m in &markers {
-                let _ = write!(c, "<li>{} {}</li>", time_tag(m.at, now), esc(&m.label));
-            }
-            c.push_str("</ul>");
-        }
+        );
         let failed: Vec<&Point> = j.points().filter(|p| p.failures > 0).collect();
-        if !failed.is_empty() {
-            c.push_str("<h2>Recent failures</h2><ul class=\"failures\">");
-            for p in failed.iter().rev().take(10) {
-                let _ = write!(
-                    c,
-                    "<li>{} {} of {} failed: {}</li>",
-                    time_tag(p.timestamp, now),
-                    p.failures,
-                    p.samples,
-                    esc(p.reason.as_deref().unwrap_or("?"))
-                );
+        html! {
+            @for c in &drawn { (c) }
+            (cpu)
+            @if !markers.is_empty() {
+                h2 { "Kernel release changes" }
+                ul class="kchanges" {
+                    @for m in &markers { li { (time_tag(m.at, now)) " " (m.label) } }
+                }
             }
-            c.push_str("</ul>");
+            @if !failed.is_empty() {
+                h2 { "Recent failures" }
+                ul class="failures" {
+                    @for p in failed.iter().rev().take(10) {
+                        li {
+                            (time_tag(p.timestamp, now)) " " (p.failures) " of " (p.samples)
+                            " failed: " (p.reason.as_deref().unwrap_or("?"))
+                        }
+                    }
+                }
+            }
+            p class="when" {
+                (j.len()) " entries held: one per probe for the last "
+                (duration_words(view.config.web.history_full_resolution))
+                ", then " (duration_words(view.config.web.history_bucket)) " averages."
+            }
         }
-        let _ = write!(
-            c,
-            "<p class=\"when\">{} entries held: one per probe for the last {:?}, then {:?} averages.</p>",
-            j.len(),
-            view.config.web.history_full_resolution,
-            view.config.web.history_bucket
-        );
-        c
     });
-    s.push_str(&charts);
-    s.push_str("<h2>Latest result in full (as <code>pathprobe probe -v</code>)</h2>\n");
     let outcomes = view.store.latest_of(k);
-    if outcomes.is_empty() {
-        s.push_str("<p>none since this service started</p>");
-    }
-    for o in outcomes {
-        let text = match &o.result {
-            Ok(r) => crate::report::text(r, true),
-            Err(f) => format!("failed ({}): {}\n", f.reason, f.message),
-        };
-        let _ = writeln!(
-            s,
-            "<h3>{} {}</h3><pre class=\"detail\">{}</pre>",
-            o.direction,
-            time_tag(unix(o.started), now),
-            esc(&text)
-        );
-    }
-    Ok(Reply::html(page(view, &k.target, &s)))
+    let body = html! {
+        h1 {
+            (k.target) " "
+            small { (module_and_kind(&k.module, info.kind)) " · every " (duration_words(info.interval)) }
+        }
+        "\n"
+        @if let Some(h) = &info.host {
+            p {
+                "Peer's own page: "
+                a class="peer" href=(format!("http://{}/", peer_web(h))) { (peer_web(h)) }
+                " (if it serves on the default port)"
+            }
+            "\n"
+        }
+        (charts)
+        h2 { "Latest result in full (as " code { "pathprobe probe -v" } ")" }
+        "\n"
+        @if outcomes.is_empty() {
+            p { "none since this service started" }
+        }
+        @for o in &outcomes {
+            @let text = match &o.result {
+                Ok(r) => crate::report::text(r, true),
+                Err(f) => format!("failed ({}): {}\n", f.reason, f.message),
+            };
+            h3 { (o.direction.to_string()) " " (time_tag(unix(o.started), now)) }
+            pre class="detail" { (text) }
+            "\n"
+        }
+    };
+    Ok(Reply::html(page(view, &k.target, body)))
 }
 
 /// The peer's web address, on the default port: a guess, said as one.
@@ -428,10 +421,35 @@ struct Release {
     remote_cpu_per_gbps: Vec<f64>,
 }
 
-fn releases(j: &JobHistory) -> Vec<Release> {
+/// A release's row: the release, its median, (min, max), and the change
+/// of its median against the release before.
+type ReleaseRow = (Release, f64, (f64, f64), Option<Markup>);
+
+/// Each release's row, in order.
+fn release_rows(rel: Vec<Release>, trend: &Figure) -> Vec<ReleaseRow> {
+    let mut prev: Option<f64> = None;
+    rel.into_iter()
+        .map(|mut r| {
+            let range = r
+                .values
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+            let med = median(&mut r.values);
+            let change = prev
+                .filter(|p| *p > 0.0)
+                .map(|p| change_tag((med - p) / p, "previous", trend.higher_is_better));
+            prev = Some(med);
+            (r, med, range, change)
+        })
+        .collect()
+}
+
+/// Per release, the kind's trend figure (`value`), and CPU per Gbit/s
+/// moved.
+fn releases(j: &JobHistory, value: fn(&Point) -> f64) -> Vec<Release> {
     let mut out: Vec<Release> = Vec::new();
     for p in j.points() {
-        let (Some(k), true) = (&p.local_kernel, p.throughput.is_finite()) else {
+        let (Some(k), true) = (&p.local_kernel, value(p).is_finite()) else {
             continue;
         };
         let r = match out.iter().position(|r| r.name == *k) {
@@ -449,7 +467,7 @@ fn releases(j: &JobHistory) -> Vec<Release> {
             }
         };
         r.samples += u64::from(p.samples.saturating_sub(p.failures));
-        r.values.push(p.throughput);
+        r.values.push(value(p));
         if p.throughput > 0.0 {
             if p.local_cpu.is_finite() {
                 r.cpu_per_gbps.push(p.local_cpu / (p.throughput / 1e9));
@@ -468,77 +486,67 @@ pub(super) fn kernels(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
     let (q, page_no) = paging(ps)?;
     let now = unix(view.now);
     let running = crate::host::kernel_release();
-    let mut s = format!(
-        "<h1>Kernel releases <small>this host runs {}</small></h1>\n\
-         <p>Per release of this host's kernel, each path's throughput over the history held \
-         (older entries are averages), and the change of its median against the release before. \
-         CPU per Gbit/s is the data threads' CPU (fraction of one CPU) per Gbit/s moved.</p>\n",
-        esc(&running)
-    );
     let rows: Vec<&JobInfo> = view.jobs.iter().filter(|i| matches(i, &q)).collect();
     let (start, end, pages) = slice(rows.len(), page_no, view.config.web.page_size)?;
-    s.push_str(&pager(
-        "/kernels",
-        &q,
-        page_no,
-        pages,
-        (start, end),
-        rows.len(),
-    ));
-    s.push_str(
-        "<table class=\"kernels\"><tr><th>path</th><th>module</th><th>kernel release</th><th>since</th>\
-         <th>samples</th><th>median</th><th>min</th><th>max</th><th>change</th>\
-         <th>CPU per Gbit/s here</th><th>peer</th></tr>\n",
-    );
-    view.history.with(|hist| {
-        for info in &rows[start..end] {
-            let k = &info.key;
-            let rel = hist.get(k).map(releases).unwrap_or_default();
-            if rel.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td colspan=\"9\">no results yet</td></tr>",
-                    path_link(k),
-                    esc(&k.target),
-                    esc(&k.module)
-                );
-                continue;
-            }
-            let mut prev: Option<f64> = None;
-            for mut r in rel {
-                let (min, max) = r
-                    .values
-                    .iter()
-                    .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
-                let med = median(&mut r.values);
-                let change = prev
-                    .filter(|p| *p > 0.0)
-                    .map_or(String::new(), |p| change_tag((med - p) / p, "previous"));
-                prev = Some(med);
-                let loopback = if info.host.is_none() { " (loopback)" } else { "" };
-                let _ = writeln!(
-                    s,
-                    "<tr data-release=\"{}\"><td><a href=\"{}\">{}</a>{loopback}</td><td>{}</td><td>{}</td><td>{}</td>\
-                     <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                     <td>{change}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                    esc(&r.name),
-                    path_link(k),
-                    esc(&k.target),
-                    esc(&k.module),
-                    esc(&r.name),
-                    time_tag(r.first, now),
-                    r.samples,
-                    fmt_bps(med),
-                    fmt_bps(min),
-                    fmt_bps(max),
-                    fmt_pct(median(&mut r.cpu_per_gbps)),
-                    fmt_pct(median(&mut r.remote_cpu_per_gbps)),
-                );
+    let table = view.history.with(|hist| {
+        html! {
+            @for info in &rows[start..end] {
+                @let k = &info.key;
+                @let trend = view_of(info.kind).trend();
+                @let rel = hist.get(k).map(|j| releases(j, trend.value)).unwrap_or_default();
+                @if rel.is_empty() {
+                    tr {
+                        td { a href=(path_link(k)) { (k.target) } }
+                        td { (k.module) }
+                        td colspan="9" { "no results yet" }
+                    }
+                    "\n"
+                }
+                @for (mut r, med, (min, max), change) in release_rows(rel, trend) {
+                    tr data-release=(r.name) {
+                        td {
+                            a href=(path_link(k)) { (k.target) }
+                            @if info.host.is_none() { " (loopback)" }
+                        }
+                        td { (k.module) }
+                        td { (r.name) }
+                        td { (time_tag(r.first, now)) }
+                        td class="num" { (r.samples) }
+                        td class="num" { ((trend.unit)(med)) }
+                        td class="num" { ((trend.unit)(min)) }
+                        td class="num" { ((trend.unit)(max)) }
+                        td { @if let Some(c) = change { (c) } }
+                        td class="num" { (fmt_pct(median(&mut r.cpu_per_gbps))) }
+                        td class="num" { (fmt_pct(median(&mut r.remote_cpu_per_gbps))) }
+                    }
+                    "\n"
+                }
             }
         }
     });
-    s.push_str("</table>\n");
-    Ok(Reply::html(page(view, "kernel releases", &s)))
+    let body = html! {
+        h1 { "Kernel releases " small { "this host runs " (running) } }
+        "\n"
+        p {
+            "Per release of this host's kernel, each path's headline figure (throughput, or \
+             the median latency for request/response kinds) over the history held \
+             (older entries are averages), and the change of its median against the release before. \
+             CPU per Gbit/s is the data threads' CPU (fraction of one CPU) per Gbit/s moved."
+        }
+        "\n"
+        (pager("/kernels", &q, page_no, pages, (start, end), rows.len()))
+        table class="kernels" {
+            tr {
+                th { "path" } th { "module" } th { "kernel release" } th { "since" }
+                th { "samples" } th { "median" } th { "min" } th { "max" } th { "change" }
+                th { "CPU per Gbit/s here" } th { "peer" }
+            }
+            "\n"
+            (table)
+        }
+        "\n"
+    };
+    Ok(Reply::html(page(view, "kernel releases", body)))
 }
 
 pub(super) fn fleet(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Reply> {
@@ -562,78 +570,74 @@ pub(super) fn fleet(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, R
         .collect();
     modules.sort_unstable();
     modules.dedup();
-    let mut s = format!(
-        "<h1>Fleet <small>from {} (this host) to {} peers</small></h1>\n\
-         <p>The latest throughput from this host to each peer, by module. A host sees only its own \
-         row of the mesh: each peer's page shows its own.</p>\n",
-        esc(view.host),
-        dests.len()
-    );
+    let head = html! {
+        h1 { "Fleet " small { "from " (view.host) " (this host) to " (dests.len()) " peers" } }
+        "\n"
+        p {
+            "The latest figure from this host to each peer, by module: throughput, or the \
+             median latency for request/response kinds. A host sees only its own \
+             row of the mesh: each peer's page shows its own."
+        }
+        "\n"
+    };
     if dests.is_empty() && q.is_empty() {
-        s.push_str("<p>No peers: this host probes only itself (loopback). Add targets or discovery to probe peers.</p>");
-        return Ok(Reply::html(page(view, "fleet", &s)));
+        let body = html! {
+            (head)
+            p { "No peers: this host probes only itself (loopback). Add targets or discovery to probe peers." }
+        };
+        return Ok(Reply::html(page(view, "fleet", body)));
     }
     let list: Vec<_> = dests.into_iter().collect();
     let (start, end, pages) = slice(list.len(), page_no, view.config.web.page_size)?;
-    s.push_str(&pager(
-        "/fleet",
-        &q,
-        page_no,
-        pages,
-        (start, end),
-        list.len(),
-    ));
-    let _ = write!(
-        s,
-        "<table class=\"fleet\"><tr><th>{} →</th>",
-        esc(view.host)
-    );
-    for m in &modules {
-        let _ = write!(s, "<th>{}</th>", esc(m));
-    }
-    s.push_str("</tr>\n");
-    view.history.with(|hist| {
-        for (target, (host, jobs)) in &list[start..end] {
-            let _ = write!(s, "<tr><td>{}", esc(target));
-            if let Some(h) = host {
-                let _ = write!(
-                    s,
-                    " <a class=\"peer\" href=\"http://{}/\">its page</a>",
-                    esc(&peer_web(h))
-                );
-            }
-            s.push_str("</td>");
-            for m in &modules {
-                let Some(info) = jobs.iter().find(|i| i.key.module == *m) else {
-                    s.push_str("<td></td>");
-                    continue;
-                };
-                let latest = hist.get(&info.key).and_then(|j| j.latest());
-                match latest {
-                    None => s.push_str("<td class=\"when\">no results yet</td>"),
-                    Some(p) if p.failed() => {
-                        let _ = write!(
-                            s,
-                            "<td class=\"fail reason\"><a href=\"{}\">failed ({})</a> {}</td>",
-                            path_link(&info.key),
-                            esc(p.reason.as_deref().unwrap_or("?")),
-                            time_tag(p.timestamp, now)
-                        );
+    let rows = view.history.with(|hist| {
+        html! {
+            @for (target, (host, jobs)) in &list[start..end] {
+                tr {
+                    td {
+                        (target)
+                        @if let Some(h) = host {
+                            " "
+                            a class="peer" href=(format!("http://{}/", peer_web(h))) { "its page" }
+                        }
                     }
-                    Some(p) => {
-                        let _ = write!(
-                            s,
-                            "<td class=\"num\"><a href=\"{}\">{}</a> {}</td>",
-                            path_link(&info.key),
-                            fmt_bps(p.throughput),
-                            time_tag(p.timestamp, now)
-                        );
+                    @for m in &modules {
+                        @match jobs.iter().find(|i| i.key.module == *m) {
+                            None => td {},
+                            Some(info) => {
+                                @let trend = view_of(info.kind).trend();
+                                @match hist.get(&info.key).and_then(|j| j.latest()) {
+                                    None => td class="when" { "no results yet" },
+                                    Some(p) if p.failed() => td class="fail reason" {
+                                        a href=(path_link(&info.key)) {
+                                            "failed (" (p.reason.as_deref().unwrap_or("?")) ")"
+                                        }
+                                        " " (time_tag(p.timestamp, now))
+                                    },
+                                    Some(p) => td class="num" {
+                                        a href=(path_link(&info.key)) { ((trend.unit)((trend.value)(p))) }
+                                        " " (time_tag(p.timestamp, now))
+                                    },
+                                }
+                            }
+                        }
                     }
                 }
+                "\n"
             }
-            s.push_str("</tr>\n");
         }
     });
-    s.push_str("</table>\n");
-    Ok(Reply::html(page(view, "fleet", &s)))
+    let body = html! {
+        (head)
+        (pager("/fleet", &q, page_no, pages, (start, end), list.len()))
+        table class="fleet" {
+            tr {
+                th { (view.host) " →" }
+                @for m in &modules { th { (m) } }
+            }
+            "\n"
+            (rows)
+        }
+        "\n"
+    };
+    Ok(Reply::html(page(view, "fleet", body)))
 }

@@ -1,10 +1,8 @@
 //! Charts drawn on the server as inline SVG: no script and no external
-//! asset is needed to see them. Every label is escaped by the caller's
-//! [`super::esc`].
+//! asset is needed to see them. Built with maud, which escapes every
+//! label (a kernel release or a name from a peer) as it is spliced in.
 
-use std::fmt::Write as _;
-
-use super::esc;
+use maud::{html, Markup};
 
 /// One line of a chart: `(unix seconds, value)`, NaN values left out.
 pub struct Series<'a> {
@@ -37,7 +35,7 @@ pub fn chart(
     failures: &[f64],
     markers: &[Marker],
     unit: fn(f64) -> String,
-) -> String {
+) -> Markup {
     let span = (to - from).max(1.0);
     let max = series
         .iter()
@@ -47,118 +45,75 @@ pub fn chart(
     let top = if max > 0.0 { max * 1.1 } else { 1.0 };
     let x = |t: f64| LEFT + (t - from) / span * (W - LEFT - 4.0);
     let y = |v: f64| TOP + (1.0 - v / top) * (H - TOP - BOTTOM);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<figure class=\"chart\"><figcaption>{}</figcaption>\
-         <svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{}\">\
-         <rect class=\"plot\" x=\"{LEFT}\" y=\"{TOP}\" width=\"{}\" height=\"{}\"/>",
-        esc(title),
-        esc(title),
-        W - LEFT - 4.0,
-        H - TOP - BOTTOM
-    );
-    for frac in [0.0, 0.5, 1.0] {
-        let v = top * frac;
-        let _ = write!(
-            s,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>\
-             <text class=\"axis\" x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - 4.0,
-            LEFT - 4.0,
-            y(v) + 4.0,
-            esc(&unit(v)),
-            y = y(v)
-        );
-    }
-    let hours = span / 3600.0;
-    let _ = write!(
-        s,
-        "<text class=\"axis\" x=\"{LEFT}\" y=\"{}\">{}</text><text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"end\">now</text>",
-        H - 4.0,
-        if hours >= 1.0 { format!("{hours:.0} h ago") } else { format!("{:.0} min ago", span / 60.0) },
-        W - 4.0,
-        H - 4.0
-    );
-    for m in markers {
-        let mx = x(m.at);
-        let _ = write!(
-            s,
-            "<g class=\"kmark\"><line x1=\"{mx:.1}\" x2=\"{mx:.1}\" y1=\"{TOP}\" y2=\"{}\"/>\
-             <text x=\"{:.1}\" y=\"{}\">{}</text><title>{}</title></g>",
-            H - BOTTOM,
-            mx + 3.0,
-            TOP + 10.0,
-            esc(&m.label),
-            esc(&m.label)
-        );
-    }
-    for f in failures {
-        let fx = x(*f);
-        let _ = write!(
-            s,
-            "<line class=\"failtick\" x1=\"{fx:.1}\" x2=\"{fx:.1}\" y1=\"{}\" y2=\"{}\"/>",
-            H - BOTTOM - 8.0,
-            H - BOTTOM
-        );
-    }
-    for (i, se) in series.iter().enumerate() {
-        let mut pts = String::new();
-        let mut dots = String::new();
-        for (t, v) in &se.points {
-            let (px, py) = (x(*t), y(*v));
-            let _ = write!(pts, "{px:.1},{py:.1} ");
-            let _ = write!(dots, "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"1.6\"/>");
+    let f1 = |v: f64| format!("{v:.1}");
+    html! {
+        figure class="chart" {
+            figcaption { (title) }
+            svg viewBox=(format!("0 0 {W} {H}")) width=(W) height=(H) role="img" aria-label=(title) {
+                rect class="plot" x=(LEFT) y=(TOP) width=(W - LEFT - 4.0) height=(H - TOP - BOTTOM) {}
+                @for frac in [0.0, 0.5, 1.0] {
+                    @let v = top * frac;
+                    line class="grid" x1=(LEFT) x2=(W - 4.0) y1=(f1(y(v))) y2=(f1(y(v))) {}
+                    text class="axis" x=(LEFT - 4.0) y=(f1(y(v) + 4.0)) text-anchor="end" { (unit(v)) }
+                }
+                text class="axis" x=(LEFT) y=(H - 4.0) {
+                    (super::span_words(span)) " ago"
+                }
+                text class="axis" x=(W - 4.0) y=(H - 4.0) text-anchor="end" { "now" }
+                @for m in markers {
+                    @let mx = x(m.at);
+                    g class="kmark" {
+                        line x1=(f1(mx)) x2=(f1(mx)) y1=(TOP) y2=(H - BOTTOM) {}
+                        text x=(f1(mx + 3.0)) y=(TOP + 10.0) { (m.label) }
+                        title { (m.label) }
+                    }
+                }
+                @for f in failures {
+                    @let fx = f1(x(*f));
+                    line class="failtick" x1=(fx) x2=(fx) y1=(H - BOTTOM - 8.0) y2=(H - BOTTOM) {}
+                }
+                @for (i, se) in series.iter().enumerate() {
+                    @let pts: Vec<String> = se.points.iter().map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v))).collect();
+                    g class=(format!("series {}", se.class)) data-name=(se.name) data-points=(se.points.len()) {
+                        polyline points=(pts.join(" ")) {}
+                        @for (t, v) in &se.points {
+                            circle cx=(f1(x(*t))) cy=(f1(y(*v))) r="1.6" {}
+                        }
+                    }
+                    text class=(format!("legend {}", se.class)) x=(LEFT + 6.0 + 150.0 * i as f64) y=(TOP + 12.0) { (se.name) }
+                }
+            }
         }
-        let _ = write!(
-            s,
-            "<g class=\"series {}\" data-name=\"{}\" data-points=\"{}\">\
-             <polyline points=\"{}\"/>{dots}</g>\
-             <text class=\"legend {}\" x=\"{}\" y=\"{}\">{}</text>",
-            se.class,
-            esc(se.name),
-            se.points.len(),
-            pts.trim_end(),
-            se.class,
-            LEFT + 6.0 + 150.0 * i as f64,
-            TOP + 12.0,
-            esc(se.name)
-        );
+        "\n"
     }
-    s.push_str("</svg></figure>\n");
-    s
 }
 
-/// A small line of throughput over `[from, to]` for an overview card.
-pub fn sparkline(from: f64, to: f64, points: &[(f64, f64)], failures: &[f64]) -> String {
+/// A small line of the trend figure over `[from, to]` for an overview
+/// card.
+pub fn sparkline(from: f64, to: f64, points: &[(f64, f64)], failures: &[f64]) -> Markup {
     const SW: f64 = 240.0;
     const SH: f64 = 40.0;
     let span = (to - from).max(1.0);
     let max = points.iter().map(|p| p.1).fold(0.0, f64::max);
     let top = if max > 0.0 { max * 1.1 } else { 1.0 };
-    let mut pts = String::new();
-    for (t, v) in points {
-        let _ = write!(
-            pts,
-            "{:.1},{:.1} ",
-            (t - from) / span * SW,
-            2.0 + (1.0 - v / top) * (SH - 4.0)
-        );
+    let pts: Vec<String> = points
+        .iter()
+        .map(|(t, v)| {
+            format!(
+                "{:.1},{:.1}",
+                (t - from) / span * SW,
+                2.0 + (1.0 - v / top) * (SH - 4.0)
+            )
+        })
+        .collect();
+    html! {
+        svg class="spark" viewBox=(format!("0 0 {SW} {SH}")) width=(SW) height=(SH) data-points=(points.len()) {
+            rect class="plot" width=(SW) height=(SH) {}
+            polyline points=(pts.join(" ")) {}
+            @for f in failures {
+                @let fx = format!("{:.1}", (f - from) / span * SW);
+                line class="failtick" x1=(fx) x2=(fx) y1=(SH - 8.0) y2=(SH) {}
+            }
+        }
     }
-    let mut s = format!(
-        "<svg class=\"spark\" viewBox=\"0 0 {SW} {SH}\" width=\"{SW}\" height=\"{SH}\" data-points=\"{}\">\
-         <rect class=\"plot\" width=\"{SW}\" height=\"{SH}\"/><polyline points=\"{}\"/>",
-        points.len(),
-        pts.trim_end()
-    );
-    for f in failures {
-        let fx = (f - from) / span * SW;
-        let _ = write!(
-            s,
-            "<line class=\"failtick\" x1=\"{fx:.1}\" x2=\"{fx:.1}\" y1=\"{}\" y2=\"{SH}\"/>",
-            SH - 8.0
-        );
-    }
-    s.push_str("</svg>");
-    s
 }

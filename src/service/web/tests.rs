@@ -270,3 +270,433 @@ fn api_pages_a_large_history_and_the_cursor_walks_all_of_it() {
         serde_json::from_str(&f.get("/api/v1/history", Some("limit=2")).body).unwrap();
     assert_eq!(v["next_cursor"], "2");
 }
+
+/// Markup a peer or a configuration could send: a script, quotes that
+/// would end an attribute, and an element with a handler.
+const HOSTILE: &str = "<script>alert(\"x\")</script>'\"><img src=x onerror=alert(2)>";
+
+/// A result as a probe gives one, with `text` wherever a peer's words
+/// reach the page: the kernel release, and a clamp note naming the
+/// peer's software.
+fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResult {
+    use crate::probe::result::SideSummary;
+    use crate::probe::ProbeResult;
+    let side = |k: &str| SideSummary {
+        kernel_release: k.to_string(),
+        ..Default::default()
+    };
+    ProbeResult {
+        kind,
+        direction: Direction::Send,
+        target: text.into(),
+        local_address: "10.0.0.1:50000".into(),
+        remote_address: "10.0.0.2:5301".into(),
+        timestamp_seconds: 2e9 - 5.0,
+        requested_seconds: 1.0,
+        omit_seconds: 0.0,
+        duration_seconds: 1.0,
+        bytes: 1000,
+        throughput_bits_per_second: 8e3,
+        sender_bytes: 1000,
+        sender_throughput_bits_per_second: 8e3,
+        streams: Vec::new(),
+        directions: Vec::new(),
+        tcp: None,
+        udp: None,
+        rr: None,
+        udp_rr: None,
+        local: side("6.1"),
+        remote: side(text),
+        clamped: vec![format!("the responder ({text}) cut the duration to 1 s")],
+        interval_seconds: None,
+        intervals: Vec::new(),
+        warnings: Vec::new(),
+        diagnosis: Default::default(),
+        protocol_version: Some(3),
+        peer_clock: None,
+    }
+}
+
+fn outcome(
+    started: f64,
+    result: Result<crate::probe::ProbeResult, crate::metrics::ProbeFailure>,
+) -> crate::metrics::ProbeOutcome {
+    crate::metrics::ProbeOutcome {
+        kind: "tcp".into(),
+        direction: Direction::Send,
+        labels: Default::default(),
+        started: at(started),
+        duration: Duration::from_secs(1),
+        slot_wait: None,
+        result,
+    }
+}
+
+/// Issue 21: every peer-controlled string (target name, the peer's
+/// software and kernel release, a failure's text, a verdict) is escaped
+/// on every page that shows it, by the template engine rather than by a
+/// call a new line of code could forget.
+#[test]
+fn peer_controlled_markup_is_escaped_on_every_page() {
+    let mut f = fixture();
+    f.history = History::new(Retention::default());
+    let ok = ProbeKey::new(HOSTILE, "tcp");
+    let down = ProbeKey::new("down", HOSTILE);
+    for i in 0..12 {
+        let t = 2e9 - 3.0 * 3600.0 + i as f64 * 900.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = 1e9;
+        p.send = 1e9;
+        p.local_kernel = Some(if i < 6 { HOSTILE } else { "6.1" }.into());
+        p.remote_kernel = Some(if i < 6 { "6.1" } else { HOSTILE }.into());
+        p.verdict = Some(HOSTILE.into());
+        f.history.record_point(&ok, "tcp", p, at(t));
+        let mut d = point(t, Direction::Send);
+        d.failures = 1;
+        d.reason = Some(HOSTILE.into());
+        f.history.record_point(&down, "tcp", d, at(t));
+    }
+    f.store.record(
+        ok.clone(),
+        outcome(2e9 - 5.0, Ok(result_with(crate::probe::Kind::Tcp, HOSTILE))),
+    );
+    f.store.record(
+        down.clone(),
+        outcome(
+            2e9 - 5.0,
+            Err(crate::metrics::ProbeFailure {
+                reason: "refused",
+                message: format!("the responder ({HOSTILE}) said no"),
+            }),
+        ),
+    );
+    f.jobs = vec![
+        job(HOSTILE, "tcp", "tcp", Some(HOSTILE)),
+        job("down", HOSTILE, "tcp", Some("10.0.0.9")),
+    ];
+    let q = |k: &ProbeKey| format!("target={}&module={}", url(&k.target), url(&k.module));
+    let pages = [
+        ("/", None),
+        ("/path", Some(q(&ok))),
+        ("/path", Some(q(&down))),
+        ("/kernels", None),
+        ("/fleet", None),
+        ("/", Some(format!("q={}", url(HOSTILE)))),
+    ];
+    for (path, query) in &pages {
+        let r = f.get(path, query.as_deref());
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let b = &r.body;
+        // The page's own script is the only one, and no element or
+        // attribute came from the hostile string.
+        assert_eq!(b.matches("<script").count(), 1, "{path}: {b}");
+        assert!(!b.contains("<img"), "{path}: {b}");
+        assert!(!b.contains("host<1>"), "{path}: {b}");
+        assert!(
+            b.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;'&quot;&gt;&lt;img"),
+            "{path}: {b}"
+        );
+    }
+    // Where each string shows, it shows escaped, not dropped.
+    let esc = "&lt;script&gt;alert(&quot;x&quot;)";
+    let overview = f.get("/", None).body;
+    // Target name (heading, data attribute), verdict, failure text and
+    // the software named in a clamp note.
+    assert!(overview.matches(esc).count() >= 5, "{overview}");
+    assert!(
+        overview.contains(&format!("the responder ({esc}")),
+        "{overview}"
+    );
+    let path = f.get("/path", Some(&q(&ok))).body;
+    // Kernel releases on the markers and in the list, and the peer's
+    // kernel release in the latest result's text.
+    assert!(path.contains(&format!("this host kernel {esc}")), "{path}");
+    assert!(path.contains(&format!("peer kernel 6.1 → {esc}")), "{path}");
+    let kernels = f.get("/kernels", None).body;
+    assert!(
+        kernels.contains(&format!("data-release=\"{esc}")),
+        "{kernels}"
+    );
+    let fleet = f.get("/fleet", None).body;
+    assert!(fleet.contains(&format!("failed ({esc}")), "{fleet}");
+}
+
+/// The first dot's x of the series named `name` in `body`.
+fn first_dot_x(body: &str, name: &str) -> f64 {
+    let at = body
+        .find(&format!("data-name=\"{name}\""))
+        .unwrap_or_else(|| panic!("no series {name}: {body}"));
+    let rest = &body[at..];
+    let cx = rest.find("cx=\"").expect("a dot") + 4;
+    rest[cx..cx + rest[cx..].find('"').unwrap()]
+        .parse()
+        .unwrap()
+}
+
+/// RR history: `n` probes every `step` seconds up to now.
+fn rr_history(h: &History, key: &ProbeKey, kind: &str, n: usize, step: f64) {
+    for i in 0..n {
+        let t = 2e9 - (n - i) as f64 * step;
+        let mut p = point(t, Direction::Send);
+        // What an RR probe's result gives: a little throughput of its
+        // requests, and the figures that matter.
+        p.throughput = 31.6e3;
+        p.send = 31.6e3;
+        p.rtt = 50e-6;
+        p.retransmits = 0.0;
+        p.p50 = 120e-6;
+        p.p99 = 410e-6;
+        p.tps = 8120.0;
+        h.record_point(key, kind, p, at(t));
+    }
+}
+
+/// Issue 21: an RR kind's card leads with p50, p99 and transactions/s,
+/// not throughput; its path page charts latency (p50 and p99) and
+/// transactions/s, with no retransmit, RTT or throughput chart. A
+/// throughput kind keeps its card and charts.
+#[test]
+fn rr_kinds_show_latency_and_throughput_kinds_keep_throughput() {
+    let mut f = fixture();
+    for (kind, module) in [("tcp_rr", "rr"), ("udp_rr", "irtt"), ("tcp_crr", "crr")] {
+        let key = ProbeKey::new("peer", module);
+        rr_history(&f.history, &key, kind, 20, 300.0);
+        f.jobs.push(job("peer", module, kind, Some("10.0.0.7")));
+    }
+    let body = f.get("/", None).body;
+    for module in ["rr", "irtt", "crr"] {
+        let card = &body[body
+            .find(&format!("data-target=\"peer\" data-module=\"{module}\""))
+            .unwrap()..];
+        let card = &card[..card.find("</svg>").unwrap()];
+        assert!(
+            card.contains("<span class=\"fig\" data-figure=\"p50\">120 µs</span>"),
+            "{card}"
+        );
+        assert!(
+            card.contains("<span class=\"fig\" data-figure=\"p99\">410 µs</span>"),
+            "{card}"
+        );
+        assert!(
+            card.contains("<span class=\"fig\" data-figure=\"transactions/s\">8120 /s</span>"),
+            "{card}"
+        );
+        assert!(!card.contains("bit/s"), "{card}");
+        // The sparkline follows p50: a point per entry.
+        assert!(card.contains("data-points=\"20\""), "{card}");
+        // 95 minutes of flat latency: no change to speak of.
+        assert!(card.contains("+0 % vs 2 h median"), "{card}");
+        let path = f
+            .get("/path", Some(&format!("target=peer&module={module}")))
+            .body;
+        assert!(
+            path.contains("<figcaption>transaction latency</figcaption>"),
+            "{path}"
+        );
+        assert!(
+            path.contains("data-name=\"p50\" data-points=\"20\""),
+            "{path}"
+        );
+        assert!(
+            path.contains("data-name=\"p99\" data-points=\"20\""),
+            "{path}"
+        );
+        assert!(
+            path.contains("data-name=\"transactions/s\" data-points=\"20\""),
+            "{path}"
+        );
+        for gone in ["retransmits", "RTT", "send", "throughput"] {
+            assert!(
+                !path.contains(&format!("data-name=\"{gone}\"")),
+                "{gone}: {path}"
+            );
+        }
+        assert!(path.contains(">451 µs</text>"), "a latency axis: {path}");
+    }
+    // The TCP card is as it was: throughput, and its three charts.
+    let tcp = &body[body.find("data-module=\"tcp\" data-kind=\"tcp\"").unwrap()..];
+    assert!(
+        tcp.contains("<span class=\"fig\" data-figure=\"throughput\">1.00 Gbit/s</span>"),
+        "{tcp}"
+    );
+    let path = f
+        .get(
+            "/path",
+            Some("target=%3Cscript%3Ealert(1)%3C%2Fscript%3E&module=tcp"),
+        )
+        .body;
+    for kept in ["send", "retransmits", "RTT", "this host"] {
+        assert!(path.contains(&format!("data-name=\"{kept}\"")), "{kept}");
+    }
+    assert!(!path.contains("data-name=\"p50\""));
+    // The fleet shows each path's own figure.
+    let fleet = f.get("/fleet", None).body;
+    assert!(fleet.contains(">120 µs</a>"), "{fleet}");
+    assert!(!fleet.contains("31.6 kbit/s"), "{fleet}");
+}
+
+/// The per-kind table is the one place a kind is matched.
+#[test]
+fn each_kind_has_its_headline_figures() {
+    let names =
+        |k: &str| -> Vec<&str> { kinds::view_of(k).headline.iter().map(|f| f.name).collect() };
+    for k in ["tcp_rr", "udp_rr", "tcp_crr"] {
+        assert_eq!(names(k), ["p50", "p99", "transactions/s"], "{k}");
+        assert!(!kinds::view_of(k).trend().higher_is_better);
+    }
+    for k in [
+        "tcp",
+        "udp",
+        "loopback_tcp",
+        "loopback_udp",
+        "iperf3_tcp",
+        "iperf3_udp",
+    ] {
+        assert_eq!(names(k), ["throughput"], "{k}");
+    }
+    let charts =
+        |k: &str| -> Vec<&str> { kinds::view_of(k).charts.iter().map(|c| c.title).collect() };
+    assert_eq!(
+        charts("udp"),
+        ["throughput per direction", "loss", "jitter"]
+    );
+    assert_eq!(
+        charts("tcp_rr"),
+        ["transaction latency", "transactions per second"]
+    );
+}
+
+/// Issue 25.11: a new host's hour of history fills the chart, instead of
+/// a tick at the right edge of a 24 h axis.
+#[test]
+fn charts_fit_the_axis_to_the_history_held() {
+    let mut f = fixture();
+    let key = ProbeKey::new("new", "tcp");
+    for i in 0..10 {
+        let t = 2e9 - 600.0 + i as f64 * 60.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = 1e9;
+        p.send = 1e9;
+        f.history.record_point(&key, "tcp", p, at(t));
+    }
+    f.jobs.push(job("new", "tcp", "tcp", Some("10.0.0.8")));
+    let path = f.get("/path", Some("target=new&module=tcp")).body;
+    // The plot runs from x = 64 to 716: the oldest entry, 10 min old,
+    // sits at its left edge (with 24 h on the axis it was at x = 711).
+    let x = first_dot_x(&path, "send");
+    assert!((64.0..80.0).contains(&x), "first point at x = {x}");
+    assert!(path.contains(">10 min ago</text>"), "{path}");
+    assert!(!path.contains("24 h ago"), "{path}");
+    // The sparkline too: its first point at the left, not at x = 236.
+    let body = f.get("/", Some("q=new")).body;
+    let spark = &body[body.find("class=\"spark\"").unwrap()..];
+    let pts = &spark[spark.find("<polyline points=\"").unwrap() + 18..];
+    let x0: f64 = pts[..pts.find(',').unwrap()].parse().unwrap();
+    assert!(x0 < 10.0, "sparkline starts at x = {x0}");
+    // A day of history still spans its day.
+    let full = ProbeKey::new("old", "tcp");
+    for i in 0..48 {
+        let t = 2e9 - 86_000.0 + i as f64 * 1800.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = 1e9;
+        f.history.record_point(&full, "tcp", p, at(t));
+    }
+    f.jobs.push(job("old", "tcp", "tcp", Some("10.0.0.9")));
+    let path = f.get("/path", Some("target=old&module=tcp")).body;
+    assert!(path.contains(">24 h ago</text>"), "{path}");
+}
+
+/// Issue 25.11: "−62 % vs 24 h median" after 26 seconds. The rule: the
+/// change is shown once the history holds more than
+/// `BASELINE_MIN_ENTRIES` entries with the figure spanning at least
+/// `BASELINE_MIN_SPAN` (1 h), and it names the span it compares with.
+#[test]
+fn the_change_against_the_median_waits_for_enough_history() {
+    let mut f = fixture();
+    let young = ProbeKey::new("young", "tcp");
+    for (i, bps) in [1e9, 1e9, 0.38e9].into_iter().enumerate() {
+        let t = 2e9 - 26.0 + i as f64 * 13.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = bps;
+        f.history.record_point(&young, "tcp", p, at(t));
+    }
+    // Many entries, but only 50 minutes of them.
+    let busy = ProbeKey::new("busy", "tcp");
+    for i in 0..50 {
+        let t = 2e9 - 3000.0 + i as f64 * 60.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = if i == 49 { 0.38e9 } else { 1e9 };
+        f.history.record_point(&busy, "tcp", p, at(t));
+    }
+    let old = ProbeKey::new("old", "tcp");
+    for i in 0..30 {
+        let t = 2e9 - 5.0 * 3600.0 + i as f64 * 600.0;
+        let mut p = point(t, Direction::Send);
+        p.throughput = if i == 29 { 0.38e9 } else { 1e9 };
+        f.history.record_point(&old, "tcp", p, at(t));
+    }
+    f.jobs = vec![
+        job("young", "tcp", "tcp", Some("a")),
+        job("busy", "tcp", "tcp", Some("b")),
+        job("old", "tcp", "tcp", Some("c")),
+    ];
+    let body = f.get("/", None).body;
+    let card = |t: &str| {
+        let c = &body[body.find(&format!("data-target=\"{t}\"")).unwrap()..];
+        c[..c.find("</svg>").unwrap()].to_string()
+    };
+    assert!(card("young").contains("380 Mbit/s"), "{}", card("young"));
+    assert!(!card("young").contains("median"), "{}", card("young"));
+    assert!(!card("busy").contains("median"), "{}", card("busy"));
+    assert!(
+        card("old").contains("<span class=\"delta down\">-62 % vs 5 h median</span>"),
+        "{}",
+        card("old")
+    );
+}
+
+/// Issue 25.11: durations as words, not "7200s, then 900s averages".
+#[test]
+fn durations_read_as_words() {
+    let d = |s: u64| duration_words(Duration::from_secs(s));
+    assert_eq!(d(7200), "2 h");
+    assert_eq!(d(900), "15 min");
+    assert_eq!(d(90), "1 min 30 s");
+    assert_eq!(d(3605), "1 h");
+    assert_eq!(d(86_400), "24 h");
+    assert_eq!(d(3 * 86_400 + 7200), "3 d 2 h");
+    assert_eq!(duration_words(Duration::from_millis(300)), "300 ms");
+    assert_eq!(span_words(26.4), "26 s");
+    assert_eq!(span_words(612.0), "10 min");
+    assert_eq!(span_words(86_100.0), "24 h");
+    let f = fixture();
+    let path = f
+        .get(
+            "/path",
+            Some("target=%3Cscript%3Ealert(1)%3C%2Fscript%3E&module=tcp"),
+        )
+        .body;
+    assert!(
+        path.contains("one per probe for the last 2 h, then 15 min averages."),
+        "{path}"
+    );
+    assert!(path.contains(" · every 1 min</small>"), "{path}");
+    assert!(!path.contains("7200s") && !path.contains("900s"), "{path}");
+}
+
+/// Issue 25.11: "tcp · tcp" says the kind twice.
+#[test]
+fn a_card_names_the_kind_once() {
+    let mut f = fixture();
+    f.jobs
+        .push(job("10.0.0.11", "fast", "tcp", Some("10.0.0.11")));
+    let body = f.get("/", None).body;
+    assert!(body.contains("<span class=\"mod\">tcp</span>"), "{body}");
+    assert!(!body.contains("tcp · tcp"), "{body}");
+    assert!(
+        body.contains("<span class=\"mod\">fast · tcp</span>"),
+        "{body}"
+    );
+    let path = f.get("/path", Some("target=down&module=tcp")).body;
+    assert!(path.contains("<small>tcp · every"), "{path}");
+}

@@ -493,7 +493,10 @@ mod tests {
             .expect("METRICS.md's kind label row");
         for k in ModuleKind::ALL {
             let name = format!("`{}`", k.as_str());
-            assert!(bullet.contains(&name), "README's modules bullet lacks {name}");
+            assert!(
+                bullet.contains(&name),
+                "README's modules bullet lacks {name}"
+            );
             assert!(row.contains(&name), "METRICS.md's kind row lacks {name}");
         }
     }

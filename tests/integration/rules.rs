@@ -1198,10 +1198,7 @@ fn probe_job_keeps_the_prober_as_instance_and_the_target_apart() {
             .into();
             if let Some(extra) = group["labels"].as_mapping() {
                 for (k, v) in extra {
-                    labels.insert(
-                        k.as_str().unwrap().into(),
-                        v.as_str().unwrap().into(),
-                    );
+                    labels.insert(k.as_str().unwrap().into(), v.as_str().unwrap().into());
                 }
             }
             for rule in job["relabel_configs"].as_sequence().unwrap() {
@@ -1226,7 +1223,10 @@ fn probe_job_keeps_the_prober_as_instance_and_the_target_apart() {
                 .cloned()
                 .unwrap_or_else(|| labels["__address__"].clone());
             assert_eq!(labels["target"], t.as_str().unwrap());
-            assert!(instance.ends_with(":9813"), "instance {instance} is the prober");
+            assert!(
+                instance.ends_with(":9813"),
+                "instance {instance} is the prober"
+            );
             assert_ne!(instance, labels["target"], "alerts would read X to X");
             checked += 1;
         }

@@ -196,7 +196,10 @@ fn kubernetes_network_policy_lets_only_prometheus_reach_the_http_port() {
     let pod_labels = ds["spec"]["template"]["metadata"]["labels"]
         .as_mapping()
         .unwrap();
-    for (k, v) in np["spec"]["podSelector"]["matchLabels"].as_mapping().unwrap() {
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
         assert_eq!(pod_labels.get(k), Some(v), "the policy selects the pods");
     }
     assert_eq!(
@@ -295,6 +298,9 @@ fn kubernetes_configmap_sizing_advice_matches_the_mesh_plan() {
     }
     assert!(checked >= 2, "the advice gives cycles for some fleet sizes");
     // Up to 4 nodes the interval itself is the cycle.
-    assert_eq!(cycle_for(4), config.scheduler.default_interval.as_secs_f64());
+    assert_eq!(
+        cycle_for(4),
+        config.scheduler.default_interval.as_secs_f64()
+    );
     assert!(text.contains("up to 4 nodes:  the 5m interval"));
 }

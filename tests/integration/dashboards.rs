@@ -354,6 +354,9 @@ fn each_dashboard_covers_its_list() {
 #[test]
 fn every_variable_in_every_query_is_known() {
     for (file, title, expr) in all_queries() {
+        // label_replace's replacement "$1" is a regex group, not a
+        // variable: Grafana leaves a name it has no variable for as is.
+        let expr = expr.replace(r#", "$1", "#, ", ");
         assert!(
             !expr.contains('$'),
             "{file}: {title}: unsubstituted variable in {expr}"

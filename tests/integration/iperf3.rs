@@ -269,7 +269,7 @@ fn tcp_matrix_against_a_stock_server() {
         for unknown in ["interrupts", "softirq_net_rx", "host_cpu_utilization"] {
             assert!(remote[unknown].is_null(), "{unknown}: {remote}");
         }
-        assert_eq!(remote["kernel_release"], "", "{remote}");
+        assert!(remote["kernel_release"].is_null(), "{remote}");
         if args.contains(&"-O") {
             assert_eq!(r["omit_seconds"], 1.0);
         }

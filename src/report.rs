@@ -2,8 +2,8 @@
 //! document for programs.
 //!
 //! ```text
-//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)
-//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter limited by rate_limit (100%)
+//! send     6348.3594 MiB / 10.00 sec = 5322.9641 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (strength 0.99)
+//! receive  1.1924 MiB / 10.00 sec = 1.0002 Mbps 0 %TX 0 %RX 0 / 864 drop/pkt 0.00 %loss 0.021 msJitter limited by rate_limit (strength 1.00)
 //! ```
 //!
 //! Each line ends with what limited that direction (docs/DIAGNOSIS.md);
@@ -82,7 +82,7 @@ fn evidence_table(d: &DirectionSummary) -> String {
     let cands: Vec<String> = verdict
         .candidates
         .iter()
-        .map(|c| format!("{} {:.0}%", c.limit, c.strength * 100.0))
+        .map(|c| format!("{} {:.2}", c.limit, c.strength))
         .collect();
     let _ = writeln!(out, "    candidates       {}", cands.join(", "));
     for a in &verdict.advice {
@@ -123,11 +123,14 @@ fn evidence_table(d: &DirectionSummary) -> String {
             e.delivery_rate_app_limited.map_or("?".into(), |b| b.to_string()),
         );
         let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+        // No real socket has a 0-byte buffer: 0 is a side that did not
+        // say (a stock iperf3 server).
+        let size = |v: Option<u64>| opt(v.filter(|&b| b > 0));
         let _ = writeln!(
             out,
             "    buffers          sndbuf {}, rcvbuf {}, rcv_space {}",
-            opt(e.send_buffer_bytes),
-            opt(e.receive_buffer_bytes),
+            size(e.send_buffer_bytes),
+            size(e.receive_buffer_bytes),
             opt(e.rcv_space_bytes),
         );
     }
@@ -251,6 +254,11 @@ fn interval_lines(r: &ProbeResult) -> String {
 
 fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
     let mut out = String::new();
+    // Always shown, and before the figures, so that no one reads a
+    // cut-down test's figures as the one asked for before seeing why.
+    for c in &r.clamped {
+        let _ = writeln!(out, "note: the responder clamped this test: {c}");
+    }
     match (r.rr(), r.udp_rr()) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
@@ -263,11 +271,6 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
                 out.push('\n');
             }
         }
-    }
-    // Always shown: a figure from a cut-down test must not pass for the
-    // one that was asked for.
-    for c in &r.clamped {
-        let _ = writeln!(out, "note: the responder clamped this test: {c}");
     }
     for w in &r.warnings {
         let _ = writeln!(out, "note: the responder {w}");
@@ -287,6 +290,12 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
         if let Some(line) = peer_line(r) {
             let _ = writeln!(out, "{line}");
         }
+        // Counts and sizes no real run reports as 0: 0 is a peer that
+        // did not say (a stock iperf3 server).
+        let known = |v: u64| match v {
+            0 => "unknown".to_string(),
+            v => v.to_string(),
+        };
         for s in &r.streams {
             let _ = write!(
                 out,
@@ -297,8 +306,8 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
                 s.seconds,
                 s.throughput_bits_per_second / 1e6,
                 s.sender_throughput_bits_per_second / 1e6,
-                s.send_buffer_bytes,
-                s.receive_buffer_bytes,
+                known(s.send_buffer_bytes),
+                known(s.receive_buffer_bytes),
             );
             if let Some(t) = s.tcp.as_ref().filter(|t| t.mss_bytes == 0) {
                 // A sender that reports retransmits only (a stock iperf3
@@ -353,8 +362,8 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
                 side.cpu_utilization * 100.0,
                 side.cpu_user * 100.0,
                 side.cpu_system * 100.0,
-                side.syscalls,
-                side.context_switches,
+                known(side.syscalls),
+                known(side.context_switches),
                 side
                     .host_cpu_utilization
                     .map_or_else(unknown, |c| format!("{:.1}%", c * 100.0)),
@@ -981,6 +990,52 @@ mod tests {
         assert!(json.contains(r#""offset_seconds": 30.0004"#), "{json}");
     }
 
+    /// Issue 25: the clamp note came after the figures it qualifies, and
+    /// a side that reports no syscalls, kernel or buffers (a stock iperf3
+    /// server) read "0 syscalls", "rcvbuf 0", `"kernel_release": ""`.
+    #[test]
+    fn clamp_note_leads_and_unreported_figures_are_unknown() {
+        let mut tx = stream(Role::Sender, 1_000_000, 0.5);
+        tx.send_buffer_bytes = 4 << 20;
+        let local = SideStats {
+            streams: vec![tx],
+            kernel_release: "6.1.0".into(),
+            ..Default::default()
+        };
+        // What a stock iperf3 server's results become: no syscalls,
+        // kernel or buffer sizes.
+        let mut rx = stream(Role::Receiver, 1_000_000, 0.5);
+        rx.receive_buffer_bytes = 0;
+        let remote = SideStats {
+            streams: vec![rx],
+            ..Default::default()
+        };
+        let mut r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
+        r.clamped = vec!["max_duration: duration 3 s clamped to 1 s".into()];
+        let out = text(&r, true);
+        let note = out.find("note: the responder clamped").expect(&out);
+        let figures = out.find("send     ").expect(&out);
+        assert!(note < figures, "{out}");
+        let remote_line = out
+            .lines()
+            .find(|l| l.starts_with("  remote kernel"))
+            .unwrap();
+        assert!(
+            remote_line.starts_with("  remote kernel unknown")
+                && remote_line.contains("unknown syscalls, unknown ctx switches"),
+            "{remote_line}"
+        );
+        assert!(out.contains("rcvbuf unknown"), "{out}");
+        assert!(!out.contains("rcvbuf 0"), "{out}");
+        let json: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+        for key in ["kernel_release", "syscalls", "context_switches"] {
+            assert!(json["remote"][key].is_null(), "{key}: {}", json["remote"]);
+        }
+        assert!(json["streams"][0]["receive_buffer_bytes"].is_null());
+        // A figure that was reported stays a number.
+        assert!(json["streams"][0]["send_buffer_bytes"].is_u64());
+    }
+
     #[test]
     fn tcp_line_looks_like_nuttcp() {
         let mut tx = stream(Role::Sender, 6_656_000_000, 9.9);
@@ -1006,11 +1061,11 @@ mod tests {
         let r = ProbeResult::combine(ctx(Kind::Tcp, Direction::Send), &local, &remote);
         assert_eq!(
             text(&r, false),
-            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (99%)\n"
+            "send     6347.6562 MiB / 10.00 sec = 5324.8000 Mbps 99 %TX 66 %RX 0 retrans 0.19 msRTT limited by sender_cpu (strength 0.99)\n"
         );
         let verbose = text(&r, true);
         assert!(
-            verbose.contains("  send verdict: limited by sender_cpu (99%)\n"),
+            verbose.contains("  send verdict: limited by sender_cpu (strength 0.99)\n"),
             "{verbose}"
         );
         assert!(
@@ -1240,7 +1295,7 @@ mod tests {
         let line = text(&r, false);
         assert!(
             line.ends_with(
-                " 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter limited by network (99%)\n"
+                " 10 / 1000 drop/pkt 1.00 %loss 0.020 msJitter limited by network (strength 0.99)\n"
             ),
             "{line}"
         );

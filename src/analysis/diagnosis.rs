@@ -674,10 +674,12 @@ impl Default for Diagnosis {
 
 impl Diagnosis {
     /// `receiver_cpu (94%)`, or `receiver_cpu (94%) and receive_window (91%)`.
+    /// The strength is written as a ratio named as such: a percentage
+    /// beside nuttcp's `%TX %RX` read as CPU.
     pub fn headline(&self) -> String {
-        let mut s = format!("{} ({:.0}%)", self.limit, self.strength * 100.0);
+        let mut s = format!("{} (strength {:.2})", self.limit, self.strength);
         if let Some(a) = &self.also {
-            s.push_str(&format!(" and {} ({:.0}%)", a.limit, a.strength * 100.0));
+            s.push_str(&format!(" and {} (strength {:.2})", a.limit, a.strength));
         }
         s
     }
@@ -782,7 +784,7 @@ mod tests {
         assert_eq!(d.limit, Limit::ReceiverCpu);
         assert!((d.strength - 0.94).abs() < 1e-9);
         assert_eq!(d.also, None, "{d:?}");
-        assert_eq!(d.headline(), "receiver_cpu (94%)");
+        assert_eq!(d.headline(), "receiver_cpu (strength 0.94)");
         // The full window is still shown among the candidates.
         assert_eq!(d.candidates[0].limit, Limit::ReceiveWindow);
     }
@@ -822,7 +824,10 @@ mod tests {
         let d = diagnose(&tcp(thread(0.99, 0.0, 0.0), thread(0.97, 0.0, 0.0)));
         assert_eq!(d.limit, Limit::SenderCpu);
         assert_eq!(d.also.as_ref().map(|a| a.limit), Some(Limit::ReceiverCpu));
-        assert_eq!(d.headline(), "sender_cpu (99%) and receiver_cpu (97%)");
+        assert_eq!(
+            d.headline(),
+            "sender_cpu (strength 0.99) and receiver_cpu (strength 0.97)"
+        );
     }
 
     #[test]

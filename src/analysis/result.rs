@@ -260,6 +260,22 @@ fn combine_intervals(
         .collect()
 }
 
+/// A count no real run reports as 0, written `null` (unknown) when 0.
+fn zero_as_null<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        0 => s.serialize_none(),
+        v => s.serialize_u64(*v),
+    }
+}
+
+/// A text that is empty when unknown, written `null` then.
+fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        "" => s.serialize_none(),
+        v => s.serialize_str(v),
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StreamSummary {
     pub id: u32,
@@ -270,7 +286,11 @@ pub struct StreamSummary {
     pub sender_bytes: u64,
     pub sender_seconds: f64,
     pub sender_throughput_bits_per_second: f64,
+    /// 0 when the side did not report it (a stock iperf3 server), which
+    /// no real socket has: `null` in JSON.
+    #[serde(serialize_with = "zero_as_null")]
     pub send_buffer_bytes: u64,
+    #[serde(serialize_with = "zero_as_null")]
     pub receive_buffer_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
@@ -362,7 +382,11 @@ pub struct SideSummary {
     pub cpu_utilization: f64,
     pub cpu_user: f64,
     pub cpu_system: f64,
+    /// 0 when the peer did not report them (a stock iperf3 server): a side
+    /// that ran a test made system calls, so 0 is unknown, `null` in JSON.
+    #[serde(serialize_with = "zero_as_null")]
     pub context_switches: u64,
+    #[serde(serialize_with = "zero_as_null")]
     pub syscalls: u64,
     /// Whole host, busy fraction of all CPUs (/proc/stat). The host
     /// figures are `null` where the peer cannot tell them (a stock iperf3
@@ -378,7 +402,8 @@ pub struct SideSummary {
     pub interface_interrupts: Option<u64>,
     pub softirq_net_rx: Option<u64>,
     pub softirq_net_tx: Option<u64>,
-    /// Empty when unknown.
+    /// Empty when unknown; `null` in JSON then.
+    #[serde(serialize_with = "empty_as_null")]
     pub kernel_release: String,
     /// What the interface moved during the window beyond this test's own
     /// bytes (cross traffic); absent on loopback and from older peers.

@@ -63,6 +63,19 @@ impl ModuleKind {
         matches!(self, ModuleKind::LoopbackTcp | ModuleKind::LoopbackUdp)
     }
 
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [ModuleKind; 9] = [
+        ModuleKind::Tcp,
+        ModuleKind::Udp,
+        ModuleKind::LoopbackTcp,
+        ModuleKind::LoopbackUdp,
+        ModuleKind::TcpRr,
+        ModuleKind::UdpRr,
+        ModuleKind::TcpCrr,
+        ModuleKind::Iperf3Tcp,
+        ModuleKind::Iperf3Udp,
+    ];
+
     /// The name as written in the config, for the `kind` label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -445,6 +458,48 @@ fn fmt(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The docs' lists of kinds drifted from the code once (issue 25):
+    /// README's module bullet and METRICS.md's `kind` label row must name
+    /// every kind the config accepts.
+    #[test]
+    fn docs_name_every_module_kind() {
+        // A new variant fails to compile here until ALL (and so this
+        // test) knows it.
+        for k in ModuleKind::ALL {
+            match k {
+                ModuleKind::Tcp
+                | ModuleKind::Udp
+                | ModuleKind::LoopbackTcp
+                | ModuleKind::LoopbackUdp
+                | ModuleKind::TcpRr
+                | ModuleKind::UdpRr
+                | ModuleKind::TcpCrr
+                | ModuleKind::Iperf3Tcp
+                | ModuleKind::Iperf3Udp => {}
+            }
+            let parsed: ModuleKind = serde_yaml::from_str(k.as_str()).unwrap();
+            assert_eq!(parsed, k);
+        }
+        let readme = include_str!("../../README.md");
+        let bullet = readme
+            .split("\n- ")
+            .find(|b| b.starts_with("**modules** are named probe recipes"))
+            .expect("README's modules bullet");
+        let metrics = include_str!("../../docs/METRICS.md");
+        let row = metrics
+            .lines()
+            .find(|l| l.starts_with("| `kind` |"))
+            .expect("METRICS.md's kind label row");
+        for k in ModuleKind::ALL {
+            let name = format!("`{}`", k.as_str());
+            assert!(
+                bullet.contains(&name),
+                "README's modules bullet lacks {name}"
+            );
+            assert!(row.contains(&name), "METRICS.md's kind row lacks {name}");
+        }
+    }
 
     #[test]
     fn iperf3_kinds_speak_iperf3_on_their_own_port() {

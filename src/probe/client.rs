@@ -326,6 +326,9 @@ async fn run_test(
     tracing::debug!(elapsed = ?started.elapsed(), "probe finished");
     let ctx = ProbeContext {
         bitrate_clamped: request.bitrate != asked.bitrate,
+        // What was asked, beside what ran (`duration_seconds`) and why
+        // (`clamped`): a clamp must not rewrite the question.
+        requested_seconds: asked.duration_ms as f64 / 1000.0,
         rr: plan.rr,
         ..ProbeContext::of_run(&request, &plan, target, local_addr, addr, timestamp)
     };

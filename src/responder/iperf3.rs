@@ -595,7 +595,7 @@ pub fn to_request(
         let needed_ms = (bytes as u128 * 8 * 1000).div_ceil(u128::from(rate));
         if u128::from(omit_ms) + needed_ms > u128::from(max_ms) {
             return Err((
-                errors::IEDURATION,
+                duration_code(p),
                 format!(
                     "max_duration: {bytes} bytes at {rate} bit/s take {:.1} s, over this responder's maximum of {} s",
                     needed_ms as f64 / 1000.0,
@@ -635,7 +635,7 @@ pub fn to_request(
     };
     let admitted = super::check_limits(&request, &refusing).map_err(|m| {
         let code = if m.starts_with("max_duration") || m.starts_with("duration") {
-            errors::IEDURATION
+            duration_code(p)
         } else if m.starts_with("max_streams") {
             errors::IENUMSTREAMS
         } else if m.contains("bitrate") {
@@ -661,6 +661,24 @@ pub fn to_request(
         (code, m)
     })?;
     Ok(admitted.request)
+}
+
+/// The code that refuses a test longer than this responder's
+/// max_duration. A stock client prints a fixed text per code and cannot
+/// be sent a number: code 5's text names iperf3's own maximum
+/// ("maximum = 86400 seconds"), which a client would take for this
+/// responder's. Clients from 3.20 on know code 37, whose text says the
+/// server's own limit was exceeded, so they get that; older ones only
+/// know 5.
+fn duration_code(p: &Params) -> i32 {
+    let version = p.client_version.as_deref().unwrap_or("");
+    let mut parts = version.split(['.', '+', '-']).map(|n| n.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= (3, 20) => {
+            errors::IEMAXSERVERTESTDURATIONEXCEEDED
+        }
+        _ => errors::IEDURATION,
+    }
 }
 
 /// The most a `-n`/`-k` test moves in each direction: the client stops at
@@ -1003,6 +1021,16 @@ mod tests {
         );
         let code = |j: &str| to_request(&params(j), &c).unwrap_err().0;
         assert_eq!(code(r#"{"tcp":true,"time":600}"#), errors::IEDURATION);
+        // A client that knows "exceeds the server's maximum" hears it,
+        // rather than the 86400 s maximum code 5 prints.
+        assert_eq!(
+            code(r#"{"tcp":true,"time":70,"client_version":"3.21"}"#),
+            errors::IEMAXSERVERTESTDURATIONEXCEEDED
+        );
+        assert_eq!(
+            code(r#"{"tcp":true,"time":70,"client_version":"3.12"}"#),
+            errors::IEDURATION
+        );
         // The refusal names the real limit and the operator's policy.
         let why =
             |j: &str, c: &super::super::ResponderConfig| to_request(&params(j), c).unwrap_err().1;

@@ -290,6 +290,12 @@ fn json_stream_prints_intervals_as_they_happen() {
         .collect();
     assert_eq!(kinds[0], "start", "{kinds:?}");
     assert_eq!(*kinds.last().unwrap(), "end", "{kinds:?}");
+    // The shape docs/JSON.md gives, which differs from iperf3's
+    // {"event", "data"}: the figures sit beside `event`.
+    assert!(
+        events.iter().all(|(_, v)| v.get("data").is_none()),
+        "{lines:?}"
+    );
     // This host sends: its four sender intervals come as they close...
     let intervals: Vec<&(Instant, serde_json::Value)> = events
         .iter()

@@ -354,6 +354,9 @@ fn each_dashboard_covers_its_list() {
 #[test]
 fn every_variable_in_every_query_is_known() {
     for (file, title, expr) in all_queries() {
+        // label_replace's replacement "$1" is a regex group, not a
+        // variable: Grafana leaves a name it has no variable for as is.
+        let expr = expr.replace(r#", "$1", "#, ", ");
         assert!(
             !expr.contains('$'),
             "{file}: {title}: unsubstituted variable in {expr}"
@@ -948,4 +951,89 @@ fn throughput_panels_leave_request_response_kinds_out() {
     // The mesh matrices, per-path and per-release throughput, the path's
     // throughput, and loopback throughput.
     assert!(checked >= 14, "{checked} selectors");
+}
+
+/// Issue 25: the fleet matrices named a host `host:9813` as the prober
+/// (row) and `host:5301` (or a config name) as the target (column), so the
+/// diagonal was not diagonal. Each matrix query runs through `promtool test
+/// rules` on two hosts probing each other and a loopback target: a host
+/// must have one name on both axes.
+#[test]
+fn fleet_matrices_name_a_host_the_same_way_on_both_axes() {
+    let fleet = load(&crate::common::dashboards::dashboards_dir().join("fleet.json")).unwrap();
+    let matrices: Vec<Value> = panels(&fleet)
+        .into_iter()
+        .filter(|p| p["transformations"][0]["id"] == "groupingToMatrix")
+        .cloned()
+        .collect();
+    assert!(matrices.len() >= 6, "{}", matrices.len());
+    // Every label any matrix selects on, for each (prober, target) pair.
+    let pairs = [
+        ("10.0.0.1:9813", "10.0.0.2:5301"),
+        ("10.0.0.2:9813", "10.0.0.1:5301"),
+        ("10.0.0.1:9813", "loopback"),
+        ("[fd00::3]:9813", "10.0.0.1:5301"),
+    ];
+    let mut input = Vec::new();
+    for (instance, target) in pairs {
+        for flow in ["send", "receive"] {
+            for percentile in ["50", "99"] {
+                let labels = format!(
+                    r#"{{instance="{instance}",job="p",target="{target}",module="m",kind="tcp_rr",direction="{flow}",flow="{flow}",percentile="{percentile}"}}"#
+                );
+                for metric in [
+                    "pathprobe_throughput_bytes_per_second",
+                    "pathprobe_probe_last_success_timestamp_seconds",
+                    "pathprobe_rr_latency_percentile_seconds",
+                ] {
+                    input.push(json!({"series": format!("{metric}{labels}"), "values": "1x5"}));
+                }
+                // The throughput matrices select throughput kinds only.
+                let tcp = labels.replace(r#"kind="tcp_rr""#, r#"kind="tcp""#);
+                input.push(json!({
+                    "series": format!("pathprobe_throughput_bytes_per_second{tcp}"),
+                    "values": "1x5"
+                }));
+            }
+        }
+    }
+    let mut cases = Vec::new();
+    for m in &matrices {
+        let o = &m["transformations"][0]["options"];
+        let (row, column) = (
+            o["rowField"].as_str().unwrap(),
+            o["columnField"].as_str().unwrap(),
+        );
+        let expr =
+            substitute_variables(m["targets"][0]["expr"].as_str().unwrap(), &default_values());
+        let kind = if m["title"].as_str().unwrap().starts_with("Latency") {
+            " tcp_rr"
+        } else {
+            ""
+        };
+        let host = |h: &str| format!("{h}{kind}");
+        let exp: Vec<Value> = [
+            (host("10.0.0.1"), "10.0.0.2"),
+            (host("10.0.0.2"), "10.0.0.1"),
+            (host("10.0.0.1"), "loopback"),
+            (host("[fd00::3]"), "10.0.0.1"),
+        ]
+        .iter()
+        .map(|(s, d)| json!({"labels": format!(r#"{{{row}="{s}",{column}="{d}"}}"#), "value": 1}))
+        .collect();
+        cases.push(json!({
+            "expr": format!("count by ({row}, {column}) ({expr})"),
+            "eval_time": "2m",
+            "exp_samples": exp,
+        }));
+    }
+    let tests = json!({
+        "rule_files": ["table.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input, "promql_expr_test": cases}],
+    });
+    run_table_test(
+        vec![json!({"record": "unused", "expr": "vector(1)"})],
+        &tests,
+    );
 }

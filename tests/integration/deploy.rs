@@ -24,6 +24,7 @@ mod dockerfile;
 mod dockerignore;
 mod image;
 mod kubernetes;
+mod linters;
 mod serve_command;
 mod state;
 mod systemd;

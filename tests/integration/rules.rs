@@ -1189,3 +1189,67 @@ fn documented_fast_copy_is_valid_and_alerts_within_seconds() {
     let (ok, text) = promtool_output(&["test", "rules", "fast-test.yml"], dir.path());
     assert!(ok, "{text}\n{test}");
 }
+
+/// Issue 25: the /probe job once set `instance` to the probed address, so
+/// alerts reading "{{ $labels.instance }} to {{ $labels.target }}" said
+/// "X to X". Replays the job's relabelling (the `replace` rules it uses)
+/// on each static target: instance must be the prober, target the probed
+/// address.
+#[test]
+fn probe_job_keeps_the_prober_as_instance_and_the_target_apart() {
+    let config = load(&root().join("config/prometheus.yml"));
+    let job = config["scrape_configs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|j| j["metrics_path"].as_str() == Some("/probe"))
+        .expect("a /probe job");
+    let module = job["params"]["module"][0].as_str().unwrap();
+    let mut checked = 0;
+    for group in job["static_configs"].as_sequence().unwrap() {
+        for t in group["targets"].as_sequence().unwrap() {
+            let mut labels: std::collections::BTreeMap<String, String> = [
+                ("__address__".to_string(), t.as_str().unwrap().to_string()),
+                ("__param_module".to_string(), module.to_string()),
+            ]
+            .into();
+            if let Some(extra) = group["labels"].as_mapping() {
+                for (k, v) in extra {
+                    labels.insert(k.as_str().unwrap().into(), v.as_str().unwrap().into());
+                }
+            }
+            for rule in job["relabel_configs"].as_sequence().unwrap() {
+                assert!(
+                    rule["action"].is_null() && rule["regex"].is_null(),
+                    "only plain replace rules are replayed here: {rule:?}"
+                );
+                let value = match rule["source_labels"].as_sequence() {
+                    Some(src) => src
+                        .iter()
+                        .map(|l| labels.get(l.as_str().unwrap()).cloned().unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                    None => rule["replacement"].as_str().unwrap().to_string(),
+                };
+                labels.insert(rule["target_label"].as_str().unwrap().into(), value);
+            }
+            // Prometheus sets instance to the final address when no rule
+            // set it.
+            let instance = labels
+                .get("instance")
+                .cloned()
+                .unwrap_or_else(|| labels["__address__"].clone());
+            assert_eq!(labels["target"], t.as_str().unwrap());
+            assert!(
+                instance.ends_with(":9813"),
+                "instance {instance} is the prober"
+            );
+            assert_ne!(instance, labels["target"], "alerts would read X to X");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3);
+    // The alerts do name the pair that way.
+    let alerts = std::fs::read_to_string(root().join("config/alerts.yml")).unwrap();
+    assert!(alerts.contains("{{ $labels.instance }} to {{ $labels.target }}"));
+}

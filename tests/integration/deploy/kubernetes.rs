@@ -37,19 +37,22 @@ pub(super) fn object<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 #[test]
 fn kubernetes_daemonset_mesh_via_headless_service() {
     let objects = kubernetes_objects();
-    let namespace = s(
-        &object(&objects, "Namespace")["metadata"]["name"],
-        "namespace",
+    // The namespace is shared (Prometheus lives there too): the
+    // kustomization places objects in it but must not own it, or
+    // `kubectl delete -k` deletes it with everything in it.
+    let kustomization = yaml(&repo().join("deploy/kubernetes/kustomization.yaml"));
+    let namespace = s(&kustomization["namespace"], "kustomization namespace");
+    assert!(
+        objects.iter().all(|o| o["kind"] != "Namespace"),
+        "the kustomization owns no Namespace"
     );
     for o in &objects {
-        if o["kind"] != "Namespace" {
-            assert_eq!(
-                o["metadata"]["namespace"].as_str(),
-                Some(namespace),
-                "{:?}",
-                o["metadata"]["name"]
-            );
-        }
+        assert_eq!(
+            o["metadata"]["namespace"].as_str(),
+            Some(namespace),
+            "{:?}",
+            o["metadata"]["name"]
+        );
     }
     let ds = object(&objects, "DaemonSet");
     let svc = object(&objects, "Service");
@@ -181,4 +184,123 @@ fn kubernetes_daemonset_mesh_via_headless_service() {
         "a headless Service gives A/AAAA"
     );
     assert_eq!(dns.port(), responder, "peers answer on the responder port");
+}
+
+/// docs/SECURITY.md: the HTTP port (/probe, /-/reload) must not be
+/// reachable from everywhere; the responder port is for the probers.
+#[test]
+fn kubernetes_network_policy_lets_only_prometheus_reach_the_http_port() {
+    let objects = kubernetes_objects();
+    let np = object(&objects, "NetworkPolicy");
+    let ds = object(&objects, "DaemonSet");
+    let pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+        .as_mapping()
+        .unwrap();
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(pod_labels.get(k), Some(v), "the policy selects the pods");
+    }
+    assert_eq!(
+        seq(&np["spec"]["policyTypes"], "policyTypes"),
+        &[Value::from("Ingress")]
+    );
+    let rules = seq(&np["spec"]["ingress"], "ingress");
+    let mut seen = BTreeSet::new();
+    for rule in rules {
+        let from = seq(&rule["from"], "from");
+        // An empty or missing `from` admits every source.
+        assert!(!from.is_empty(), "every rule names its sources");
+        for port in seq(&rule["ports"], "ports") {
+            let n = port["port"].as_u64().expect("numeric port");
+            let proto = port["protocol"].as_str().unwrap_or("TCP").to_string();
+            if n == metrics_port() as u64 {
+                // Only Prometheus' pods, never the pathprobe pods' peers
+                // at large or an ipBlock.
+                for f in from {
+                    assert!(f["ipBlock"].is_null(), "{f:?}");
+                    assert_eq!(
+                        f["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+                        Some("prometheus"),
+                        "{f:?}"
+                    );
+                }
+            } else {
+                assert_eq!(n, 5301, "only the responder and HTTP ports are open");
+                for f in from {
+                    assert_eq!(
+                        f["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+                        Some("pathprobe"),
+                        "the responder answers the other pathprobe pods: {f:?}"
+                    );
+                }
+            }
+            seen.insert((n, proto));
+        }
+    }
+    let want: BTreeSet<(u64, String)> = [
+        (5301, "TCP".to_string()),
+        (5301, "UDP".to_string()),
+        (metrics_port() as u64, "TCP".to_string()),
+    ]
+    .into();
+    assert_eq!(seen, want);
+}
+
+/// The ConfigMap's sizing advice is the mesh plan's own arithmetic for
+/// its modules: each "N nodes: about M min" line is checked against the
+/// plan the service would compute for N discovered pods.
+#[test]
+fn kubernetes_configmap_sizing_advice_matches_the_mesh_plan() {
+    let path = repo().join("deploy/kubernetes/configmap.yaml");
+    let text = read(&path);
+    let objects = kubernetes_objects();
+    let cm = object(&objects, "ConfigMap");
+    let config = Config::from_yaml(s(&cm["data"]["pathprobe.yml"], "data"), "ConfigMap")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dns = &config.discovery.dns[0];
+    let cycle_for = |n: usize| {
+        let discovered: Vec<pathprobe::discovery::DiscoveredTarget> = (0..n)
+            .map(|i| pathprobe::discovery::DiscoveredTarget {
+                name: format!("10.0.0.{}:5301", i + 1),
+                endpoint: pathprobe::probe::Target {
+                    host: format!("10.0.0.{}", i + 1),
+                    port: 5301,
+                },
+                modules: dns.modules.clone(),
+                interval: None,
+                labels: Default::default(),
+            })
+            .collect();
+        let (plan, _, _) = pathprobe::service::mesh::plan(&config, &discovered, |_| false);
+        plan.cycle().as_secs_f64()
+    };
+    let mut checked = 0;
+    for line in text.lines() {
+        let Some(rest) = line.trim_start_matches('#').trim().strip_suffix(" min") else {
+            continue;
+        };
+        let Some((nodes, minutes)) = rest.split_once("nodes:") else {
+            continue;
+        };
+        let Some(minutes) = minutes.trim().strip_prefix("about ") else {
+            continue;
+        };
+        let n: usize = nodes.trim().parse().unwrap();
+        let m: f64 = minutes.split_whitespace().next().unwrap().parse().unwrap();
+        let cycle = cycle_for(n) / 60.0;
+        assert!(
+            (cycle - m).abs() <= 0.5,
+            "{n} nodes: the plan's cycle is {cycle:.1} min, the ConfigMap says about {m} min"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "the advice gives cycles for some fleet sizes");
+    // Up to 4 nodes the interval itself is the cycle.
+    assert_eq!(
+        cycle_for(4),
+        config.scheduler.default_interval.as_secs_f64()
+    );
+    assert!(text.contains("up to 4 nodes:  the 5m interval"));
 }

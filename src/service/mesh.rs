@@ -146,7 +146,7 @@ pub fn plan(
     };
     let plan: MeshPlan = match m.group_by {
         Some(_) => GroupPlan::by_label(entries, params).into(),
-        None => Plan::new(entries.into_iter().map(|(n, _)| n).collect(), params).into(),
+        None => MeshPlan::full(entries.into_iter().map(|(n, _)| n).collect(), params),
     };
     let me = me.and_then(|n| plan.index_of(&n));
     (plan, me, modules)

@@ -197,6 +197,19 @@ impl MeshPlan {
         None
     }
 
+    /// The cycle the plan needs, whatever the interval asked for: its
+    /// slots at the budget (the stable plan's are back to back already,
+    /// the budget being in its spare places).
+    pub fn needed_cycle(&self) -> Duration {
+        match self {
+            MeshPlan::Stable(p) => p.needed_cycle(),
+            _ => {
+                let natural = self.slot().saturating_mul(self.slots() as u32);
+                natural.div_f64(self.params().budget.clamp(f64::MIN_POSITIVE, 1.0))
+            }
+        }
+    }
+
     /// Share of time the busiest member spends in tests.
     pub fn share(&self) -> f64 {
         match self {

@@ -189,6 +189,15 @@ impl StablePlan {
         self.cycle
     }
 
+    /// The cycle without the interval's floor.
+    pub fn needed_cycle(&self) -> Duration {
+        let params = MeshParams {
+            min_cycle: Duration::ZERO,
+            ..self.params.clone()
+        };
+        cycle_of(&params, self.level, self.slots)
+    }
+
     pub fn period(&self) -> Duration {
         grid_period(self.cycle, self.slots)
     }

@@ -22,7 +22,7 @@ use super::MeshPlan;
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -31,7 +31,7 @@ impl Rng {
 
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -118,7 +118,7 @@ pub fn run(
     if churn {
         for c in 0..cycles.saturating_sub(1) {
             let mut members = versions.last().cloned().unwrap_or_default();
-            let leaving = (rng.next() % members.len() as u64) as usize;
+            let leaving = (rng.next_u64() % members.len() as u64) as usize;
             members.remove(leaving);
             members.push(n + c as usize);
             members.sort();

@@ -14,8 +14,8 @@
 //!
 //! - a member's bucket is a hash of its name mod `p`; its lane is the first
 //!   free one from a second hash, the bucket's members taken in the order
-//!   of (that hash, name). A bucket with more than 16 members (rare at half
-//!   load: `p` × 0.4% per cycle) spills the rest into the next free places.
+//!   of (that hash, name). A bucket with more than 16 members (about 0.4%
+//!   of buckets at half load) spills the rest into the next free places.
 //! - Pair `{i, j}` plays in colour `(b_i + b_j) mod p`, lane
 //!   `(l_i + l_j) mod 16`, once in each direction: places are distinct, so
 //!   in one colour and lane a member has at most one partner (the place

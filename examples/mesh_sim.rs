@@ -1,17 +1,22 @@
-//! Simulates a fleet following the mesh plan (the real `pathprobe::mesh`
+//! Simulates a fleet following the mesh plans (the real `pathprobe::mesh`
 //! code) beside today's random-phase scheduler, and prints collisions,
 //! coverage and each host's share of time in tests.
 //!
-//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000);
-//! `mesh_sim --groups [N...]` (default 10 100 1000 10000) the grouped plan.
+//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000):
+//! the circle plan, random phases and the stable plan, without and with
+//! churn; `mesh_sim --groups [N...]` (default 10 100 1000 10000) the
+//! grouped plan; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
+//! shipped example's modules: cycle, coverage, share and bytes per host
+//! per hour, full mesh and grouped.
 //!
 //! The model, per host: a clock off by up to ±50 ms; a test occupies its
 //! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
 //! starts a guard into its slot by the prober's clock, and the host slot
 //! refuses a test to a host already in one (a "busy", counted). With
-//! churn, once per cycle one host leaves and a new one joins, and each host
-//! learns of it up to 30 s later (discovery refresh), so near a cycle
-//! boundary hosts follow different plans for a cycle. The random-phase
+//! churn (`pathprobe::mesh::sim`), once per cycle one host leaves and a new
+//! one joins, and each host learns of it up to 30 s later (discovery
+//! refresh), so near a cycle boundary hosts follow different member lists
+//! for a cycle. The random-phase
 //! scheduler is today's: a stable phase per pair plus 10% jitter, one probe
 //! at a time per host, busy retried after 2, 4 and 8 s, and a responder
 //! that does not know its host is probing out (an overlap there spoils the

@@ -1,17 +1,22 @@
-//! Simulates a fleet following the mesh plan (the real `pathprobe::mesh`
+//! Simulates a fleet following the mesh plans (the real `pathprobe::mesh`
 //! code) beside today's random-phase scheduler, and prints collisions,
 //! coverage and each host's share of time in tests.
 //!
-//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000);
-//! `mesh_sim --groups [N...]` (default 10 100 1000 10000) the grouped plan.
+//! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000):
+//! the circle plan, random phases and the stable plan, without and with
+//! churn; `mesh_sim --groups [N...]` (default 10 100 1000 10000) the
+//! grouped plan; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
+//! shipped example's modules: cycle, coverage, share and bytes per host
+//! per hour, full mesh and grouped.
 //!
 //! The model, per host: a clock off by up to ±50 ms; a test occupies its
 //! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
 //! starts a guard into its slot by the prober's clock, and the host slot
 //! refuses a test to a host already in one (a "busy", counted). With
-//! churn, once per cycle one host leaves and a new one joins, and each host
-//! learns of it up to 30 s later (discovery refresh), so near a cycle
-//! boundary hosts follow different plans for a cycle. The random-phase
+//! churn (`pathprobe::mesh::sim`), once per cycle one host leaves and a new
+//! one joins, and each host learns of it up to 30 s later (discovery
+//! refresh), so near a cycle boundary hosts follow different member lists
+//! for a cycle. The random-phase
 //! scheduler is today's: a stable phase per pair plus 10% jitter, one probe
 //! at a time per host, busy retried after 2, 4 and 8 s, and a responder
 //! that does not know its host is probing out (an overlap there spoils the
@@ -22,21 +27,8 @@ use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 use pathprobe::mesh::groups::GroupPlan;
-use pathprobe::mesh::{MeshParams, Plan};
-
-/// xorshift64*: reproducible runs.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use pathprobe::mesh::sim::{self, Model, Rng};
+use pathprobe::mesh::{MeshParams, MeshPlan, Plan, StablePlan};
 
 const RUN: f64 = 6.0; // tcp, 1 s omit + 5 s
 const SETUP_USED: f64 = 2.0;
@@ -68,141 +60,6 @@ struct Figures {
     coverage: f64,
     share_max: f64,
     share_mean: f64,
-}
-
-/// Runs tests in start order: a test succeeds when both hosts are free.
-fn replay(mut tests: Vec<Test>, hosts: usize, horizon: f64, keep: &dyn Fn(u32) -> bool) -> Figures {
-    tests.sort_by(|a, b| a.start.total_cmp(&b.start));
-    let mut until = vec![f64::MIN; hosts];
-    let mut busy_time = vec![0.0; hosts];
-    let mut last: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
-    let mut f = Figures::default();
-    for t in &tests {
-        f.tests += 1;
-        let (p, q) = (t.prober as usize, t.target as usize);
-        if until[p] > t.start || until[q] > t.start {
-            f.busy += 1;
-            continue;
-        }
-        let end = t.start + RUN + SETUP_USED;
-        until[p] = end;
-        until[q] = end;
-        busy_time[p] += RUN + SETUP_USED;
-        busy_time[q] += RUN + SETUP_USED;
-        if keep(t.prober) && keep(t.target) {
-            let e = last.entry((t.prober, t.target)).or_insert((0.0, 0.0));
-            e.1 = e.1.max(t.start - e.0);
-            e.0 = t.start;
-        }
-    }
-    for (_, (l, gap)) in last.iter() {
-        f.coverage = f.coverage.max(gap.max(horizon - l));
-    }
-    let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
-    f.share_max = shares.iter().cloned().fold(0.0, f64::max);
-    f.share_mean = shares.iter().sum::<f64>() / shares.len() as f64;
-    f
-}
-
-/// The mesh over `cycles` cycles; with `churn`, one host leaves and one
-/// joins in each cycle.
-fn mesh(n: usize, cycles: u64, churn: bool, rng: &mut Rng) -> (Plan, Figures) {
-    let total = n + if churn { cycles as usize } else { 0 };
-    let skew: Vec<f64> = (0..total)
-        .map(|_| (rng.unit() * 2.0 - 1.0) * SKEW)
-        .collect();
-    let name = |i: usize| format!("h{i:05}");
-    // Versions of the member list, and when each host adopts each.
-    let mut versions: Vec<Vec<usize>> = vec![(0..n).collect()];
-    let first = Plan::new(versions[0].iter().map(|&i| name(i)).collect(), params());
-    let cycle = first.cycle().as_secs_f64();
-    let horizon = cycle * cycles as f64;
-    // adopt[v][h]: time from which host h follows version v.
-    let mut adopt: Vec<Vec<f64>> = vec![vec![0.0; total]];
-    if churn {
-        for c in 0..cycles.saturating_sub(1) {
-            let mut members = versions.last().unwrap().clone();
-            let leaving = (rng.next() % members.len() as u64) as usize;
-            members.remove(leaving);
-            members.push(n + c as usize);
-            members.sort();
-            // The change happens somewhere in cycle c, near its end half
-            // the time, so that some hosts learn of it only after the
-            // boundary.
-            let at = cycle * c as f64
-                + if rng.unit() < 0.5 {
-                    cycle - 10.0
-                } else {
-                    cycle * rng.unit()
-                };
-            let times = (0..total)
-                .map(|_| {
-                    let learned = at + rng.unit() * 30.0;
-                    // The next boundary after the cycle it learned in.
-                    ((learned / cycle).floor() + 1.0) * cycle
-                })
-                .collect();
-            versions.push(members);
-            adopt.push(times);
-        }
-    }
-    let plans: Vec<Plan> = versions
-        .iter()
-        .map(|m| Plan::new(m.iter().map(|&i| name(i)).collect(), params()))
-        .collect();
-    // A host follows the latest version it has adopted.
-    let version_of = |h: usize, t: f64| -> usize {
-        (0..plans.len())
-            .rev()
-            .find(|&v| adopt[v][h] <= t)
-            .unwrap_or(0)
-    };
-    // When each host joins and leaves: at the first adoption of the
-    // version that adds or drops it.
-    let change: Vec<f64> = adopt
-        .iter()
-        .map(|a| a.iter().cloned().fold(f64::MAX, f64::min))
-        .collect();
-    let mut joined = vec![f64::MAX; total];
-    let mut left = vec![f64::MAX; total];
-    for (v, m) in versions.iter().enumerate() {
-        let set: std::collections::HashSet<usize> = m.iter().copied().collect();
-        for h in 0..total {
-            if set.contains(&h) && joined[h] == f64::MAX {
-                joined[h] = if v == 0 { 0.0 } else { change[v] };
-            } else if !set.contains(&h) && joined[h] < f64::MAX && left[h] == f64::MAX {
-                left[h] = change[v];
-            }
-        }
-    }
-    let alive = |h: usize, t: f64| joined[h] <= t && t < left[h];
-    let mut tests = Vec::new();
-    for (v, plan) in plans.iter().enumerate() {
-        let period = plan.period().as_secs_f64();
-        for c in 0..cycles {
-            for k in 0..plan.slots() {
-                let local = cycle * c as f64 + period * k as f64 + GUARD;
-                for t in plan.tests(k) {
-                    let p = versions[v][t.prober];
-                    let q = versions[v][t.target];
-                    let start = local - skew[p];
-                    if version_of(p, start) == v && alive(p, start) && alive(q, start) {
-                        tests.push(Test {
-                            start,
-                            prober: p as u32,
-                            target: q as u32,
-                        });
-                    }
-                }
-            }
-        }
-    }
-    // Coverage over the hosts present from start to end.
-    let stayed: Vec<bool> = (0..total)
-        .map(|h| h < n && versions.iter().all(|m| m.contains(&h)))
-        .collect();
-    let f = replay(tests, total, horizon, &|h| stayed[h as usize]);
-    (first, f)
 }
 
 /// The grouped plan (`pathprobe::mesh::groups`) of `n` hosts in groups of
@@ -442,28 +299,10 @@ fn groups_table(sizes: &[usize]) {
     }
 }
 
-fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--groups") {
-        let sizes: Vec<usize> = std::env::args()
-            .skip(2)
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        groups_table(if sizes.is_empty() {
-            &[10, 100, 1000, 10000]
-        } else {
-            &sizes
-        });
-        return;
-    }
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![10, 100, 1000]
-    } else {
-        sizes
-    };
+/// The full-mesh table: the circle plan, today's random phases and the
+/// stable plan, each without and with churn (the same churn events for
+/// both plans).
+fn mesh_table(sizes: &[usize]) {
     println!(
         "tcp 1+5 s, slot {} s, budget 50%, clock skew ±{} ms; test occupancy {} s",
         RUN + SETUP + GUARD,
@@ -472,24 +311,38 @@ fn main() {
     );
     println!("| N | schedule | cycle / interval | tests | busy | spoiled | coverage period (max gap) | share in tests, mean / max |");
     println!("|---|---|---|---|---|---|---|---|");
+    let model = Model {
+        occupancy: RUN + SETUP_USED,
+        guard: GUARD,
+        skew: SKEW,
+        learn: 30.0,
+    };
+    let circle = |m: Vec<String>| -> MeshPlan { Plan::new(m, params()).into() };
+    let stable = |m: Vec<String>| -> MeshPlan { StablePlan::new(m, params()).into() };
+    let row = |n: usize, what: &str, f: &sim::Figures| {
+        println!(
+            "| {n} | {what} | {:.1} min | {} | {} ({:.2}%) | 0 | {} | {:.0}% / {:.0}% |",
+            f.cycle / 60.0,
+            f.tests,
+            f.busy,
+            pct(f.busy, f.tests),
+            minutes(f.coverage),
+            f.share_mean * 100.0,
+            f.share_max * 100.0
+        );
+    };
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for n in sizes {
+    for &n in sizes {
         let cycles = if n >= 1000 { 3 } else { 6 };
+        let mut churned = Vec::new();
         for churn in [false, true] {
-            let (plan, f) = mesh(n, cycles, churn, &mut rng);
-            println!(
-                "| {n} | mesh{} | {:.1} min | {} | {} ({:.2}%) | 0 | {:.1} min | {:.0}% / {:.0}% |",
-                if churn { ", churn" } else { "" },
-                plan.cycle().as_secs_f64() / 60.0,
-                f.tests,
-                f.busy,
-                pct(f.busy, f.tests),
-                f.coverage / 60.0,
-                f.share_mean * 100.0,
-                f.share_max * 100.0
-            );
+            // The stable plan meets the same churn as the circle plan.
+            let seed = rng.0;
+            let f = sim::run(n, cycles, churn, model, &circle, &mut rng);
+            row(n, if churn { "mesh, churn" } else { "mesh" }, &f);
+            churned.push((churn, seed));
             if !churn {
-                let cycle = plan.cycle().as_secs_f64();
+                let cycle = f.cycle;
                 let r = random_phase(n, cycle, cycles, &mut rng);
                 println!(
                     "| {n} | random phase (today) | {:.1} min | {} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0}% / {:.0}% |",
@@ -509,5 +362,103 @@ fn main() {
                 );
             }
         }
+        for (churn, seed) in churned {
+            let f = sim::run(n, cycles, churn, model, &stable, &mut Rng(seed));
+            row(
+                n,
+                if churn {
+                    "stable plan, churn"
+                } else {
+                    "stable plan"
+                },
+                &f,
+            );
+        }
+    }
+}
+
+/// `--fleet`: the shipped example modules (config/examples/mesh.yml: TCP
+/// both ways 1+5 s, UDP 5 s at 200 Mbit/s) at N = 10 to 10,000, as a full
+/// mesh (the plan the service picks) and grouped by about √N: cycle,
+/// coverage, share of time in tests and bytes through each host per hour.
+fn fleet_table(sizes: &[usize], tcp_bps: f64) {
+    // Run 12 s (both ways), set-up 4 s, guard 1 s; 2 modules.
+    let params = MeshParams {
+        slot: Duration::from_secs(17),
+        modules: 2,
+        budget: 0.5,
+        min_cycle: Duration::ZERO,
+    };
+    // Bytes one test of each module moves through each of its two hosts
+    // (omit included: data flows then too).
+    let tcp = tcp_bps / 8.0 * 12.0;
+    let udp = 200e6 / 8.0 * 5.0;
+    println!(
+        "modules tcp (both ways, 1+5 s each, at {:.0} Mbit/s) and udp (5 s at 200 Mbit/s); slot 17 s, budget 50%",
+        tcp_bps / 1e6
+    );
+    println!("| N | plan | cycle | every pair measured within | share in tests (busiest) | tests per host per hour | bytes per host per hour |");
+    println!("|---|---|---|---|---|---|---|");
+    let gb = |b: f64| format!("{:.1} GB", b / 1e9);
+    for &n in sizes {
+        let names: Vec<String> = (0..n).map(sim::name).collect();
+        let full = MeshPlan::full(names.clone(), params.clone());
+        let kind = match &full {
+            MeshPlan::Stable(p) => format!("full mesh, stable ({} places)", p.places()),
+            _ => "full mesh, circle".to_string(),
+        };
+        let cycle = full.cycle().as_secs_f64();
+        // Each host is in 2 (n - 1) tests of each module per cycle.
+        let per_hour = 2.0 * (n - 1) as f64 * 3600.0 / cycle;
+        println!(
+            "| {n} | {kind} | {} | {} | {:.0}% | {:.1} | {} |",
+            minutes(cycle),
+            minutes(cycle),
+            full.share() * 100.0,
+            per_hour * 2.0,
+            gb(per_hour * (tcp + udp))
+        );
+        let size = ((n as f64).sqrt().round() as usize).max(2);
+        let groups: Vec<Vec<String>> = names.chunks(size).map(|c| c.to_vec()).collect();
+        let g = GroupPlan::new(groups, params.clone());
+        let gc = g.cycle().as_secs_f64();
+        // A host's tests per cycle, averaged over the cycles in which it
+        // represents its group and those it does not.
+        let mean = g.mean_share() * gc / params.slot.as_secs_f64() / 2.0;
+        println!(
+            "| {n} | {} groups of {size} | {} | inside a group and group to group: {}; a host to each other group: {} | {:.0}% | {:.1} | {} |",
+            g.groups().len(),
+            minutes(gc),
+            minutes(gc),
+            minutes(gc * size as f64),
+            g.share() * 100.0,
+            mean * 2.0 * 3600.0 / gc,
+            gb(mean * 3600.0 / gc * (tcp + udp))
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    match args.first().map(String::as_str) {
+        Some("--groups") => groups_table(if sizes.is_empty() {
+            &[10, 100, 1000, 10000]
+        } else {
+            &sizes
+        }),
+        Some("--fleet") => fleet_table(
+            if sizes.is_empty() {
+                &[10, 100, 1000, 10000]
+            } else {
+                &sizes
+            },
+            1e9,
+        ),
+        _ => mesh_table(if sizes.is_empty() {
+            &[10, 100, 1000]
+        } else {
+            &sizes
+        }),
     }
 }

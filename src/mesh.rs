@@ -26,9 +26,12 @@ use std::time::Duration;
 
 pub mod groups;
 pub mod plans;
+pub mod sim;
+pub mod stable;
 
 pub use groups::GroupPlan;
 pub use plans::MeshPlan;
+pub use stable::StablePlan;
 
 /// What a plan is computed from, besides the members.
 #[derive(Debug, Clone, PartialEq)]

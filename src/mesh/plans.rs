@@ -1,6 +1,7 @@
-//! Either mesh plan behind one interface, so that the scheduler and the
-//! service run a full mesh ([`Plan`]) and a grouped one ([`GroupPlan`],
-//! `scheduler.mesh.group_by`) the same way: members by index in one
+//! Every mesh plan behind one interface, so that the scheduler and the
+//! service run a full mesh ([`Plan`], or [`StablePlan`] from
+//! [`super::stable::STABLE_FROM`] members on) and a grouped one
+//! ([`GroupPlan`], `scheduler.mesh.group_by`) the same way: members by index in one
 //! sorted list, the same slot grid on the wall clock, and each member's
 //! test of a slot. A grouped plan's tests also depend on the cycle (its
 //! representatives rotate), so the cycle is passed for both.
@@ -9,13 +10,16 @@
 
 use std::time::Duration;
 
-use super::{GroupPlan, MeshParams, Plan, SlotAt, Test};
+use super::{GroupPlan, MeshParams, Plan, SlotAt, StablePlan, Test};
 
 /// The plan a mesh follows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MeshPlan {
     /// Every directed pair once per cycle.
     Full(Plan),
+    /// Every directed pair once per cycle, each pair's slot kept when
+    /// other members join or leave.
+    Stable(StablePlan),
     /// Grouped by a label: full meshes inside the groups, rotating
     /// representatives between them.
     Grouped(GroupPlan),
@@ -27,6 +31,12 @@ impl From<Plan> for MeshPlan {
     }
 }
 
+impl From<StablePlan> for MeshPlan {
+    fn from(p: StablePlan) -> Self {
+        MeshPlan::Stable(p)
+    }
+}
+
 impl From<GroupPlan> for MeshPlan {
     fn from(p: GroupPlan) -> Self {
         MeshPlan::Grouped(p)
@@ -34,10 +44,26 @@ impl From<GroupPlan> for MeshPlan {
 }
 
 impl MeshPlan {
+    /// The full mesh of `members`: the circle plan below
+    /// [`super::stable::STABLE_FROM`] members (the shortest cycle; a churn
+    /// costs one short cycle), the stable plan from there on (a churn costs
+    /// the slots of the host that came or went).
+    pub fn full(members: Vec<String>, params: MeshParams) -> MeshPlan {
+        let mut distinct = members.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() >= super::stable::STABLE_FROM {
+            StablePlan::new(distinct, params).into()
+        } else {
+            Plan::new(distinct, params).into()
+        }
+    }
+
     /// Every member, sorted.
     pub fn members(&self) -> &[String] {
         match self {
             MeshPlan::Full(p) => p.members(),
+            MeshPlan::Stable(p) => p.members(),
             MeshPlan::Grouped(p) => p.members(),
         }
     }
@@ -45,6 +71,7 @@ impl MeshPlan {
     pub fn index_of(&self, name: &str) -> Option<usize> {
         match self {
             MeshPlan::Full(p) => p.index_of(name),
+            MeshPlan::Stable(p) => p.index_of(name),
             MeshPlan::Grouped(p) => p.index_of(name),
         }
     }
@@ -52,6 +79,7 @@ impl MeshPlan {
     pub fn params(&self) -> &MeshParams {
         match self {
             MeshPlan::Full(p) => p.params(),
+            MeshPlan::Stable(p) => p.params(),
             MeshPlan::Grouped(p) => p.params(),
         }
     }
@@ -60,6 +88,7 @@ impl MeshPlan {
     pub fn slots(&self) -> usize {
         match self {
             MeshPlan::Full(p) => p.slots(),
+            MeshPlan::Stable(p) => p.slots(),
             MeshPlan::Grouped(p) => p.slots(),
         }
     }
@@ -67,6 +96,7 @@ impl MeshPlan {
     pub fn cycle(&self) -> Duration {
         match self {
             MeshPlan::Full(p) => p.cycle(),
+            MeshPlan::Stable(p) => p.cycle(),
             MeshPlan::Grouped(p) => p.cycle(),
         }
     }
@@ -75,6 +105,7 @@ impl MeshPlan {
     pub fn period(&self) -> Duration {
         match self {
             MeshPlan::Full(p) => p.period(),
+            MeshPlan::Stable(p) => p.period(),
             MeshPlan::Grouped(p) => p.period(),
         }
     }
@@ -87,6 +118,7 @@ impl MeshPlan {
     pub fn slot_at(&self, now: Duration) -> SlotAt {
         match self {
             MeshPlan::Full(p) => p.slot_at(now),
+            MeshPlan::Stable(p) => p.slot_at(now),
             MeshPlan::Grouped(p) => p.slot_at(now),
         }
     }
@@ -94,6 +126,7 @@ impl MeshPlan {
     pub fn cycle_start(&self, cycle: u64) -> Duration {
         match self {
             MeshPlan::Full(p) => p.cycle_start(cycle),
+            MeshPlan::Stable(p) => p.cycle_start(cycle),
             MeshPlan::Grouped(p) => p.cycle_start(cycle),
         }
     }
@@ -101,6 +134,7 @@ impl MeshPlan {
     pub fn first_cycle_from(&self, t: Duration) -> u64 {
         match self {
             MeshPlan::Full(p) => p.first_cycle_from(t),
+            MeshPlan::Stable(p) => p.first_cycle_from(t),
             MeshPlan::Grouped(p) => p.first_cycle_from(t),
         }
     }
@@ -109,6 +143,7 @@ impl MeshPlan {
     pub fn tests(&self, cycle: u64, index: usize) -> Vec<Test> {
         match self {
             MeshPlan::Full(p) => p.tests(index),
+            MeshPlan::Stable(p) => p.tests(index),
             MeshPlan::Grouped(p) => p.tests_flat(cycle, index),
         }
     }
@@ -117,6 +152,7 @@ impl MeshPlan {
     pub fn test_of(&self, me: usize, cycle: u64, index: usize) -> Option<Test> {
         match self {
             MeshPlan::Full(p) => p.test_of(me, index),
+            MeshPlan::Stable(p) => p.test_of(me, index),
             MeshPlan::Grouped(p) => p.test_of(me, cycle, index),
         }
     }
@@ -161,10 +197,24 @@ impl MeshPlan {
         None
     }
 
+    /// The cycle the plan needs, whatever the interval asked for: its
+    /// slots at the budget (the stable plan's are back to back already,
+    /// the budget being in its spare places).
+    pub fn needed_cycle(&self) -> Duration {
+        match self {
+            MeshPlan::Stable(p) => p.needed_cycle(),
+            _ => {
+                let natural = self.slot().saturating_mul(self.slots() as u32);
+                natural.div_f64(self.params().budget.clamp(f64::MIN_POSITIVE, 1.0))
+            }
+        }
+    }
+
     /// Share of time the busiest member spends in tests.
     pub fn share(&self) -> f64 {
         match self {
             MeshPlan::Full(p) => p.share(),
+            MeshPlan::Stable(p) => p.share(),
             MeshPlan::Grouped(p) => p.share(),
         }
     }
@@ -173,6 +223,7 @@ impl MeshPlan {
     pub fn describe(&self) -> String {
         match self {
             MeshPlan::Full(p) => p.describe(),
+            MeshPlan::Stable(p) => p.describe(),
             MeshPlan::Grouped(p) => p.describe(),
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::config::{Config, Module};
 use crate::discovery::DiscoveredTarget;
-use crate::mesh::{GroupPlan, MeshParams, MeshPlan, Plan};
+use crate::mesh::{GroupPlan, MeshParams, MeshPlan};
 use crate::probe::Target;
 use crate::scheduler::mesh::{LocalJob, MeshSchedule};
 use crate::scheduler::Job;
@@ -146,7 +146,7 @@ pub fn plan(
     };
     let plan: MeshPlan = match m.group_by {
         Some(_) => GroupPlan::by_label(entries, params).into(),
-        None => Plan::new(entries.into_iter().map(|(n, _)| n).collect(), params).into(),
+        None => MeshPlan::full(entries.into_iter().map(|(n, _)| n).collect(), params),
     };
     let me = me.and_then(|n| plan.index_of(&n));
     (plan, me, modules)
@@ -221,7 +221,7 @@ pub fn notes(
         match (&plan, &config.scheduler.mesh.group_by) {
             (MeshPlan::Grouped(g), Some(label)) => {
                 // What the groups save, against the full mesh they replace.
-                let full = Plan::new(g.members().to_vec(), g.params().clone());
+                let full = MeshPlan::full(g.members().to_vec(), g.params().clone());
                 out.push(format!(
                     "mesh schedule, grouped by {label}: {}; a full mesh would need a cycle of {}",
                     plan.describe(),
@@ -249,8 +249,7 @@ pub fn notes(
             _ => out.push(format!("mesh schedule: {}", plan.describe())),
         }
         let asked = requested_interval(config, discovered);
-        let natural = plan.slot().saturating_mul(plan.slots() as u32);
-        let needed = natural.div_f64(plan.params().budget.clamp(f64::MIN_POSITIVE, 1.0));
+        let needed = plan.needed_cycle();
         if asked < needed {
             out.push(format!(
                 "warning: the interval of {} s is shorter than the mesh cycle of {} s that \
@@ -625,6 +624,163 @@ mod tests {
                 "warning: loopback module lo needs 10 s (run + setup), longer than any gap"
             )),
             "{n:?}"
+        );
+    }
+
+    /// `n` hosts 10.0.0.1.. probing each other with one TCP module.
+    fn fleet_of(n: usize, interval: &str) -> Config {
+        let mut y = format!(
+            "modules: {{tcp: {{kind: tcp, duration: 5s, omit: 1s}}}}\n\
+             scheduler: {{default_interval: {interval}}}\ndiscovery: {{mesh: true}}\ntargets:\n"
+        );
+        for i in 1..=n {
+            y.push_str(&format!("  - {{address: 10.0.0.{i}, modules: [tcp]}}\n"));
+        }
+        Config::from_yaml(&y, "fleet.yml").unwrap()
+    }
+
+    #[test]
+    fn a_large_mesh_follows_the_stable_plan_and_states_it() {
+        let c = fleet_of(40, "10m");
+        let (forty, _, _) = plan(&c, &[], |t| t.host == "10.0.0.1");
+        let MeshPlan::Stable(p) = &forty else {
+            panic!("not stable: {forty:?}")
+        };
+        // 40 hosts: level 40, 80 places, 160 slots of 11 s back to back.
+        assert_eq!((p.level(), p.places(), p.slots()), (40, 80, 160));
+        assert_eq!(forty.cycle(), Duration::from_secs(1760));
+        let n = notes(&c, &[], |t| t.host == "10.0.0.1");
+        assert!(n[0].starts_with("mesh schedule: 40 hosts, 1 modules: a cycle of 160 slots of 11 s (one every 11 s) = 29.3 min; each host in tests 49% of the time; stable under churn"), "{n:?}");
+        assert!(
+            n[1].starts_with(
+                "warning: the interval of 600 s is shorter than the mesh cycle of 1760 s"
+            ),
+            "{n:?}"
+        );
+        // An interval that holds the cycle: no warning (the slots are back
+        // to back, the budget kept by the spare places).
+        assert_eq!(
+            notes(&fleet_of(40, "30m"), &[], |t| t.host == "10.0.0.1").len(),
+            1
+        );
+        // Fewer than 32 hosts keep the circle plan.
+        let (small, _, _) = plan(&fleet_of(31, "10m"), &[], |_| false);
+        assert!(matches!(small, MeshPlan::Full(_)));
+    }
+
+    /// Issue 22, point 3, in process: 38 hosts run the service's schedules
+    /// on paused time; a 39th joins, and half the hosts learn of it 10 s
+    /// before a cycle boundary, the others 20 s after (so they follow the
+    /// old list for one cycle more). Every directed pair of the 38 is still
+    /// run once in every cycle, and only the joiner's and the members that
+    /// changed lanes ever share a slot with another test.
+    #[tokio::test(start_paused = true)]
+    async fn a_host_joining_a_large_mesh_costs_no_other_pair_a_cycle() {
+        let old = fleet_of(38, "10m");
+        let new = fleet_of(39, "10m");
+        let (plan_old, _, _) = plan(&old, &[], |_| false);
+        let (plan_new, _, _) = plan(&new, &[], |_| false);
+        assert_eq!(plan_old.cycle(), plan_new.cycle());
+        let cycle = plan_old.cycle();
+        let base =
+            plan_old.cycle_start(plan_old.first_cycle_from(Duration::from_secs(1_800_000_000)));
+        let t0 = tokio::time::Instant::now();
+        let clock: WallClock = Arc::new(move || base + t0.elapsed());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let skips = Arc::new(Mutex::new(Vec::new()));
+        let host = |i: usize| format!("10.0.0.{i}");
+        let start = |h: String, c: &Config| {
+            let me = h.as_str();
+            let (s, _) = schedule(c, &[], move |t: &Target| t.host == me).unwrap();
+            let log = Arc::new(Log {
+                me: h,
+                clock: clock.clone(),
+                runs: runs.clone(),
+                skips: skips.clone(),
+            });
+            MeshScheduler::start(log, HostSlot::new(), clock.clone(), Some(s))
+        };
+        let mut fleet: Vec<_> = (1..=38).map(|i| start(host(i), &old)).collect();
+        // Cycle 0 on the old list; 10 s before its end, the joiner starts
+        // and the odd hosts learn of it.
+        tokio::time::sleep(cycle - Duration::from_secs(10)).await;
+        fleet.push(start(host(39), &new));
+        let update = |i: usize, f: &Vec<MeshScheduler<ProbeJob>>| {
+            let me = host(i);
+            let me = me.as_str();
+            let (s, _) = schedule(&new, &[], move |t: &Target| t.host == me).unwrap();
+            f[i - 1].update(Some(s));
+        };
+        for i in (1..=38).step_by(2) {
+            update(i, &fleet);
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        for i in (2..=38).step_by(2) {
+            update(i, &fleet);
+        }
+        tokio::time::sleep(cycle * 3 - Duration::from_secs(20)).await;
+        for m in fleet {
+            m.shutdown().await;
+        }
+        assert!(
+            skips.lock().unwrap().is_empty(),
+            "{:?}",
+            skips.lock().unwrap()
+        );
+        let runs = runs.lock().unwrap().clone();
+        let first = plan_old.slot_at(base).cycle;
+        // Members whose place moved (a lane taken by the joiner).
+        let (MeshPlan::Stable(a), MeshPlan::Stable(b)) = (&plan_old, &plan_new) else {
+            panic!("not stable")
+        };
+        let moved: BTreeSet<String> = (1..=38)
+            .map(host)
+            .filter(|h| a.place(a.index_of(h).unwrap()) != b.place(b.index_of(h).unwrap()))
+            .collect();
+        let mut per_cycle: HashMap<(u64, String, String), usize> = HashMap::new();
+        let mut by_host: HashMap<String, Vec<Duration>> = HashMap::new();
+        for (p, t, at) in &runs {
+            let c = plan_old.slot_at(*at).cycle;
+            *per_cycle.entry((c, p.clone(), t.clone())).or_default() += 1;
+            by_host.entry(p.clone()).or_default().push(*at);
+            by_host.entry(t.clone()).or_default().push(*at);
+        }
+        for c in first..first + 4 {
+            for i in 1..=38 {
+                for j in 1..=38 {
+                    if i != j {
+                        let n = per_cycle.get(&(c, host(i), host(j))).copied().unwrap_or(0);
+                        assert_eq!(n, 1, "cycle {} {} → {}", c - first, host(i), host(j));
+                    }
+                }
+            }
+        }
+        // The joiner probes and is probed by all 38 in each cycle on the
+        // new list (from cycle 1 on, by those that know it).
+        let joiner = runs
+            .iter()
+            .filter(|(p, t, _)| *p == host(39) || *t == host(39))
+            .count();
+        assert!(joiner >= 2 * 38 * 2, "{joiner}");
+        // Overlapping tests (a run lasts 5 s here): only where the joiner
+        // or a member that changed lanes is one of the hosts.
+        let mut overlaps = 0;
+        for (h, mut at) in by_host {
+            at.sort();
+            for w in at.windows(2) {
+                if w[1] < w[0] + Duration::from_secs(5) {
+                    overlaps += 1;
+                    assert!(
+                        h == host(39) || moved.contains(&h),
+                        "{h} in two tests at {w:?}"
+                    );
+                }
+            }
+        }
+        println!(
+            "39th host joining 38: {} runs over 4 cycles, every pair of the 38 once per cycle; {} members changed lanes; {overlaps} overlapping tests",
+            runs.len(),
+            moved.len()
         );
     }
 }

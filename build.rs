@@ -26,11 +26,17 @@ fn main() {
     // names (a commit) and packed-refs (a gc). A worktree's HEAD is in its
     // own git dir, its branches in the common one.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
-        println!("cargo:rerun-if-changed={}", PathBuf::from(&dir).join("HEAD").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            PathBuf::from(&dir).join("HEAD").display()
+        );
     }
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
         let common = PathBuf::from(common);
-        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            common.join("packed-refs").display()
+        );
         if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={}", common.join(branch).display());
         }

@@ -279,7 +279,12 @@ pub struct ProbeArgs {
     #[arg(short = 'M', long, hide = true, value_name = "MSS")]
     set_mss: Option<String>,
     // nuttcp's -T (time) and iperf3's -f (format), answered likewise.
-    #[arg(short = 'T', hide = true, value_name = "SECS", allow_hyphen_values = true)]
+    #[arg(
+        short = 'T',
+        hide = true,
+        value_name = "SECS",
+        allow_hyphen_values = true
+    )]
     nuttcp_time: Option<String>,
     #[arg(short = 'f', long = "format", hide = true, value_name = "UNIT")]
     format: Option<String>,

@@ -378,7 +378,10 @@ mod plural_tests {
     fn counts_take_the_right_number() {
         assert_eq!(super::plural(1, "module"), "1 module");
         assert_eq!(super::plural(0, "module"), "0 modules");
-        assert_eq!(super::plural(2, "dns discovery entry"), "2 dns discovery entries");
+        assert_eq!(
+            super::plural(2, "dns discovery entry"),
+            "2 dns discovery entries"
+        );
         assert_eq!(super::plural(3, "day"), "3 days");
     }
 }

@@ -7,7 +7,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
 
-use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 
 use super::{
     Config, ConfigError, DiscoveryConfig, HostMetricsConfig, HttpSection, Module, ResponderSection,
@@ -104,7 +106,10 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
             "targets" => match value {
                 serde_yaml::Value::Sequence(s) => {
                     for i in 0..s.len() {
-                        push(read_at::<TargetConfig>(text, &[Seg::Key(key), Seg::Index(i)]));
+                        push(read_at::<TargetConfig>(
+                            text,
+                            &[Seg::Key(key), Seg::Index(i)],
+                        ));
                     }
                 }
                 _ => push(read_at::<Vec<TargetConfig>>(text, &[Seg::Key(key)])),
@@ -117,15 +122,28 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
                 let e = ConfigError::invalid(file, other, message).locate_in(text);
                 // The key's own place, not its value's.
                 out.push(match e {
-                    ConfigError::InvalidAt { file, line, column, message, .. } => {
-                        ConfigError::Parse { file, line, column, message }
-                    }
+                    ConfigError::InvalidAt {
+                        file,
+                        line,
+                        column,
+                        message,
+                        ..
+                    } => ConfigError::Parse {
+                        file,
+                        line,
+                        column,
+                        message,
+                    },
                     e => e,
                 });
             }
         }
     }
-    out.extend(found.iter().map(|e| ConfigError::from_yaml_in(file, e, text)));
+    out.extend(
+        found
+            .iter()
+            .map(|e| ConfigError::from_yaml_in(file, e, text)),
+    );
     out
 }
 
@@ -236,9 +254,27 @@ mod tests {
             "modules:\n  a:\n    kind: tcp_stream\n  b:\n    kind: tcp\n    duraton: 5s\ntargets:\n  - address: h\n    modules: [b]\n    intervall: 5s\nbogus: 1\n",
         );
         assert_eq!(e.len(), 4, "{e:#?}");
-        assert!(e[0].starts_with("c.yml:3:11: modules.a.kind: unknown value `tcp_stream`"), "{e:#?}");
-        assert!(e[1].starts_with("c.yml:6:5: modules.b: unknown key `duraton`: did you mean `duration`?"), "{e:#?}");
-        assert!(e[2].starts_with("c.yml:10:5: targets[0]: unknown key `intervall`: did you mean `interval`?"), "{e:#?}");
-        assert!(e[3].starts_with("c.yml:11:1: unknown key `bogus`"), "{e:#?}");
+        assert!(
+            e[0].starts_with(
+                "c.yml:3:11: modules.a.kind: unknown value `tcp_stream`: did you mean `tcp`?"
+            ),
+            "{e:#?}"
+        );
+        assert!(
+            e[1].starts_with(
+                "c.yml:6:5: modules.b: unknown key `duraton`: did you mean `duration`?"
+            ),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].starts_with(
+                "c.yml:10:5: targets[0]: unknown key `intervall`: did you mean `interval`?"
+            ),
+            "{e:#?}"
+        );
+        assert!(
+            e[3].starts_with("c.yml:11:1: unknown key `bogus`"),
+            "{e:#?}"
+        );
     }
 }

@@ -87,11 +87,7 @@ impl ConfigError {
                 file: file.to_string(),
                 line: loc.line(),
                 column: loc.column(),
-                message: plain_words(&tidy_path(strip_position(
-                    &text,
-                    loc.line(),
-                    loc.column(),
-                ))),
+                message: plain_words(&tidy_path(strip_position(&text, loc.line(), loc.column()))),
             },
             None => ConfigError::ParseNoLocation {
                 file: file.to_string(),
@@ -202,7 +198,10 @@ fn unknown_name(what: &str, rest: &str) -> String {
     }
     match did_you_mean(bare, &options) {
         Some(near) => format!("unknown {what} {name}: did you mean `{near}`?"),
-        None => format!("unknown {what} {name}: expected one of {}", options.join(", ")),
+        None => format!(
+            "unknown {what} {name}: expected one of {}",
+            options.join(", ")
+        ),
     }
 }
 
@@ -210,6 +209,15 @@ fn unknown_name(what: &str, rest: &str) -> String {
 /// one a prefix of the other (`tcp_stream` for `tcp`).
 pub(crate) fn did_you_mean<'a>(name: &str, options: &[&'a str]) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
+    // A name that extends an option (`tcp_stream`) means it, before any
+    // option merely alike in letters (`tcp_rr`).
+    let extended = options
+        .iter()
+        .filter(|o| o.len() >= 3 && lower.starts_with(&o.to_ascii_lowercase()))
+        .max_by_key(|o| o.len());
+    if let Some(o) = extended {
+        return Some(o);
+    }
     options
         .iter()
         .map(|o| (*o, strsim::jaro_winkler(&lower, &o.to_ascii_lowercase())))

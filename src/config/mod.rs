@@ -148,7 +148,11 @@ impl Config {
     /// [`Config::validate`], with this host's congestion control
     /// algorithms given (`None` when they cannot be read).
     fn validate_with(&self, file: &str, available: Option<&[String]>) -> Result<(), ConfigError> {
-        match self.validation_errors_with(file, available).into_iter().next() {
+        match self
+            .validation_errors_with(file, available)
+            .into_iter()
+            .next()
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -560,7 +564,11 @@ impl fmt::Display for Summary {
             plural(self.probes, "probe run"),
             self.file_sd,
             self.dns,
-            if self.file_sd + self.dns == 1 { "entry" } else { "entries" }
+            if self.file_sd + self.dns == 1 {
+                "entry"
+            } else {
+                "entries"
+            }
         )?;
         if self.mesh {
             f.write_str(", mesh mode")?;

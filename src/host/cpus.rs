@@ -82,7 +82,11 @@ pub fn allowed_cpus() -> Option<Vec<usize>> {
     };
     let max = libc::CPU_SETSIZE as usize;
     // SAFETY: every index is below CPU_SETSIZE.
-    Some((0..max).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    Some(
+        (0..max)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
 }
 
 /// `0-3,6` for a sorted list of CPU numbers, as the kernel writes lists.

@@ -81,7 +81,13 @@ fn schedule_notes(config: &Config) -> Vec<String> {
         .file_sd
         .iter()
         .map(|e| (&e.modules, e.interval))
-        .chain(config.discovery.dns.iter().map(|e| (&e.modules, e.interval)))
+        .chain(
+            config
+                .discovery
+                .dns
+                .iter()
+                .map(|e| (&e.modules, e.interval)),
+        )
         .next()
         .map(|(m, _)| m.clone())
         .unwrap_or_default();

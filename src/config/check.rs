@@ -119,22 +119,16 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
                     "unknown field `{other}`, expected one of {}",
                     SECTIONS.map(|s| format!("`{s}`")).join(", ")
                 ));
-                let e = ConfigError::invalid(file, other, message).locate_in(text);
-                // The key's own place, not its value's.
-                out.push(match e {
-                    ConfigError::InvalidAt {
-                        file,
-                        line,
-                        column,
-                        message,
-                        ..
-                    } => ConfigError::Parse {
-                        file,
-                        line,
-                        column,
-                        message,
-                    },
-                    e => e,
+                // A top-level key starts its line.
+                let line = text
+                    .lines()
+                    .position(|l| l.starts_with(&format!("{other}:")))
+                    .map_or(1, |i| i + 1);
+                out.push(ConfigError::Parse {
+                    file: file.to_string(),
+                    line,
+                    column: 1,
+                    message,
                 });
             }
         }

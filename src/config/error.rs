@@ -242,8 +242,8 @@ fn rust_types(body: &str) -> String {
         out.replace_range(i..end, "expected one of its names");
     }
     for (rust, yaml) in [
-        ("expected u8", "expected a whole number"),
-        ("expected u16", "expected a whole number"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
         ("expected u32", "expected a whole number"),
         ("expected u64", "expected a whole number"),
         ("expected usize", "expected a whole number"),

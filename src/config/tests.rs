@@ -282,7 +282,7 @@ fn inline_semantic_errors() {
     );
     assert_eq!(
         err("modules:\n  t: {kind: tcp, tos: 256}\n"),
-        "c.yml:2:23: modules.t.tos: invalid value: integer `256`, expected u8"
+        "c.yml:2:23: modules.t.tos: invalid value: integer `256`, expected a whole number from 0 to 255"
     );
 }
 

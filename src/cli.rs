@@ -27,7 +27,7 @@ use pathprobe::units;
 #[derive(Parser)]
 #[command(
     name = "pathprobe",
-    version,
+    version = pathprobe::build_info::LONG_VERSION,
     about = "Continuous TCP/UDP path throughput probing"
 )]
 pub struct Cli {
@@ -278,6 +278,16 @@ pub struct ProbeArgs {
     blocks: Option<String>,
     #[arg(short = 'M', long, hide = true, value_name = "MSS")]
     set_mss: Option<String>,
+    // nuttcp's -T (time) and iperf3's -f (format), answered likewise.
+    #[arg(
+        short = 'T',
+        hide = true,
+        value_name = "SECS",
+        allow_hyphen_values = true
+    )]
+    nuttcp_time: Option<String>,
+    #[arg(short = 'f', long = "format", hide = true, value_name = "UNIT")]
+    format: Option<String>,
     /// File holding the responder's shared secret, to authenticate with.
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
@@ -324,6 +334,14 @@ pub fn try_parse(argv: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
     if let Some(m) = habit {
         return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, m));
     }
+    if first == "probe" {
+        if let Some(m) = nuttcp_receive(&argv[2..]) {
+            let probe = cmd
+                .find_subcommand_mut("probe")
+                .expect("probe is a subcommand");
+            return Err(probe.error(clap::error::ErrorKind::InvalidValue, m));
+        }
+    }
     let matches = cmd.try_get_matches_from_mut(argv)?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
     if let Command::Probe(args) = &cli.command {
@@ -341,6 +359,21 @@ pub fn try_parse(argv: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
         }
     }
     Ok(cli)
+}
+
+/// nuttcp's `-r` (receive) where pathprobe's `-r` (netperf's sizes) wants
+/// a value: `-r HOST` or a trailing `-r`. clap would say "invalid size" or
+/// "a value is required", neither of which names `-R`.
+fn nuttcp_receive(args: &[std::ffi::OsString]) -> Option<&'static str> {
+    let at = args.iter().position(|a| a == "-r")?;
+    let value = args.get(at + 1).and_then(|v| v.to_str());
+    match value {
+        Some(v) if !v.starts_with('-') && parse_rr_sizes(v).is_ok() => None,
+        _ => Some(
+            "-r takes request,response sizes here (netperf's, with --mode tcp_rr or tcp_crr, e.g. -r 64,1k); \
+             for nuttcp's -r (receive: the far end sends), use -R",
+        ),
+    }
 }
 
 /// Whether clap's error is a usage error, rather than `--help` or
@@ -514,20 +547,78 @@ impl ProbeArgs {
                 "{flag} is not supported: pathprobe measures for a time, not an amount; give the time with -t (e.g. -t 10)"
             ));
         }
+        if let Some(t) = &self.nuttcp_time {
+            return Some(format!(
+                "-T is nuttcp's time: pathprobe takes it as -t, iperf3's spelling (-t {t})"
+            ));
+        }
+        if self.format.is_some() {
+            return Some("-f is not supported: pathprobe always prints MiB and Mbps, and -J gives exact bytes and bits per second; drop -f".into());
+        }
         if self.set_mss.is_some() {
             return Some("-M/--set-mss is not supported: pathprobe leaves the MSS to the kernel, which follows the path MTU; lower the route's MTU (ip route ... mtu N) to test smaller segments".into());
         }
         None
     }
 
-    /// Notes for iperf3 flags accepted and ignored, for stderr.
-    pub fn notes(&self) -> Vec<&'static str> {
+    /// Notes for flags accepted and ignored (iperf3's that pathprobe
+    /// needs not, another mode's), and for a udp_rr -i that leaves too few
+    /// samples, for stderr.
+    pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         if self.zerocopy {
-            notes.push("note: -Z is ignored: pathprobe needs no zero-copy mode");
+            notes.push("note: -Z is ignored: pathprobe needs no zero-copy mode".to_string());
         }
         if self.no_delay {
-            notes.push("note: -N is ignored: pathprobe does not set TCP_NODELAY on data sockets");
+            notes.push(
+                "note: -N is ignored: pathprobe does not set TCP_NODELAY on data sockets".into(),
+            );
+        }
+        let kind = self.kind();
+        // Flags of another mode: silently dropping them would let the user
+        // believe they shaped the test.
+        let mut foreign: Vec<(&str, &str)> = Vec::new();
+        if self.rr_size.is_some() && !matches!(kind, Kind::TcpRr | Kind::TcpCrr) {
+            let what = if kind == Kind::UdpRr {
+                "udp_rr's sizes come from -l"
+            } else {
+                "it applies to --mode tcp_rr and tcp_crr"
+            };
+            foreign.push(("-r", what));
+        }
+        if self.burst.is_some() && kind != Kind::TcpRr {
+            foreign.push(("--burst", "it applies to --mode tcp_rr"));
+        }
+        if self.nagle && !matches!(kind, Kind::TcpRr | Kind::TcpCrr) {
+            foreign.push(("--nagle", "it applies to --mode tcp_rr and tcp_crr"));
+        }
+        if self.no_offload && kind != Kind::Udp && kind != Kind::UdpRr {
+            foreign.push(("--no-offload", "it applies to UDP"));
+        }
+        for (flag, why) in foreign {
+            notes.push(format!(
+                "note: {flag} is ignored in a {} test: {why}",
+                kind_name(kind)
+            ));
+        }
+        if let (Kind::UdpRr, Some(every)) = (kind, self.interval) {
+            // udp_rr's -i is its send interval (irtt's), not reports: a
+            // habit of iperf3's `-i 1` leaves a handful of round trips.
+            let samples = if every.is_zero() {
+                0
+            } else {
+                (self.time.as_secs_f64() / every.as_secs_f64()).floor() as u64
+            };
+            if samples < MIN_UDP_RR_SAMPLES {
+                notes.push(format!(
+                    "note: with --mode udp_rr, -i is the send interval (irtt's -i), not reports: \
+                     -i {} for {} sends {samples} request{}, too few for its percentiles; \
+                     leave -i out for the default 10ms, or lengthen -t",
+                    units::format_duration(every),
+                    units::format_duration(self.time),
+                    if samples == 1 { "" } else { "s" }
+                ));
+            }
         }
         notes
     }
@@ -624,6 +715,21 @@ impl ProbeArgs {
             nodelay: !self.nagle,
             interval_us: 0,
         })
+    }
+}
+
+/// Fewer udp_rr round trips than this and `-i` draws a note: a p99 of
+/// less than a hundred samples is the largest of them.
+const MIN_UDP_RR_SAMPLES: u64 = 100;
+
+/// The `--mode` name of a kind, for notes.
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Tcp => "tcp",
+        Kind::Udp => "udp",
+        Kind::TcpRr => "tcp_rr",
+        Kind::TcpCrr => "tcp_crr",
+        Kind::UdpRr => "udp_rr",
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`responder`]: the server side of every probe (`pathprobe respond`).
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
+//! - [`build_info`]: the version and git commit of the build.
 //! - [`auth`]: the shared secret and the HMAC challenge and response that
 //!   prove both ends hold it.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
@@ -35,6 +36,7 @@
 
 pub mod analysis;
 pub mod auth;
+pub mod build_info;
 pub mod config;
 pub mod control;
 pub mod discovery;

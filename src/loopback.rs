@@ -18,6 +18,10 @@ fn loopback_config(spec: &ProbeSpec) -> ResponderConfig {
         max_streams: spec.streams,
         max_bitrate: 0,
         max_unauthenticated_udp_bitrate: 0,
+        // The prober reports these tests; a responder line for each would
+        // read as a test served to another host, and pathprobe serve's
+        // pathprobe_responder_tests_total does not count them.
+        log_tests: false,
         ..ResponderConfig::default()
     }
 }

@@ -42,6 +42,9 @@ fn init_service_logging(level: &str, format: &str) -> anyhow::Result<()> {
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
+                    // Fields beside `message` at the top level, as other
+                    // exporters' JSON logs have them, not under `fields`.
+                    .flatten_event(true)
                     .with_ansi(false)
                     .with_writer(pathprobe::logging::escaping_stderr),
             )
@@ -254,25 +257,16 @@ fn main() -> ExitCode {
             init_logging("warn");
             runtime.block_on(run_probe(args))
         }
-        Command::CheckConfig { file } => match pathprobe::config::Config::load(&file) {
-            Ok(config) => {
-                let summary = config.summary();
-                for w in &summary.warnings {
-                    eprintln!("{}: WARNING: {w}", file.display());
-                }
-                println!("{}: OK ({summary})", file.display());
-                // What the schedule costs, over the static targets.
-                let local = pathprobe::service::jobs::is_local_target;
-                for note in pathprobe::service::mesh::notes(&config, &[], local) {
-                    println!("{note}");
-                }
-                ExitCode::SUCCESS
+        Command::CheckConfig { file } => {
+            let report = pathprobe::service::check::check_config(&file);
+            for line in &report.stderr {
+                eprintln!("{line}");
             }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(1)
+            for line in &report.stdout {
+                println!("{line}");
             }
-        },
+            ExitCode::from(report.code)
+        }
         Command::Serve(args) => {
             if let Err(e) = init_service_logging(&args.log_level, &args.log_format) {
                 eprintln!("pathprobe: {e:#}");
@@ -283,7 +277,13 @@ fn main() -> ExitCode {
                 Err(e) => {
                     // Once, in the log's format: the log is stderr already.
                     tracing::error!(error = %format!("{e:#}"), "pathprobe serve failed");
-                    ExitCode::from(1)
+                    // --config.file that cannot be read is a flag's file,
+                    // a usage error (README, exit codes) as for `probe
+                    // --auth.secret-file`; an invalid one is a failure.
+                    match e.downcast_ref::<pathprobe::config::ConfigError>() {
+                        Some(pathprobe::config::ConfigError::Read { .. }) => ExitCode::from(USAGE),
+                        _ => ExitCode::from(1),
+                    }
                 }
             }
         }

@@ -287,10 +287,10 @@ impl Plan {
     /// The plan in a sentence, for `check-config` and the startup log.
     pub fn describe(&self) -> String {
         format!(
-            "{} hosts, {} modules: a cycle of {} slots of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time",
-            self.members.len(),
-            self.params.modules,
-            self.slots,
+            "{}, {}: a cycle of {} of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time",
+            crate::units::plural(self.members.len(), "host"),
+            crate::units::plural(self.params.modules, "module"),
+            crate::units::plural(self.slots, "slot"),
             self.params.slot.as_secs_f64(),
             self.period().as_secs_f64(),
             self.cycle.as_secs_f64() / 60.0,

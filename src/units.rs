@@ -359,3 +359,29 @@ mod tests {
         assert!(parse_affinity("1,2,3").is_err());
     }
 }
+
+/// `1 module`, `2 modules`, `0 entries`: a count with its noun in the
+/// right number (a noun in -y after a consonant takes -ies).
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'o', 'u']) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod plural_tests {
+    #[test]
+    fn counts_take_the_right_number() {
+        assert_eq!(super::plural(1, "module"), "1 module");
+        assert_eq!(super::plural(0, "module"), "0 modules");
+        assert_eq!(
+            super::plural(2, "dns discovery entry"),
+            "2 dns discovery entries"
+        );
+        assert_eq!(super::plural(3, "day"), "3 days");
+    }
+}

@@ -305,7 +305,7 @@ mod tests {
         );
         assert_eq!(
             parse_fixture("file_sd_unknown_key.yml").unwrap_err(),
-            "file_sd_unknown_key.yml:3:3: [0]: unknown field `label`, expected `targets` or `labels`"
+            "file_sd_unknown_key.yml:3:3: [0]: unknown key `label`: did you mean `labels`?"
         );
         assert_eq!(
             parse_fixture("file_sd_bad_label.yml").unwrap_err(),

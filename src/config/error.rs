@@ -87,11 +87,11 @@ impl ConfigError {
                 file: file.to_string(),
                 line: loc.line(),
                 column: loc.column(),
-                message: tidy_path(strip_position(&text, loc.line(), loc.column())),
+                message: plain_words(&tidy_path(strip_position(&text, loc.line(), loc.column()))),
             },
             None => ConfigError::ParseNoLocation {
                 file: file.to_string(),
-                message: tidy_path(text),
+                message: plain_words(&tidy_path(text)),
             },
         }
     }
@@ -156,9 +156,148 @@ fn tidy_path(message: String) -> String {
     }
 }
 
+/// serde's messages in an operator's words: "key" for a field, "value"
+/// for an enum variant, YAML's names for the types instead of Rust's
+/// (`expected struct Module`, `expected u32`), and "did you mean" for a
+/// near miss among the names that were expected.
+pub(crate) fn plain_words(message: &str) -> String {
+    // `prefix: ` (the key path) is kept as it is.
+    let (path, body) = match message.find(": ") {
+        Some(i) if !message[..i].contains(' ') => (&message[..i + 2], &message[i + 2..]),
+        _ => ("", message),
+    };
+    let body = if let Some(rest) = body.strip_prefix("unknown field ") {
+        unknown_name("key", rest)
+    } else if let Some(rest) = body.strip_prefix("unknown variant ") {
+        unknown_name("value", rest)
+    } else if let Some(rest) = body.strip_prefix("missing field ") {
+        format!("missing key {rest}")
+    } else {
+        rust_types(body)
+    };
+    format!("{path}{body}")
+}
+
+/// `` `x`, expected one of `a`, `b` `` (or `` expected `a` or `b` ``, or
+/// `there are no fields`) as "unknown key `x`: did you mean `a`?" or with
+/// the list.
+fn unknown_name(what: &str, rest: &str) -> String {
+    let (name, expected) = match rest.split_once(", ") {
+        Some((n, e)) => (n, e),
+        None => (rest, ""),
+    };
+    let bare = name.trim_matches('`');
+    let options: Vec<&str> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|o| !o.is_empty())
+        .collect();
+    if options.is_empty() {
+        return format!("unknown {what} {name}: none is expected here");
+    }
+    match did_you_mean(bare, &options) {
+        Some(near) => format!("unknown {what} {name}: did you mean `{near}`?"),
+        None => format!(
+            "unknown {what} {name}: expected one of {}",
+            options.join(", ")
+        ),
+    }
+}
+
+/// The option `name` most likely misspells: close by edit distance, or
+/// one a prefix of the other (`tcp_stream` for `tcp`).
+pub(crate) fn did_you_mean<'a>(name: &str, options: &[&'a str]) -> Option<&'a str> {
+    let lower = name.to_ascii_lowercase();
+    // A name that extends an option (`tcp_stream`) means it, before any
+    // option merely alike in letters (`tcp_rr`).
+    let extended = options
+        .iter()
+        .filter(|o| o.len() >= 3 && lower.starts_with(&o.to_ascii_lowercase()))
+        .max_by_key(|o| o.len());
+    if let Some(o) = extended {
+        return Some(o);
+    }
+    options
+        .iter()
+        .map(|o| (*o, strsim::jaro_winkler(&lower, &o.to_ascii_lowercase())))
+        .filter(|(o, score)| {
+            *score >= 0.85
+                || (o.len() >= 3 && lower.starts_with(&o.to_ascii_lowercase()))
+                || (lower.len() >= 3 && o.to_ascii_lowercase().starts_with(&lower))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(o, _)| o)
+}
+
+/// Rust's type names in serde's "invalid type" messages, in YAML's words.
+fn rust_types(body: &str) -> String {
+    let mut out = body.to_string();
+    if let Some(i) = out.find("expected struct ") {
+        let end = out[i..].find([',', ';']).map_or(out.len(), |e| i + e);
+        out.replace_range(i..end, "expected a mapping of keys (key: value)");
+    }
+    if let Some(i) = out.find("expected enum ") {
+        let end = out[i..].find([',', ';']).map_or(out.len(), |e| i + e);
+        out.replace_range(i..end, "expected one of its names");
+    }
+    for (rust, yaml) in [
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u32", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected usize", "expected a whole number"),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected a borrowed string", "expected a string"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected a mapping (key: value)"),
+        ("expected unit", "expected nothing"),
+        ("invalid type: sequence", "invalid type: a list"),
+        ("invalid type: map", "invalid type: a mapping"),
+        ("invalid type: unit value", "invalid type: an empty value"),
+    ] {
+        // Whole words only: `expected u32` but not `expected u32x`.
+        if let Some(i) = out.find(rust) {
+            let after = out[i + rust.len()..].chars().next();
+            if !after.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                out.replace_range(i..i + rust.len(), yaml);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_jargon_reads_as_yaml() {
+        assert_eq!(
+            plain_words("modules.m1.kind: unknown variant `tcp_stream`, expected one of `tcp`, `udp`, `tcp_rr`"),
+            "modules.m1.kind: unknown value `tcp_stream`: did you mean `tcp`?"
+        );
+        assert_eq!(
+            plain_words("modules.m1: unknown field `duraton`, expected one of `kind`, `duration`"),
+            "modules.m1: unknown key `duraton`: did you mean `duration`?"
+        );
+        assert_eq!(
+            plain_words("modules.m1: unknown field `zzz`, expected `kind` or `duration`"),
+            "modules.m1: unknown key `zzz`: expected one of kind, duration"
+        );
+        assert_eq!(
+            plain_words("modules.m1: invalid type: integer `3`, expected struct Module"),
+            "modules.m1: invalid type: integer `3`, expected a mapping of keys (key: value)"
+        );
+        assert_eq!(
+            plain_words("modules.t.streams: invalid type: string \"many\", expected u32"),
+            "modules.t.streams: invalid type: string \"many\", expected a whole number"
+        );
+        assert_eq!(plain_words("missing field `kind`"), "missing key `kind`");
+    }
 
     #[test]
     fn position_is_removed_once_wherever_it_is() {

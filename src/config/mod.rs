@@ -11,6 +11,7 @@
 //! - [`DEFAULT_CONFIG`]: the configuration used when none is given, shipped
 //!   as `config/pathprobe.yml`.
 
+pub mod check;
 pub mod discovery;
 mod error;
 mod locate;
@@ -147,6 +148,24 @@ impl Config {
     /// [`Config::validate`], with this host's congestion control
     /// algorithms given (`None` when they cannot be read).
     fn validate_with(&self, file: &str, available: Option<&[String]>) -> Result<(), ConfigError> {
+        match self
+            .validation_errors_with(file, available)
+            .into_iter()
+            .next()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every check [`Config::validate`] makes that fails, one error per
+    /// section, module, and the targets and discovery (for `check-config`,
+    /// which reports them all).
+    pub(crate) fn validation_errors(&self, file: &str) -> Vec<ConfigError> {
+        self.validation_errors_with(file, crate::probe::spec::available_congestion().as_deref())
+    }
+
+    fn validation_errors_with(&self, file: &str, available: Option<&[String]>) -> Vec<ConfigError> {
         let at = |section: &str, (key, msg): (&str, String)| {
             let path = if key.is_empty() {
                 section.to_string()
@@ -155,35 +174,39 @@ impl Config {
             };
             ConfigError::invalid(file, path, msg)
         };
-        self.responder.check().map_err(|e| at("responder", e))?;
-        self.scheduler.check().map_err(|e| at("scheduler", e))?;
-        self.http.check().map_err(|e| at("http", e))?;
-        self.web.check().map_err(|e| at("web", e))?;
+        let mut out = Vec::new();
+        out.extend(self.responder.check().err().map(|e| at("responder", e)));
+        out.extend(self.scheduler.check().err().map(|e| at("scheduler", e)));
+        out.extend(self.http.check().err().map(|e| at("http", e)));
+        out.extend(self.web.check().err().map(|e| at("web", e)));
         for (name, module) in &self.modules {
             if !valid_module_name(name) {
-                return Err(ConfigError::invalid(
+                out.push(ConfigError::invalid(
                     file,
                     format!("modules.{name}"),
                     "module names may hold only letters, digits, '_', '-' and '.'",
                 ));
+                continue;
             }
-            module
-                .check()
-                .map_err(|e| at(&format!("modules.{name}"), e))?;
+            if let Err(e) = module.check() {
+                out.push(at(&format!("modules.{name}"), e));
+                continue;
+            }
             if let Some(m) = module
                 .congestion
                 .as_deref()
                 .and_then(|c| unknown_congestion(c, available))
             {
-                return Err(ConfigError::invalid(
+                out.push(ConfigError::invalid(
                     file,
                     format!("modules.{name}.congestion"),
                     m,
                 ));
             }
         }
-        self.validate_targets(file)?;
-        self.validate_discovery(file)
+        out.extend(self.validate_targets(file).err());
+        out.extend(self.validate_discovery(file).err());
+        out
     }
 
     /// What is valid but likely wrong on this host: for `check-config`,
@@ -532,10 +555,20 @@ pub struct Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::units::plural;
         write!(
             f,
-            "{} modules, {} static targets ({} probe runs per interval), {} file_sd and {} dns discovery entries",
-            self.modules, self.targets, self.probes, self.file_sd, self.dns
+            "{}, {} ({} per interval), {} file_sd and {} dns discovery {}",
+            plural(self.modules, "module"),
+            plural(self.targets, "static target"),
+            plural(self.probes, "probe run"),
+            self.file_sd,
+            self.dns,
+            if self.file_sd + self.dns == 1 {
+                "entry"
+            } else {
+                "entries"
+            }
         )?;
         if self.mesh {
             f.write_str(", mesh mode")?;

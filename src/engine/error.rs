@@ -30,7 +30,7 @@ pub enum ProbeError {
         stage: &'static str,
         after: Duration,
     },
-    #[error("responder is busy: {message} (retry after {retry_after:?})")]
+    #[error("{}", busy_text(message, *retry_after))]
     Busy {
         retry_after: Duration,
         message: String,
@@ -56,6 +56,24 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A busy refusal said once: the responder's own message (which names the
+/// wait already) after "busy", with the hint's wait only when the message
+/// gives none (a stock iperf3 server's does not).
+fn busy_text(message: &str, retry_after: Duration) -> String {
+    let message = message.strip_prefix("responder is ").unwrap_or(message);
+    let mut text = if message.is_empty() {
+        "responder is busy".to_string()
+    } else if message.contains("busy") {
+        message.to_string()
+    } else {
+        format!("responder is busy: {message}")
+    };
+    if !text.contains("retry") {
+        text += &format!("; retry in {:.0} s", retry_after.as_secs_f64().ceil());
+    }
+    text
 }
 
 impl ProbeError {
@@ -123,7 +141,7 @@ impl ProbeError {
             ProbeError::Refused { .. } => "start `pathprobe respond` on the target, or give the right port with -p",
             ProbeError::Unreachable { .. } => "check the route and firewall to the target",
             ProbeError::Timeout { .. } => "check that a firewall lets the responder's TCP and UDP port through",
-            ProbeError::Busy { .. } => "try again later; the responder runs one test at a time",
+            ProbeError::Busy { .. } => "it runs one test at a time",
             ProbeError::VersionMismatch(_) => "adjacent releases negotiate a common protocol version; upgrade the older end to within one release of the other",
             ProbeError::Rejected { reason, .. } => match reason {
                 RejectReason::AuthRequired | RejectReason::AuthFailed => {

@@ -68,6 +68,48 @@ pub fn parse_per_cpu_stat(text: &str) -> Result<Vec<(u32, CpuTicks)>, HostError>
     Ok(out)
 }
 
+/// The CPUs this process may run on (its affinity mask, which a cgroup's
+/// cpuset or `taskset` narrows), or `None` when the kernel does not say.
+pub fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain bits, valid when zeroed; the kernel writes
+    // at most its size, which is passed.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    let max = libc::CPU_SETSIZE as usize;
+    // SAFETY: every index is below CPU_SETSIZE.
+    Some(
+        (0..max)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
+/// `0-3,6` for a sorted list of CPU numbers, as the kernel writes lists.
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        let mut end = start;
+        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
+            i += 1;
+            end = cpus[i];
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(",")
+}
+
 /// Reads and parses the per-CPU lines of /proc/stat.
 pub fn read_per_cpu_stat() -> Result<Vec<(u32, CpuTicks)>, HostError> {
     parse_per_cpu_stat(&read_to_string(FILE)?)
@@ -76,6 +118,15 @@ pub fn read_per_cpu_stat() -> Result<Vec<(u32, CpuTicks)>, HostError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(format_cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");
+        assert_eq!(format_cpu_list(&[1]), "1");
+        assert_eq!(format_cpu_list(&[]), "");
+        let here = allowed_cpus().unwrap();
+        assert!(!here.is_empty());
+    }
 
     #[test]
     fn parses_cpu_lines_skipping_the_aggregate() {

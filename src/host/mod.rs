@@ -26,7 +26,7 @@ mod thread;
 mod uname;
 
 pub use cgroup::{cpu_cgroup_dir, parse_cpu_stat, parse_quota, read_cpu_cgroup, CpuStat};
-pub use cpus::{parse_per_cpu_stat, read_per_cpu_stat};
+pub use cpus::{allowed_cpus, format_cpu_list, parse_per_cpu_stat, read_per_cpu_stat};
 pub use error::HostError;
 pub use iface::{interface_for_peer, interface_irqs, is_local_address};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};

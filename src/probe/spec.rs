@@ -365,6 +365,16 @@ impl ProbeSpec {
     /// typo fails at once instead of after the responder has agreed the
     /// test. A host whose list cannot be read is not blocked.
     pub fn check_local(&self) -> Result<(), SpecError> {
+        // A CPU this process cannot use would leave the threads unpinned,
+        // figures taken as pinned (README: a bad -A is a usage error).
+        if let (Some(cpu), Some(allowed)) = (self.affinity, crate::host::allowed_cpus()) {
+            if !allowed.contains(&cpu) {
+                return Err(SpecError(format!(
+                    "-A {cpu}: this host has no CPU {cpu} that pathprobe may use (it may use {})",
+                    crate::host::format_cpu_list(&allowed)
+                )));
+            }
+        }
         let (Some(name), Some(available)) = (&self.congestion, available_congestion()) else {
             return Ok(());
         };

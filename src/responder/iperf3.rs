@@ -474,7 +474,8 @@ async fn session(
                 protocol = "iperf3",
                 kind = %request.kind,
                 direction = %request.direction,
-                duration_seconds = format!("{:.3}", began.elapsed().as_secs_f64()),
+                // A number (ms resolution), so that JSON logs carry it as one.
+                duration_seconds = (began.elapsed().as_secs_f64() * 1e3).round() / 1e3,
                 "test done"
             );
         }

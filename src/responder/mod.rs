@@ -142,6 +142,10 @@ pub struct ResponderConfig {
     /// default. Held to 2, the responder answers exactly as the previous
     /// release did (the compatibility tests use it).
     pub max_protocol_version: u32,
+    /// Whether each finished test is logged ("test done"). Off for the
+    /// in-process responder of loopback probes, whose tests are the host's
+    /// own probes, not counted in the service's responder metrics.
+    pub log_tests: bool,
 }
 
 impl Default for ResponderConfig {
@@ -175,6 +179,7 @@ impl Default for ResponderConfig {
             secret: None,
             access: AccessList::default(),
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
+            log_tests: true,
         }
     }
 }

@@ -239,17 +239,20 @@ pub(super) async fn run(
             // One line per test, as a server log should have: who, what,
             // how much and how long. Not rate-limited: tests are already
             // held to one at a time and to the per-client allowance.
-            let bytes: u64 = stats.streams.iter().map(|s| s.bytes).sum();
-            tracing::info!(
-                %peer,
-                kind = %kind,
-                direction = %direction,
-                streams = stats.streams.len(),
-                protocol_version = version,
-                bytes,
-                duration_seconds = format!("{:.3}", began.elapsed().as_secs_f64()),
-                "test done"
-            );
+            if config.log_tests {
+                let bytes: u64 = stats.streams.iter().map(|s| s.bytes).sum();
+                tracing::info!(
+                    %peer,
+                    kind = %kind,
+                    direction = %direction,
+                    streams = stats.streams.len(),
+                    protocol_version = version,
+                    bytes,
+                    // A number (ms resolution), so that JSON logs carry it as one.
+                    duration_seconds = (began.elapsed().as_secs_f64() * 1e3).round() / 1e3,
+                    "test done"
+                );
+            }
             let results = Message::Results(Box::new(stats));
             match control.send(&results, timeout).await {
                 Ok(()) => true,

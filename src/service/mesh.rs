@@ -360,7 +360,7 @@ mod tests {
         let mesh = Config::from_yaml(&y.replace("MESH", "true"), "m.yml").unwrap();
         let n = notes(&mesh, &[], |t| t.host == "10.0.0.1");
         // 18 slots of 6+4+1 = 11 s at half budget: 396 s > 60 s.
-        assert!(n[0].contains("10 hosts, 1 modules: a cycle of 18 slots of 11 s (one every 22 s) = 6.6 min; each host in tests 50% of the time"), "{n:?}");
+        assert!(n[0].contains("10 hosts, 1 module: a cycle of 18 slots of 11 s (one every 22 s) = 6.6 min; each host in tests 50% of the time"), "{n:?}");
         assert!(
             n[1].starts_with(
                 "warning: the interval of 60 s is shorter than the mesh cycle of 396 s"

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod app;
+pub mod check;
 pub mod history;
 pub mod jobs;
 pub mod mesh;
@@ -54,6 +55,16 @@ impl ConfigSource {
         match self {
             ConfigSource::Embedded => Ok(Config::default_embedded()),
             ConfigSource::File(p) => Config::load(p),
+        }
+    }
+}
+
+/// For the startup log: `embedded default` or `file PATH`.
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::Embedded => f.write_str("embedded default"),
+            ConfigSource::File(p) => write!(f, "file {}", p.display()),
         }
     }
 }
@@ -166,6 +177,13 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let config = Arc::new(source.load()?);
+    // After the load: a file that fails is named once, in the error.
+    tracing::info!(
+        version = crate::build_info::VERSION,
+        commit = crate::build_info::COMMIT,
+        config = %source,
+        "starting pathprobe serve"
+    );
     let store = Arc::new(ResultStore::new());
     let state = Arc::new(ServiceState::new(SystemTime::now()));
     let host_metrics = Arc::new(HostMetrics::new(config.host_metrics.irq_pattern.as_str())?);
@@ -271,7 +289,14 @@ pub async fn run(
     });
 
     let http_addr = listeners.http.local_addr()?;
-    tracing::info!(addr = %http_addr, "serving metrics on http://{http_addr}/metrics");
+    // The status page is where a person starts; Prometheus needs /metrics.
+    tracing::info!(
+        addr = %http_addr,
+        status_page = %format!("http://{http_addr}/"),
+        version = crate::build_info::VERSION,
+        config = %source,
+        "serving metrics on http://{http_addr}/metrics and the status page on http://{http_addr}/"
+    );
     let http_task = tokio::spawn(crate::http::serve(
         listeners.http,
         Arc::new(app::ServiceApp(shared.clone())),

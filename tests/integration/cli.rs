@@ -1026,7 +1026,8 @@ fn serve_reports_a_startup_error_once() {
         Duration::from_secs(20),
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A flag's file that cannot be read is a usage error (README).
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.matches("nope.yml").count(), 1, "{err}");
     assert!(!err.contains('\x1b'), "{err:?}");
 }
@@ -1064,4 +1065,449 @@ fn remote_pinning_failure_comes_back_as_a_note() {
         .as_str()
         .unwrap()
         .starts_with("could not pin the data threads to CPU 1000"));
+}
+
+/// Waits until the responder at `addr` has admitted a test: its data
+/// connection exists only once the test is accepted.
+fn wait_admitted(addr: &str) {
+    let port = addr.rsplit(':').next().unwrap().to_string();
+    let start = Instant::now();
+    loop {
+        let out = Command::new("ss")
+            .args([
+                "-tnH",
+                "state",
+                "established",
+                "dport",
+                "=",
+                &format!(":{port}"),
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().count() >= 2 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the first probe was never admitted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 25 point 8: the busy message said "busy" and the retry three
+/// times ("responder is busy: responder is running another test; retry in
+/// 3 s (retry after 2.9s) (try again later; ...)").
+#[test]
+fn the_busy_message_says_it_once() {
+    let r = Responder::start(&[]);
+    let mut long = bin()
+        .args(["probe", "-t", "3", &r.addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_admitted(&r.addr);
+    let out = run(
+        bin().args(["probe", "-t", "0.2", &r.addr]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("busy").count(), 1, "{err}");
+    assert_eq!(err.matches("retry").count(), 1, "{err}");
+    assert!(!err.contains("try again"), "{err}");
+    assert!(long.wait().unwrap().success());
+}
+
+/// Issue 25 point 5: nuttcp's and iperf3's spellings are answered with
+/// pathprobe's, as `-s` is, not with clap's "use '-- -T'" or "invalid
+/// size".
+#[test]
+fn nuttcp_and_iperf3_habits_name_the_pathprobe_way() {
+    for (args, wanted) in [
+        (
+            &["probe", "-T", "5", "h"][..],
+            "-T is nuttcp's time: pathprobe takes it as -t",
+        ),
+        (
+            &["probe", "-r", "10.77.0.2"][..],
+            "for nuttcp's -r (receive: the far end sends), use -R",
+        ),
+        (&["probe", "h", "-r"][..], "use -R"),
+        (&["probe", "-f", "m", "h"][..], "always prints MiB and Mbps"),
+    ] {
+        let out = run(bin().args(args), Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(wanted), "{args:?}: {err}");
+        assert!(!err.contains("'-- -"), "{args:?}: clap's tip: {err}");
+    }
+    // The sizes still parse as netperf's -r.
+    let out = run(
+        bin().args([
+            "probe",
+            "--loopback",
+            "--mode",
+            "tcp_rr",
+            "-r",
+            "1,1",
+            "-t",
+            "0.2",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("note:"), "{}", stderr(&out));
+}
+
+/// Issue 25 point 5: `-r 1,1` on a throughput test was dropped silently;
+/// `-i 1 --mode udp_rr` sent one datagram per second without a word.
+#[test]
+fn flags_of_another_mode_and_a_sparse_udp_rr_are_noted() {
+    let out = run(
+        bin().args([
+            "probe",
+            "--loopback",
+            "-t",
+            "0.2",
+            "-r",
+            "1,1",
+            "--burst",
+            "2",
+        ]),
+        Duration::from_secs(20),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: -r is ignored in a tcp test: it applies to --mode tcp_rr and tcp_crr"),
+        "{err}"
+    );
+    assert!(
+        err.contains("note: --burst is ignored in a tcp test"),
+        "{err}"
+    );
+    let out = run(
+        bin().args([
+            "probe",
+            "--loopback",
+            "--mode",
+            "udp_rr",
+            "-i",
+            "1",
+            "-t",
+            "1",
+        ]),
+        Duration::from_secs(20),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: with --mode udp_rr, -i is the send interval")
+            && err.contains("sends 1 request,"),
+        "{err}"
+    );
+    // The default schedule (10 ms) draws no note.
+    let out = run(
+        bin().args(["probe", "--loopback", "--mode", "udp_rr", "-t", "1"]),
+        Duration::from_secs(20),
+    );
+    assert!(!stderr(&out).contains("note:"), "{}", stderr(&out));
+}
+
+/// Issue 25 point 5: `-A 5` on a 2-CPU host ran unpinned with exit 0,
+/// though README lists a bad -A as exit 2. CPU 1000 is on no machine
+/// this runs on.
+#[test]
+fn affinity_to_a_cpu_this_host_lacks_exits_2() {
+    let out = run(
+        bin().args(["probe", "--loopback", "-t", "0.2", "-A", "1000"]),
+        Duration::from_secs(20),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("-A 1000: this host has no CPU 1000"), "{err}");
+    let out = run(
+        bin().args(["probe", "--loopback", "-J", "-t", "0.2", "-A", "1000"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["reason"], "bad_argument");
+    // CPU 0 exists everywhere.
+    let out = run(
+        bin().args(["probe", "--loopback", "-t", "0.2", "-A", "0"]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Issue 25 point 7: only the first error was reported, in serde's words
+/// (`unknown variant`, `expected struct Module`), without "did you mean".
+#[test]
+fn check_config_reports_every_error_in_plain_words() {
+    let (code, out, err) = check_config(
+        "modules:\n  a: {kind: tcp_stream}\n  b: {kind: tcp, duraton: 5s}\n  c: 3\ntargets:\n  - {address: h, modules: [b], intervall: 5s}\nbogus: 1\n",
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 6, "{err}");
+    assert!(
+        lines[0].starts_with(
+            "c.yml:2:13: modules.a.kind: unknown value `tcp_stream`: did you mean `tcp`?"
+        ),
+        "{err}"
+    );
+    assert!(
+        lines[1]
+            .starts_with("c.yml:3:18: modules.b: unknown key `duraton`: did you mean `duration`?"),
+        "{err}"
+    );
+    assert!(
+        lines[2].starts_with("c.yml:4:6: modules.c: invalid type: integer `3`, expected a mapping"),
+        "{err}"
+    );
+    assert!(
+        lines[3].contains("targets[0]: unknown key `intervall`: did you mean `interval`?"),
+        "{err}"
+    );
+    assert!(
+        lines[4].starts_with("c.yml:7:1: unknown key `bogus`"),
+        "{err}"
+    );
+    assert_eq!(lines[5], "c.yml: 5 errors");
+    for jargon in ["variant", "struct", "field", "u32"] {
+        assert!(!err.contains(jargon), "{jargon}: {err}");
+    }
+}
+
+/// Issue 25 point 7: a Prometheus file given to check-config is named.
+#[test]
+fn check_config_names_prometheus_files() {
+    for (file, what) in [
+        ("alerts.yml", "a Prometheus rules file"),
+        ("prometheus.yml", "a Prometheus server configuration"),
+    ] {
+        let path = format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR"));
+        let out = run(bin().args(["check-config", &path]), Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(what) && err.contains("promtool check"),
+            "{err}"
+        );
+    }
+}
+
+/// Issue 25 point 7: a discovery pattern that matches nothing and a
+/// history file in a directory that cannot be written pass silently; a
+/// discovery-only mesh read "0 hosts, 1 modules: ... 0% of the time";
+/// counts read "1 modules".
+#[test]
+fn check_config_warns_and_states_a_discovery_mesh() {
+    let (code, out, err) = check_config(
+        "modules:\n  tcp: {kind: tcp, duration: 5s}\ndiscovery:\n  mesh: true\n  file_sd:\n    - files: [nowhere/*.json]\n      modules: [tcp]\nweb:\n  history_file: /nonexistent-pathprobe-dir/history.json\n",
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        err.contains(
+            "c.yml: WARNING: discovery.file_sd[0].files[0]: \"nowhere/*.json\" matches no file"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "c.yml: WARNING: web.history_file: cannot write in /nonexistent-pathprobe-dir"
+        ),
+        "{err}"
+    );
+    assert!(out.contains("(1 module, 0 static targets (0 probe runs per interval), 1 file_sd and 0 dns discovery entry, mesh mode"), "{out}");
+    assert!(
+        out.contains("mesh members come from discovery at run time"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  2 hosts, 1 module: a cycle of 2 slots")
+            && out.contains("  200 hosts, 1 module:"),
+        "{out}"
+    );
+    assert!(
+        !out.contains(" 0 hosts") && !out.contains("1 modules"),
+        "{out}"
+    );
+}
+
+/// Issue 25 point 8: `serve --config.file` and `check-config` of a file
+/// that cannot be read exited 1, `probe --auth.secret-file` 2.
+#[test]
+fn unreadable_files_exit_2_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["check-config", missing],
+        vec![
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--config.file",
+            missing,
+        ],
+        vec!["probe", "--loopback", "--auth.secret-file", missing],
+        vec![
+            "respond",
+            "--listen",
+            "127.0.0.1:0",
+            "--auth.secret-file",
+            missing,
+        ],
+    ] {
+        let out = run(bin().args(&args), Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// Issue 25 point 8: `--log.format json` nested fields under `fields` and
+/// wrote duration_seconds as a string.
+#[test]
+fn json_logs_are_flat_with_numbers() {
+    let turn = turn::shared();
+    let mut child = bin()
+        .args([
+            "respond",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--log.format",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.split_whitespace().nth(4).unwrap().to_string();
+    let mut r = Responder {
+        child,
+        addr,
+        _turn: turn,
+    };
+    let out = run(
+        bin().args(["probe", "-t", "0.3", &r.addr]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success());
+    let mut stderr = r.child.stderr.take().unwrap();
+    unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) };
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut log).unwrap();
+    let done: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.contains("test done"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(done.len(), 1, "{log}");
+    let v = &done[0];
+    assert!(v.get("fields").is_none(), "{v}");
+    assert_eq!(v["message"], "test done", "{v}");
+    assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["streams"].as_u64(), Some(1), "{v}");
+    let secs = v["duration_seconds"].as_f64().expect("a number");
+    assert!((0.2..5.0).contains(&secs), "{v}");
+}
+
+/// Issue 25 point 8: the in-process responder of a loopback probe logged
+/// "test done" lines as if another host had been served, though
+/// pathprobe_responder_tests_total does not count them.
+#[test]
+fn loopback_probes_are_not_logged_as_responder_tests() {
+    let out = run(
+        bin()
+            .env("RUST_LOG", "info")
+            .args(["probe", "--loopback", "-t", "0.2"]),
+        Duration::from_secs(20),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("test done"), "{err}");
+}
+
+/// Issue 25 point 8: the startup log named no version, no configuration
+/// source and not the status page; `--version` had no commit.
+#[test]
+fn startup_log_and_version_say_what_runs() {
+    let out = run(bin().arg("--version"), Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("pathprobe {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    // Built from a git tree here (as CI builds from a clone): the commit is known.
+    if std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.git")).exists() {
+        let commit = text
+            .trim()
+            .trim_end_matches(')')
+            .rsplit(' ')
+            .next()
+            .unwrap();
+        assert!(
+            commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+            "{text}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yml");
+    std::fs::write(&path, "responder:\n  listen: 127.0.0.1:0\n").unwrap();
+    let _turn = turn::shared();
+    let mut child = bin()
+        .args([
+            "serve",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--config.file",
+            path.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        let Some(Ok(l)) = lines.next() else { break };
+        let done = l.contains("serving metrics on");
+        seen.push(l);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = seen.join("\n");
+    let starting = seen
+        .iter()
+        .find(|l| l.contains("starting pathprobe serve"))
+        .expect(&log);
+    assert!(
+        starting.contains(&format!("version={}", env!("CARGO_PKG_VERSION"))),
+        "{log}"
+    );
+    assert!(starting.contains(" commit="), "{log}");
+    assert!(
+        starting.contains(&format!("config=\"file {}\"", path.display())),
+        "{log}"
+    );
+    let serving = seen.last().unwrap();
+    assert!(
+        serving.contains("status page on http://127.0.0.1:")
+            && serving.contains("status_page=http://127.0.0.1:"),
+        "{log}"
+    );
 }

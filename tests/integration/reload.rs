@@ -109,12 +109,12 @@ fn cases() -> Vec<Case> {
         case(
             "wrong type",
             text(&format!("{HEAD}targets:\n  - {{name: old, modules: lo, interval: 1s}}\n")),
-            ":6:26: targets[0].modules: invalid type: string \"lo\", expected a sequence",
+            ":6:26: targets[0].modules: invalid type: string \"lo\", expected a list",
         ),
         case(
             "unknown key",
             text(&format!("{HEAD}targets:\n  - {{name: old, modules: [lo], intervall: 1s}}\n")),
-            ":6:32: targets[0]: unknown field `intervall`",
+            ":6:32: targets[0]: unknown key `intervall`: did you mean `interval`?",
         ),
         case(
             "negative interval",

@@ -204,7 +204,10 @@ async fn reload_keeps_the_old_config_when_the_new_one_is_broken() {
     .unwrap();
     let (status, body) = http(run.http, "POST", "/-/reload").await;
     assert_eq!(status, 500);
-    assert!(body.contains("unknown field `durations`"), "{body}");
+    assert!(
+        body.contains("unknown key `durations`: did you mean `duration`?"),
+        "{body}"
+    );
     let (_, m) = http(run.http, "GET", "/metrics").await;
     assert_eq!(
         sample(&m, "pathprobe_config_last_reload_successful", &[]),

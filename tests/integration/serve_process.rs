@@ -189,7 +189,8 @@ fn check_config_reports_the_error_and_exit_code() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("bad.yml:4:5") && err.contains("unknown field `durations`"),
+        err.contains("bad.yml:4:5")
+            && err.contains("unknown key `durations`: did you mean `duration`?"),
         "{err}"
     );
 }

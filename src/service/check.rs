@@ -1,0 +1,226 @@
+//! `pathprobe check-config FILE`: what the file holds and costs, every
+//! error in it, and warnings about what is valid but will not work here
+//! (a discovery pattern that matches nothing, a history file that cannot
+//! be written). A Prometheus file given by mistake is named as such.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{check, Config, ConfigError};
+use crate::discovery::DiscoveredTarget;
+use crate::probe::Target;
+use crate::units::plural;
+
+/// What `check-config` prints and how it exits.
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    /// For stdout: the summary and the schedule's cost.
+    pub stdout: Vec<String>,
+    /// For stderr: errors and warnings.
+    pub stderr: Vec<String>,
+    /// 0 valid, 1 invalid, 2 unreadable (README, exit codes).
+    pub code: u8,
+}
+
+/// Member counts whose mesh cost a discovery-only mesh is shown for.
+const MEMBER_COUNTS: [usize; 4] = [2, 10, 50, 200];
+
+/// Checks the file at `path`.
+pub fn check_config(path: &Path) -> CheckReport {
+    let name = path.display().to_string();
+    let mut report = CheckReport::default();
+    let config = match check::load_all(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            report.code = if errors.iter().any(|e| matches!(e, ConfigError::Read { .. })) {
+                2
+            } else {
+                1
+            };
+            if let Some(what) = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| prometheus_file(&t))
+            {
+                report.stderr.push(format!("{name}: {what}"));
+                return report;
+            }
+            report.stderr.extend(errors.iter().map(ToString::to_string));
+            if errors.len() > 1 {
+                report
+                    .stderr
+                    .push(format!("{name}: {}", plural(errors.len(), "error")));
+            }
+            return report;
+        }
+    };
+    let summary = config.summary();
+    let mut warnings = summary.warnings.clone();
+    warnings.extend(empty_patterns(&config));
+    warnings.extend(history_unwritable(&config));
+    report
+        .stderr
+        .extend(warnings.iter().map(|w| format!("{name}: WARNING: {w}")));
+    report.stdout.push(format!("{name}: OK ({summary})"));
+    report.stdout.extend(schedule_notes(&config));
+    report
+}
+
+/// The schedule's cost over the static targets; for a mesh whose members
+/// all come from discovery, the cost at a few member counts, as they are
+/// known only at run time.
+fn schedule_notes(config: &Config) -> Vec<String> {
+    let local = super::jobs::is_local_target;
+    let discovery_only = config.discovery.mesh
+        && config.scheduler.mesh.planned
+        && super::mesh::plan(config, &[], local).0.members().len() < 2
+        && !(config.discovery.file_sd.is_empty() && config.discovery.dns.is_empty());
+    if !discovery_only {
+        return super::mesh::notes(config, &[], local);
+    }
+    let modules: Vec<String> = config
+        .discovery
+        .file_sd
+        .iter()
+        .map(|e| (&e.modules, e.interval))
+        .chain(
+            config
+                .discovery
+                .dns
+                .iter()
+                .map(|e| (&e.modules, e.interval)),
+        )
+        .next()
+        .map(|(m, _)| m.clone())
+        .unwrap_or_default();
+    let interval = config
+        .discovery
+        .file_sd
+        .first()
+        .and_then(|e| e.interval)
+        .or_else(|| config.discovery.dns.first().and_then(|e| e.interval));
+    let mut out = vec![
+        "mesh members come from discovery at run time (the startup log states the schedule); \
+         its cost by member count:"
+            .to_string(),
+    ];
+    for n in MEMBER_COUNTS {
+        let members: Vec<DiscoveredTarget> = (0..n)
+            .map(|i| DiscoveredTarget {
+                name: format!("member{i}"),
+                endpoint: Target {
+                    host: format!("member{i}.invalid"),
+                    port: crate::protocol::DEFAULT_PORT,
+                },
+                modules: modules.clone(),
+                interval,
+                labels: Default::default(),
+            })
+            .collect();
+        let (plan, _, _) = super::mesh::plan(config, &members, |_| false);
+        out.push(format!("  {}", plan.describe()));
+    }
+    out
+}
+
+/// Warnings for file_sd patterns that match no file now.
+fn empty_patterns(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, entry) in config.discovery.file_sd.iter().enumerate() {
+        for (j, pattern) in entry.files.iter().enumerate() {
+            let one = crate::config::FileSdConfig {
+                files: vec![pattern.clone()],
+                ..entry.clone()
+            };
+            let found = one
+                .expand_files(&config.base_dir)
+                .iter()
+                .filter(|p| p.is_file())
+                .count();
+            if found == 0 {
+                out.push(format!(
+                    "discovery.file_sd[{i}].files[{j}]: {pattern:?} matches no file in {} now; \
+                     its targets come only once files appear there",
+                    dir_of(&config.base_dir.join(pattern)).display()
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A warning when the status page's history file cannot be written where
+/// the configuration puts it: every save would fail.
+fn history_unwritable(config: &Config) -> Option<String> {
+    let state_dir = std::env::var_os("STATE_DIRECTORY");
+    let path = config
+        .web
+        .history_path(&config.base_dir, state_dir.as_deref())?;
+    let dir = dir_of(&path);
+    // Creating a file is the only test that holds for read-only mounts,
+    // ACLs and root alike.
+    let probe = dir.join(format!(".pathprobe-check-{}", std::process::id()));
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe);
+    match result {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            None
+        }
+        Err(e) => Some(format!(
+            "web.history_file: cannot write in {} ({e}); the status page's history would not \
+             be saved (under systemd's ProtectSystem=strict, put it in StateDirectory=)",
+            dir.display()
+        )),
+    }
+}
+
+/// What a Prometheus file given to check-config is, by its top-level keys.
+fn prometheus_file(text: &str) -> Option<String> {
+    let serde_yaml::Value::Mapping(top) = serde_yaml::from_str(text).ok()? else {
+        return None;
+    };
+    let has = |k: &str| top.contains_key(k);
+    if has("groups") && !check::SECTIONS.iter().any(|s| has(s)) {
+        return Some(
+            "this is a Prometheus rules file (groups:), not a pathprobe configuration; \
+             check it with `promtool check rules`"
+                .into(),
+        );
+    }
+    if ["global", "scrape_configs", "rule_files", "alerting"]
+        .iter()
+        .any(|k| has(k))
+        && !check::SECTIONS.iter().any(|s| has(s))
+    {
+        return Some(
+            "this is a Prometheus server configuration (scrape_configs:), not a pathprobe \
+             configuration; check it with `promtool check config`"
+                .into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_files_are_named() {
+        assert!(prometheus_file("groups:\n- name: x\n  rules: []\n")
+            .unwrap()
+            .contains("rules file"));
+        assert!(prometheus_file("global: {}\nscrape_configs: []\n")
+            .unwrap()
+            .contains("server configuration"));
+        assert_eq!(prometheus_file("modules: {}\n"), None);
+    }
+}

@@ -288,7 +288,7 @@ fn udp_rr(
         .saturating_add(u.invalid);
     received.add(arrived.saturating_mul(len), arrived, h.udp);
     // The prober's FIN datagrams; the responder's side receives them.
-    let fins = u64::from(super::udp_rr::FIN_COPIES);
+    let fins = u64::from(crate::kinds::udp_rr::FIN_COPIES);
     let fin_way = if s.role == Some(Role::Sender) {
         sent
     } else {

@@ -69,7 +69,7 @@ pub struct TestSide {
     irqs: Vec<String>,
     /// What cross-traffic accounting needs of the test: its kind, sizes,
     /// and whether the peer is IPv6.
-    shape: super::cross::TestShape,
+    shape: crate::analysis::cross::TestShape,
     /// Where this side's intervals go as they close (the prober's
     /// `--json-stream`); the responder's travel in its results only.
     pub intervals: Option<IntervalSink>,
@@ -123,7 +123,11 @@ impl TestSide {
             layout: stream_layout(request.direction, request.streams),
             interface,
             irqs,
-            shape: super::cross::TestShape::new(request, token, peer.to_canonical().is_ipv6()),
+            shape: crate::analysis::cross::TestShape::new(
+                request,
+                token,
+                peer.to_canonical().is_ipv6(),
+            ),
             intervals: None,
         }
     }
@@ -353,7 +357,7 @@ pub struct SideRun {
     irqs: Vec<String>,
     /// The interface whose bytes are compared with the test's own, and
     /// what the test's own are made of.
-    counted: Option<(String, super::cross::TestShape)>,
+    counted: Option<(String, crate::analysis::cross::TestShape)>,
     /// Filled by the stream threads.
     pub warnings: Warnings,
 }
@@ -433,7 +437,9 @@ impl SideRun {
         };
         keep_relevant_cpus(&mut host, &results);
         if let (Some(b), Some(a), Some((_, shape))) = (iface_before, iface_after, &self.counted) {
-            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(b, a, &results, shape));
+            host.interface_bytes = Some(crate::analysis::cross::interface_bytes(
+                b, a, &results, shape,
+            ));
         }
         (results, host)
     }

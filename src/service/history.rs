@@ -215,13 +215,13 @@ impl Point {
                     p.loss = u.loss_ratio;
                     p.jitter = u.jitter_seconds;
                 }
-                if let Some(rr) = &r.rr {
+                if let Some(rr) = r.rr() {
                     p.tps = rr.transactions_per_second;
                     if let Some(l) = &rr.latency {
                         (p.p50, p.p99) = (l.p50, l.p99);
                     }
                 }
-                if let Some(u) = &r.udp_rr {
+                if let Some(u) = r.udp_rr() {
                     if r.duration_seconds > 0.0 {
                         p.tps = u.received as f64 / r.duration_seconds;
                     }

@@ -279,7 +279,7 @@ const HOSTILE: &str = "<script>alert(\"x\")</script>'\"><img src=x onerror=alert
 /// reach the page: the kernel release, and a clamp note naming the
 /// peer's software.
 fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResult {
-    use crate::probe::result::SideSummary;
+    use crate::analysis::result::SideSummary;
     use crate::probe::ProbeResult;
     let side = |k: &str| SideSummary {
         kernel_release: k.to_string(),
@@ -303,8 +303,7 @@ fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResul
         directions: Vec::new(),
         tcp: None,
         udp: None,
-        rr: None,
-        udp_rr: None,
+        figures: Default::default(),
         local: side("6.1"),
         remote: side(text),
         clamped: vec![format!("the responder ({text}) cut the duration to 1 s")],

@@ -481,12 +481,16 @@ mod tests {
             let parsed: ModuleKind = serde_yaml::from_str(k.as_str()).unwrap();
             assert_eq!(parsed, k);
         }
-        let readme = include_str!("../../README.md");
+        // Read at run time, not embedded: the image's build stage copies no docs.
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
         let bullet = readme
             .split("\n- ")
             .find(|b| b.starts_with("**modules** are named probe recipes"))
             .expect("README's modules bullet");
-        let metrics = include_str!("../../docs/METRICS.md");
+        let metrics =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md"))
+                .expect("docs/METRICS.md");
         let row = metrics
             .lines()
             .find(|l| l.starts_with("| `kind` |"))

@@ -302,9 +302,9 @@ impl StablePlan {
     /// The plan in a sentence, for `check-config` and the startup log.
     pub fn describe(&self) -> String {
         format!(
-            "{} hosts, {} modules: a cycle of {} slots of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time; stable under churn ({} places for up to {} hosts: a host joining or leaving moves no other pair out of its colour)",
-            self.members.len(),
-            self.params.modules,
+            "{}, {}: a cycle of {} slots of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time; stable under churn ({} places for up to {} hosts: a host joining or leaving moves no other pair out of its colour)",
+            crate::units::plural(self.members.len(), "host"),
+            crate::units::plural(self.params.modules, "module"),
             self.slots,
             self.params.slot.as_secs_f64(),
             self.period().as_secs_f64(),
@@ -486,7 +486,7 @@ mod tests {
         assert!(s.cycle() >= Duration::from_secs(7200));
         assert!(s.cycle() < Duration::from_secs(7200) + Duration::from_millis(416));
         assert!(s.describe().starts_with(
-            "100 hosts, 1 modules: a cycle of 416 slots of 11 s (one every 17 s) = 120.0 min"
+            "100 hosts, 1 module: a cycle of 416 slots of 11 s (one every 17 s) = 120.0 min"
         ));
         // A budget of 1 cannot pack the places tighter than back to back.
         let mut full = params(1);

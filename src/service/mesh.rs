@@ -650,7 +650,7 @@ mod tests {
         assert_eq!((p.level(), p.places(), p.slots()), (40, 80, 160));
         assert_eq!(forty.cycle(), Duration::from_secs(1760));
         let n = notes(&c, &[], |t| t.host == "10.0.0.1");
-        assert!(n[0].starts_with("mesh schedule: 40 hosts, 1 modules: a cycle of 160 slots of 11 s (one every 11 s) = 29.3 min; each host in tests 49% of the time; stable under churn"), "{n:?}");
+        assert!(n[0].starts_with("mesh schedule: 40 hosts, 1 module: a cycle of 160 slots of 11 s (one every 11 s) = 29.3 min; each host in tests 49% of the time; stable under churn"), "{n:?}");
         assert!(
             n[1].starts_with(
                 "warning: the interval of 600 s is shorter than the mesh cycle of 1760 s"

@@ -36,7 +36,9 @@ pub fn check_config(path: &Path) -> CheckReport {
             } else {
                 1
             };
-            if let Some(what) = std::fs::read_to_string(path)
+            // read_text, not fs::read_to_string: a FIFO in the file's place
+            // must be an error at once, not a check that waits forever.
+            if let Some(what) = crate::config::read_text(path)
                 .ok()
                 .and_then(|t| prometheus_file(&t))
             {

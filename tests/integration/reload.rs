@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::common::lab::run_bounded;
 use crate::common::metrics::{sample, sum};
 use crate::common::serve::Serve;
 
@@ -214,12 +215,21 @@ fn every_bad_config_is_refused_and_the_old_one_keeps_probing() {
         let want = format!("{file}{}", case.error);
 
         // check-config refuses the same file with the same message.
-        let out = bin().arg("check-config").arg(&path).output().unwrap();
+        // Bounded: a check that blocks (a FIFO opened for reading waits for
+        // a writer) must fail this test, not hang the suite.
+        let out = run_bounded(
+            bin().arg("check-config").arg(&path),
+            Duration::from_secs(20),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         // A file that cannot be read as text is an unreadable file: exit 2,
         // as README's table has it; a readable but wrong one is exit 1.
         let code = if matches!(
             name,
-            "not UTF-8" | "missing file" | "directory in place of the file"
+            "not UTF-8"
+                | "missing file"
+                | "directory in place of the file"
+                | "FIFO in place of the file"
         ) {
             2
         } else {
@@ -230,7 +240,7 @@ fn every_bad_config_is_refused_and_the_old_one_keeps_probing() {
             Some(code),
             "{name}: check-config exit code"
         );
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = &out.stderr;
         assert!(
             stderr.contains(&want),
             "{name}: check-config said {stderr:?}, want {want:?}"

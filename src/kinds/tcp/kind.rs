@@ -1,8 +1,6 @@
 //! `tcp` as the registry sees it: bulk TCP throughput.
 
-use crate::engine::datapath::{DataSocket, StreamContext};
-use crate::engine::stats::{Role, StreamStats};
-use crate::kinds::kind::{wrong_socket, LengthBounds, ProbeKind, Transport};
+use crate::kinds::kind::{Loops, ProbeKind, Transport};
 use crate::protocol::Kind;
 
 /// The largest TCP write size any responder accepts: a test's buffers are
@@ -19,23 +17,13 @@ impl ProbeKind for Tcp {
     fn transport(&self) -> Transport {
         Transport::Tcp
     }
-    fn length_bounds(&self) -> LengthBounds {
-        LengthBounds {
-            min: 1,
-            max: TCP_LENGTH_CEILING,
-        }
+    fn loops(&self) -> Option<Loops> {
+        Some(Loops::Tcp {
+            prober: super::send,
+            responder: super::receive,
+        })
     }
-    fn run_stream(
-        &self,
-        socket: DataSocket,
-        role: Role,
-        ctx: &StreamContext,
-        stats: &mut StreamStats,
-    ) {
-        match (socket, role) {
-            (DataSocket::Tcp(s), Role::Sender) => super::send(s, ctx, stats),
-            (DataSocket::Tcp(s), Role::Receiver) => super::receive(s, ctx, stats),
-            (other, _) => wrong_socket(self.kind(), &other),
-        }
+    fn iperf3(&self) -> bool {
+        true
     }
 }

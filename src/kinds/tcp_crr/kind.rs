@@ -4,8 +4,9 @@ use crate::engine::connections::Connections;
 use crate::engine::datapath::{DataSocket, StreamContext};
 use crate::engine::stats::{Role, StreamStats};
 use crate::kinds::figures::KindFigures;
-use crate::kinds::kind::{wrong_socket, Family, LengthBounds, ProbeKind, Transport};
-use crate::kinds::tcp::kind::TCP_LENGTH_CEILING;
+use crate::kinds::kind::{
+    check_sizes, wrong_socket, Asked, Family, OwnTraffic, ProbeKind, RrShape, Series, Transport,
+};
 use crate::kinds::tcp_rr::RrSummary;
 use crate::protocol::rr::RrParams;
 use crate::protocol::Kind;
@@ -26,12 +27,6 @@ impl ProbeKind for TcpCrr {
     fn connection_per_transaction(&self) -> bool {
         true
     }
-    fn length_bounds(&self) -> LengthBounds {
-        LengthBounds {
-            min: 1,
-            max: TCP_LENGTH_CEILING,
-        }
-    }
     fn run_stream(
         &self,
         socket: DataSocket,
@@ -44,6 +39,32 @@ impl ProbeKind for TcpCrr {
             DataSocket::Connections(Connections::Dial(d)) => super::ask(d, ctx, stats),
             DataSocket::Connections(Connections::Accepted(a)) => super::answer(a, ctx, stats),
             other => wrong_socket(self.kind(), &other),
+        }
+    }
+    fn rr_shape(&self) -> RrShape {
+        RrShape::Sized { burst: false }
+    }
+    fn one_flow(&self) -> Option<&'static str> {
+        Some("runs one transaction at a time")
+    }
+    fn own_traffic(&self) -> OwnTraffic {
+        OwnTraffic::TcpConnections
+    }
+    fn series(&self) -> &'static [Series] {
+        &[Series::Latency, Series::Connect, Series::ConnectionFailures]
+    }
+    fn validate(&self, a: &Asked) -> Result<(), String> {
+        let rr = a.rr.unwrap_or(crate::kinds::kind::DEFAULT_RR);
+        check_sizes(rr, self.length_bounds().max)?;
+        if rr.burst != 1 {
+            Err("tcp_crr opens one connection per transaction, one at a time: no --burst".into())
+        } else if a.streams != 1 || !a.one_way || a.interval_reports {
+            Err(
+                "tcp_crr runs one transaction at a time: no -P, -R, --bidir or interval reports"
+                    .into(),
+            )
+        } else {
+            Ok(())
         }
     }
     fn figures(

@@ -1,11 +1,9 @@
 //! `tcp_rr` as the registry sees it: request/response latency on one TCP
 //! connection.
 
-use crate::engine::datapath::{DataSocket, StreamContext};
-use crate::engine::stats::{Role, StreamStats};
 use crate::kinds::figures::KindFigures;
-use crate::kinds::kind::{wrong_socket, Family, LengthBounds, ProbeKind, Transport};
-use crate::kinds::tcp::kind::TCP_LENGTH_CEILING;
+use crate::kinds::kind::{check_sizes, Asked, Family, Loops, ProbeKind, RrShape, Transport};
+use crate::engine::stats::StreamStats;
 use crate::protocol::rr::RrParams;
 use crate::protocol::Kind;
 
@@ -22,24 +20,35 @@ impl ProbeKind for TcpRr {
     fn family(&self) -> Family {
         Family::Latency
     }
-    fn length_bounds(&self) -> LengthBounds {
-        LengthBounds {
-            min: 1,
-            max: TCP_LENGTH_CEILING,
-        }
+    /// The prober asks, the responder answers: the same stream.
+    fn loops(&self) -> Option<Loops> {
+        Some(Loops::Tcp {
+            prober: super::ask,
+            responder: super::answer,
+        })
     }
-    fn run_stream(
-        &self,
-        socket: DataSocket,
-        role: Role,
-        ctx: &StreamContext,
-        stats: &mut StreamStats,
-    ) {
-        // The prober asks, the responder answers: the same stream.
-        match (socket, role) {
-            (DataSocket::Tcp(s), Role::Sender) => super::ask(s, ctx, stats),
-            (DataSocket::Tcp(s), Role::Receiver) => super::answer(s, ctx, stats),
-            (other, _) => wrong_socket(self.kind(), &other),
+    fn rr_shape(&self) -> RrShape {
+        RrShape::Sized { burst: true }
+    }
+    fn one_flow(&self) -> Option<&'static str> {
+        Some("runs on one connection")
+    }
+    fn own_traffic(&self) -> crate::kinds::kind::OwnTraffic {
+        crate::kinds::kind::OwnTraffic::TcpTransactions
+    }
+    fn validate(&self, a: &Asked) -> Result<(), String> {
+        let rr = a.rr.unwrap_or(crate::kinds::kind::DEFAULT_RR);
+        check_sizes(rr, self.length_bounds().max)?;
+        if !(1..=crate::protocol::rr::MAX_BURST).contains(&rr.burst) {
+            Err(format!(
+                "burst must be between 1 and {} transactions in flight, got {}",
+                crate::protocol::rr::MAX_BURST,
+                rr.burst
+            ))
+        } else if a.streams != 1 || !a.one_way {
+            Err("tcp_rr runs on one connection: no -P, -R or --bidir".into())
+        } else {
+            Ok(())
         }
     }
     fn figures(

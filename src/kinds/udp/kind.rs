@@ -1,8 +1,6 @@
 //! `udp` as the registry sees it: paced UDP throughput, loss and jitter.
 
-use crate::engine::datapath::{DataSocket, StreamContext};
-use crate::engine::stats::{Role, StreamStats};
-use crate::kinds::kind::{wrong_socket, LengthBounds, ProbeKind, Transport};
+use crate::kinds::kind::{LengthBounds, Loops, ProbeKind, Transport};
 use crate::protocol::Kind;
 
 pub struct Udp;
@@ -22,17 +20,13 @@ impl ProbeKind for Udp {
             max: 65_000,
         }
     }
-    fn run_stream(
-        &self,
-        socket: DataSocket,
-        role: Role,
-        ctx: &StreamContext,
-        stats: &mut StreamStats,
-    ) {
-        match (socket, role) {
-            (DataSocket::Udp(s), Role::Sender) => super::send(s, ctx, stats),
-            (DataSocket::Udp(s), Role::Receiver) => super::receive(s, ctx, stats),
-            (other, _) => wrong_socket(self.kind(), &other),
-        }
+    fn loops(&self) -> Option<Loops> {
+        Some(Loops::Udp {
+            prober: super::send,
+            responder: super::receive,
+        })
+    }
+    fn iperf3(&self) -> bool {
+        true
     }
 }

@@ -693,7 +693,7 @@ impl ProbeArgs {
     /// the defaults; `None` when none of them was given.
     fn rr_params(&self) -> Option<pathprobe::probe::spec::RrParams> {
         if self.kind() == Kind::UdpRr {
-            // Sizes come from -l (see ProbeSpec::effective_udp_rr).
+            // Sizes come from -l (see ProbeSpec::effective_rr).
             return Some(pathprobe::probe::spec::RrParams {
                 request_size: 0,
                 response_size: 0,

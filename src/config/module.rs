@@ -10,85 +10,67 @@ use serde::Deserialize;
 
 use super::quantity;
 use crate::auth::Secret;
+use crate::kinds::kind::RrShape;
+use crate::kinds::registry::{by_module_name, module_names, Via};
 use crate::probe::{Direction, Kind, ProbeSpec, Wire};
 
-/// What a module measures, and against whom.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModuleKind {
-    /// TCP throughput to a remote responder.
-    Tcp,
-    /// UDP throughput, loss and jitter to a remote responder.
-    Udp,
-    /// TCP over 127.0.0.1 (or ::1) against a responder inside the process:
-    /// the host's own network stack, with no wire involved.
-    LoopbackTcp,
-    /// UDP over loopback, as [`ModuleKind::LoopbackTcp`].
-    LoopbackUdp,
-    /// Request/response transactions on one TCP connection to a remote
-    /// responder: latency percentiles, transactions/s, CPU per transaction.
-    TcpRr,
-    /// Isochronous UDP round trips to a remote responder (irtt's): RTT
-    /// percentiles, IPDV and loss in each direction.
-    UdpRr,
-    /// A new TCP connection per request/response transaction to a remote
-    /// responder (netperf's TCP_CRR): connect time and transaction latency
-    /// percentiles, connections/s, failures by reason.
-    TcpCrr,
-    /// TCP throughput to a stock iperf3 server (`iperf3 -s`), through
-    /// iperf3's protocol, on the module's `port` (default 5201).
-    Iperf3Tcp,
-    /// UDP throughput, loss and jitter to a stock iperf3 server.
-    Iperf3Udp,
+/// What a module measures, and against whom: a probe kind of the registry
+/// (`tcp`, `udp`, `tcp_rr`, `udp_rr`, `tcp_crr`) against a remote
+/// responder, or the kinds a stock iperf3 runs as `loopback_<kind>` (the
+/// host's own network stack, against a responder inside the process: no
+/// wire involved) and `iperf3_<kind>` (against `iperf3 -s`, on the
+/// module's `port`, default 5201). Its names come from the registry
+/// (`kinds::registry::module_names`), so a new kind needs no edit here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModuleKind {
+    pub kind: Kind,
+    pub via: Via,
+}
+
+impl<'de> Deserialize<'de> for ModuleKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        ModuleKind::from_name(&name).ok_or_else(|| {
+            static EXPECTED: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+            let expected = EXPECTED.get_or_init(|| module_names().iter().map(|n| n.0).collect());
+            serde::de::Error::unknown_variant(&name, expected)
+        })
+    }
 }
 
 impl ModuleKind {
+    /// The module kind named `name` in the config.
+    pub fn from_name(name: &str) -> Option<ModuleKind> {
+        by_module_name(name).map(|(k, via)| ModuleKind { kind: k.kind(), via })
+    }
+
     /// The transport the probe engine runs.
     pub fn transport(self) -> Kind {
-        match self {
-            ModuleKind::Tcp | ModuleKind::LoopbackTcp | ModuleKind::Iperf3Tcp => Kind::Tcp,
-            ModuleKind::Udp | ModuleKind::LoopbackUdp | ModuleKind::Iperf3Udp => Kind::Udp,
-            ModuleKind::TcpRr => Kind::TcpRr,
-            ModuleKind::UdpRr => Kind::UdpRr,
-            ModuleKind::TcpCrr => Kind::TcpCrr,
-        }
+        self.kind
     }
 
     /// Whether the peer is a stock iperf3 server.
     pub fn is_iperf3(self) -> bool {
-        matches!(self, ModuleKind::Iperf3Tcp | ModuleKind::Iperf3Udp)
+        self.via == Via::Iperf3
     }
 
     pub fn is_loopback(self) -> bool {
-        matches!(self, ModuleKind::LoopbackTcp | ModuleKind::LoopbackUdp)
+        self.via == Via::Loopback
     }
 
     /// Every kind, in the order the docs list them.
-    pub const ALL: [ModuleKind; 9] = [
-        ModuleKind::Tcp,
-        ModuleKind::Udp,
-        ModuleKind::LoopbackTcp,
-        ModuleKind::LoopbackUdp,
-        ModuleKind::TcpRr,
-        ModuleKind::UdpRr,
-        ModuleKind::TcpCrr,
-        ModuleKind::Iperf3Tcp,
-        ModuleKind::Iperf3Udp,
-    ];
+    pub fn all() -> impl Iterator<Item = ModuleKind> {
+        module_names()
+            .iter()
+            .map(|&(_, kind, via)| ModuleKind { kind, via })
+    }
 
     /// The name as written in the config, for the `kind` label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ModuleKind::Tcp => "tcp",
-            ModuleKind::Udp => "udp",
-            ModuleKind::LoopbackTcp => "loopback_tcp",
-            ModuleKind::LoopbackUdp => "loopback_udp",
-            ModuleKind::TcpRr => "tcp_rr",
-            ModuleKind::UdpRr => "udp_rr",
-            ModuleKind::TcpCrr => "tcp_crr",
-            ModuleKind::Iperf3Tcp => "iperf3_tcp",
-            ModuleKind::Iperf3Udp => "iperf3_udp",
-        }
+        module_names()
+            .iter()
+            .find(|&&(_, k, via)| (k, via) == (self.kind, self.via))
+            .map_or("unknown", |n| n.0)
     }
 }
 
@@ -231,29 +213,28 @@ impl Module {
         }
     }
 
-    /// The request/response shape of a `tcp_rr` or `tcp_crr` module, its
-    /// keys over the engine's defaults; `None` for other kinds.
+    /// The request/response shape of a request/response module, its keys
+    /// over the engine's defaults; `None` for other kinds.
     pub fn rr(&self) -> Option<crate::probe::spec::RrParams> {
-        if self.kind == ModuleKind::UdpRr {
-            // Sizes come from `length` (ProbeSpec::effective_udp_rr).
-            return Some(crate::probe::spec::RrParams {
+        let d = crate::probe::spec::DEFAULT_RR;
+        match crate::kinds::of(self.kind.kind).rr_shape() {
+            RrShape::None => None,
+            // Sizes come from `length` (ProbeSpec::effective_rr).
+            RrShape::Paced => Some(crate::probe::spec::RrParams {
                 request_size: 0,
                 response_size: 0,
                 burst: 1,
                 nodelay: false,
                 interval_us: self.send_interval.map_or(0, |i| i.as_micros() as u64),
-            });
-        }
-        let d = crate::probe::spec::DEFAULT_RR;
-        matches!(self.kind, ModuleKind::TcpRr | ModuleKind::TcpCrr).then(|| {
-            crate::probe::spec::RrParams {
+            }),
+            RrShape::Sized { .. } => Some(crate::probe::spec::RrParams {
                 request_size: self.request_size.unwrap_or(d.request_size),
                 response_size: self.response_size.unwrap_or(d.response_size),
                 burst: self.burst.unwrap_or(d.burst),
                 nodelay: self.nodelay.unwrap_or(d.nodelay),
                 interval_us: 0,
-            }
-        })
+            }),
+        }
     }
 
     pub fn is_loopback(&self) -> bool {
@@ -284,7 +265,7 @@ impl Module {
 
     fn spec(&self, direction: Direction) -> ProbeSpec {
         ProbeSpec {
-            kind: self.kind.transport(),
+            kind: self.kind.kind,
             direction,
             duration: self.duration,
             omit: self.omit,
@@ -356,62 +337,50 @@ impl Module {
                     .to_string(),
             ));
         }
-        let rr_keys = [
-            ("request_size", self.request_size.is_some()),
-            ("response_size", self.response_size.is_some()),
-            ("burst", self.burst.is_some()),
-            ("nodelay", self.nodelay.is_some()),
+        // The keys of a request/response shape: each applies to the kinds
+        // whose shape takes it (the registry says which).
+        let sized = |burst: bool| {
+            move |s: RrShape| matches!(s, RrShape::Sized { burst: b } if b || !burst)
+        };
+        let shape_keys: [(&'static str, bool, &dyn Fn(RrShape) -> bool); 5] = [
+            ("request_size", self.request_size.is_some(), &sized(false)),
+            ("response_size", self.response_size.is_some(), &sized(false)),
+            ("burst", self.burst.is_some(), &sized(true)),
+            ("nodelay", self.nodelay.is_some(), &sized(false)),
+            (
+                "send_interval",
+                self.send_interval.is_some(),
+                &|s| s == RrShape::Paced,
+            ),
         ];
-        if let Some((key, _)) = rr_keys.iter().find(|(_, set)| *set) {
-            if !matches!(self.kind, ModuleKind::TcpRr | ModuleKind::TcpCrr) {
+        let kind = crate::kinds::of(self.kind.kind);
+        for (key, set, takes) in shape_keys {
+            if set && !takes(kind.rr_shape()) {
+                let names: Vec<&str> = crate::kinds::registry::KINDS
+                    .iter()
+                    .filter(|k| takes(k.rr_shape()))
+                    .map(|k| k.kind().as_str())
+                    .collect();
                 return Err((
                     key,
                     format!(
-                        "applies to tcp_rr and tcp_crr modules only, not {}",
+                        "applies to {} modules only, not {}",
+                        names.join(" and "),
                         self.kind.as_str()
                     ),
                 ));
             }
         }
-        if self.kind == ModuleKind::TcpRr
-            && (self.streams != 1 || self.direction != ModuleDirection::Send)
-        {
-            return Err((
-                "kind",
-                "tcp_rr runs on one connection: leave streams and direction at their defaults"
-                    .to_string(),
-            ));
-        }
-        if self.kind == ModuleKind::TcpCrr {
-            if self.burst.is_some() {
-                return Err((
-                    "burst",
-                    "applies to tcp_rr only: tcp_crr opens one connection per transaction, one at a time"
-                        .to_string(),
-                ));
-            }
+        if let Some(why) = kind.one_flow() {
             if self.streams != 1 || self.direction != ModuleDirection::Send {
                 return Err((
                     "kind",
-                    "tcp_crr runs one transaction at a time: leave streams and direction at their defaults"
-                        .to_string(),
+                    format!(
+                        "{} {why}: leave streams and direction at their defaults",
+                        self.kind.as_str()
+                    ),
                 ));
             }
-        }
-        if self.send_interval.is_some() && self.kind != ModuleKind::UdpRr {
-            return Err((
-                "send_interval",
-                format!("applies to udp_rr modules only, not {}", self.kind.as_str()),
-            ));
-        }
-        if self.kind == ModuleKind::UdpRr
-            && (self.streams != 1 || self.direction != ModuleDirection::Send)
-        {
-            return Err((
-                "kind",
-                "udp_rr runs one flow of round trips: leave streams and direction at their defaults"
-                    .to_string(),
-            ));
         }
         if self.port.is_some() && !self.kind.is_iperf3() {
             return Err((
@@ -459,25 +428,28 @@ fn fmt(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    // The module kinds by their former variants' names, for the tests.
+    #[allow(non_upper_case_globals)]
+    impl ModuleKind {
+        const fn of(kind: Kind, via: Via) -> ModuleKind {
+            ModuleKind { kind, via }
+        }
+        pub const Tcp: ModuleKind = ModuleKind::of(Kind::Tcp, Via::Responder);
+        pub const Udp: ModuleKind = ModuleKind::of(Kind::Udp, Via::Responder);
+        pub const TcpRr: ModuleKind = ModuleKind::of(Kind::TcpRr, Via::Responder);
+        pub const TcpCrr: ModuleKind = ModuleKind::of(Kind::TcpCrr, Via::Responder);
+        pub const LoopbackTcp: ModuleKind = ModuleKind::of(Kind::Tcp, Via::Loopback);
+        pub const LoopbackUdp: ModuleKind = ModuleKind::of(Kind::Udp, Via::Loopback);
+    }
+
     /// The docs' lists of kinds drifted from the code once (issue 25):
     /// README's module bullet and METRICS.md's `kind` label row must name
     /// every kind the config accepts.
     #[test]
     fn docs_name_every_module_kind() {
-        // A new variant fails to compile here until ALL (and so this
-        // test) knows it.
-        for k in ModuleKind::ALL {
-            match k {
-                ModuleKind::Tcp
-                | ModuleKind::Udp
-                | ModuleKind::LoopbackTcp
-                | ModuleKind::LoopbackUdp
-                | ModuleKind::TcpRr
-                | ModuleKind::UdpRr
-                | ModuleKind::TcpCrr
-                | ModuleKind::Iperf3Tcp
-                | ModuleKind::Iperf3Udp => {}
-            }
+        // Every name the registry gives a module kind, a new kind's too.
+        assert_eq!(ModuleKind::all().count(), 9);
+        for k in ModuleKind::all() {
             let parsed: ModuleKind = serde_yaml::from_str(k.as_str()).unwrap();
             assert_eq!(parsed, k);
         }
@@ -495,7 +467,7 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("| `kind` |"))
             .expect("METRICS.md's kind label row");
-        for k in ModuleKind::ALL {
+        for k in ModuleKind::all() {
             let name = format!("`{}`", k.as_str());
             assert!(
                 bullet.contains(&name),

@@ -9,23 +9,11 @@ pub use crate::protocol::model::{stream_layout, Direction, FlowDirection, Kind};
 pub use crate::protocol::rr::RrParams;
 use crate::protocol::TestRequest;
 
-/// A `tcp_rr` (and `tcp_crr`) probe's shape unless asked otherwise:
-/// netperf's default of 1-byte requests and responses, one at a time,
-/// Nagle off.
-pub const DEFAULT_RR: RrParams = RrParams {
-    request_size: 1,
-    response_size: 1,
-    burst: 1,
-    nodelay: true,
-    interval_us: 0,
+// Each kind's defaults are the registry's (kinds/kind.rs); named here too,
+// where every caller has them.
+pub use crate::kinds::kind::{
+    DEFAULT_RR, DEFAULT_TCP_LENGTH, DEFAULT_UDP_BITRATE, DEFAULT_UDP_LENGTH,
 };
-
-/// Default write size for TCP, as iperf3.
-pub const DEFAULT_TCP_LENGTH: u32 = 128 * 1024;
-/// Default UDP payload: fits a 1500-byte MTU over IPv6 (1500 - 40 - 8 = 1452).
-pub const DEFAULT_UDP_LENGTH: u32 = 1448;
-/// Default UDP rate, as iperf3: monitoring should not flood a path unasked.
-pub const DEFAULT_UDP_BITRATE: u64 = 1_000_000;
 /// Default measured time: long enough for a stable figure, short enough to
 /// repeat every minute without costing the path much.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(5);
@@ -181,54 +169,19 @@ pub struct SpecError(pub String);
 
 impl ProbeSpec {
     pub fn effective_length(&self) -> u32 {
-        match self.kind {
-            // The responder holds the larger message to its max_length.
-            Kind::TcpRr | Kind::TcpCrr => {
-                let rr = self.effective_rr();
-                rr.request_size.max(rr.response_size)
-            }
-            Kind::Tcp => self.length.unwrap_or(DEFAULT_TCP_LENGTH),
-            Kind::Udp => self.length.unwrap_or(DEFAULT_UDP_LENGTH),
-            Kind::UdpRr => self
-                .length
-                .unwrap_or(crate::protocol::udp_rr::DEFAULT_LENGTH),
-        }
+        crate::kinds::of(self.kind).effective_length(self.length, self.rr)
     }
 
     pub fn effective_bitrate(&self) -> u64 {
-        if self.kind == Kind::UdpRr {
-            // Set by the schedule, not asked: what the limits see.
-            let rr = self.effective_udp_rr();
-            return crate::protocol::udp_rr::bitrate(rr.request_size, rr.interval_us);
-        }
-        self.bitrate.unwrap_or(match self.kind {
-            Kind::Tcp | Kind::TcpRr | Kind::TcpCrr => 0,
-            Kind::Udp | Kind::UdpRr => DEFAULT_UDP_BITRATE,
-        })
+        crate::kinds::of(self.kind).effective_bitrate(self.bitrate, self.length, self.rr)
     }
 
-    /// The shape a `udp_rr` probe runs: requests and replies of the
-    /// datagram length (`-l`), one every `interval_us` of [`Self::rr`]
-    /// (irtt's 10 ms unless given).
-    pub fn effective_udp_rr(&self) -> RrParams {
-        use crate::protocol::udp_rr::{DEFAULT_INTERVAL_US, DEFAULT_LENGTH};
-        let len = self.length.unwrap_or(DEFAULT_LENGTH);
-        RrParams {
-            request_size: len,
-            response_size: len,
-            burst: 1,
-            nodelay: false,
-            interval_us: self
-                .rr
-                .map(|r| r.interval_us)
-                .filter(|&i| i > 0)
-                .unwrap_or(DEFAULT_INTERVAL_US),
-        }
-    }
-
-    /// The request/response shape a `tcp_rr` or `tcp_crr` probe runs.
+    /// The request/response shape this probe runs: its kind's, over the
+    /// asked one; [`DEFAULT_RR`] for a kind that takes none.
     pub fn effective_rr(&self) -> RrParams {
-        self.rr.unwrap_or(DEFAULT_RR)
+        crate::kinds::of(self.kind)
+            .effective_rr(self.length, self.rr)
+            .unwrap_or(DEFAULT_RR)
     }
 
     /// Checks the spec before anything touches the network.
@@ -256,42 +209,18 @@ impl ProbeSpec {
                 self.streams
             ));
         }
-        let len = self.effective_length();
-        // The same bounds the responder admits (the registry decides them).
-        let bounds = crate::kinds::of(self.kind).length_bounds();
-        let in_bounds = (bounds.min..=bounds.max).contains(&len);
-        match self.kind {
-            Kind::Udp if !in_bounds => fail(format!(
-                "UDP datagram length must be between {} and {} bytes, got {len}",
-                bounds.min, bounds.max
-            )),
-            Kind::Tcp if !in_bounds => fail(format!(
-                "TCP buffer length must be between 1 byte and {} MiB, got {len}",
-                bounds.max >> 20
-            )),
-            Kind::TcpRr => {
-                let rr = self.effective_rr();
-                if rr.request_size == 0 || rr.response_size == 0 || len > bounds.max {
-                    fail(format!(
-                        "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
-                        rr.request_size, rr.response_size
-                    ))
-                } else if !(1..=crate::protocol::rr::MAX_BURST).contains(&rr.burst) {
-                    fail(format!(
-                        "burst must be between 1 and {} transactions in flight, got {}",
-                        crate::protocol::rr::MAX_BURST,
-                        rr.burst
-                    ))
-                } else if self.streams != 1 || self.direction != Direction::Send {
-                    fail("tcp_rr runs on one connection: no -P, -R or --bidir".into())
-                } else {
-                    Ok(())
-                }
-            }
-            Kind::UdpRr => self.validate_udp_rr(),
-            Kind::TcpCrr => self.validate_tcp_crr(),
-            _ => Ok(()),
-        }?;
+        // The kind's own checks (lengths within the bounds the responder
+        // admits, its request/response shape).
+        let kind = crate::kinds::of(self.kind);
+        kind.validate(&crate::kinds::kind::Asked {
+            length: self.effective_length(),
+            rr: kind.effective_rr(self.length, self.rr),
+            streams: self.streams,
+            one_way: self.direction == Direction::Send,
+            interval_reports: self.interval.is_some(),
+            total_ms: (self.omit + self.duration).as_millis() as u64,
+        })
+        .map_err(SpecError)?;
         if let Some(c) = &self.congestion {
             if c.is_empty()
                 || c.len() > 15
@@ -301,63 +230,6 @@ impl ProbeSpec {
             }
         }
         Ok(())
-    }
-
-    fn validate_tcp_crr(&self) -> Result<(), SpecError> {
-        let rr = self.effective_rr();
-        let most = crate::kinds::of(self.kind).length_bounds().max;
-        if rr.request_size == 0 || rr.response_size == 0 || self.effective_length() > most {
-            Err(SpecError(format!(
-                "request and response sizes must be between 1 byte and 16 MiB, got {},{}",
-                rr.request_size, rr.response_size
-            )))
-        } else if rr.burst != 1 {
-            Err(SpecError(
-                "tcp_crr opens one connection per transaction, one at a time: no --burst".into(),
-            ))
-        } else if self.streams != 1 || self.direction != Direction::Send || self.interval.is_some()
-        {
-            Err(SpecError(
-                "tcp_crr runs one transaction at a time: no -P, -R, --bidir or interval reports"
-                    .into(),
-            ))
-        } else {
-            Ok(())
-        }
-    }
-
-    fn validate_udp_rr(&self) -> Result<(), SpecError> {
-        use crate::protocol::udp_rr as w;
-        let fail = |m: String| Err(SpecError(m));
-        let rr = self.effective_udp_rr();
-        let total_ms = (self.omit + self.duration).as_millis() as u64;
-        let bounds = crate::kinds::of(self.kind).length_bounds();
-        if !(bounds.min..=bounds.max).contains(&rr.request_size) {
-            fail(format!(
-                "udp_rr datagram length must be between {} and {} bytes, got {}",
-                bounds.min, bounds.max, rr.request_size
-            ))
-        } else if !(w::MIN_INTERVAL_US..=w::MAX_INTERVAL_US).contains(&rr.interval_us) {
-            fail(format!(
-                "udp_rr send interval must be between {} us and {} s, got {} us",
-                w::MIN_INTERVAL_US,
-                w::MAX_INTERVAL_US / 1_000_000,
-                rr.interval_us
-            ))
-        } else if w::packet_count(total_ms, rr.interval_us).is_none() {
-            fail(format!(
-                "a udp_rr test sends at most {} requests: a longer interval or a shorter test",
-                w::MAX_PACKETS
-            ))
-        } else if self.streams != 1 || self.direction != Direction::Send || self.interval.is_some()
-        {
-            fail(
-                "udp_rr runs one flow of round trips: no -P, -R, --bidir or interval reports"
-                    .into(),
-            )
-        } else {
-            Ok(())
-        }
     }
 
     /// Checks, against this host, what [`ProbeSpec::validate`] cannot:
@@ -400,11 +272,7 @@ impl ProbeSpec {
             affinity: self.remote_affinity,
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
-            rr: match self.kind {
-                Kind::TcpRr | Kind::TcpCrr => Some(self.effective_rr()),
-                Kind::UdpRr => Some(self.effective_udp_rr()),
-                Kind::Tcp | Kind::Udp => None,
-            },
+            rr: crate::kinds::of(self.kind).effective_rr(self.length, self.rr),
         }
     }
 }

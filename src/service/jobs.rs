@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Config, Module, ModuleKind};
+use crate::config::{Config, Module};
 use crate::discovery::DiscoveredTarget;
 use crate::metrics::{ProbeKey, ResultStore, SeriesPlan};
 use crate::probe::Target;
@@ -102,7 +102,12 @@ pub fn register(store: &ResultStore, jobs: &[Job<ProbeJob>]) {
             ProbeKey::new(job.key.target.clone(), job.key.module.clone()),
             SeriesPlan {
                 kind: module.kind.as_str(),
-                tcp: matches!(module.kind, ModuleKind::Tcp | ModuleKind::LoopbackTcp),
+                // A stock iperf3 server's retransmits are its own to
+                // report, not series this host has from the start.
+                tcp: !module.kind.is_iperf3()
+                    && crate::kinds::of(module.kind.kind)
+                        .series()
+                        .contains(&crate::kinds::kind::Series::Retransmits),
                 directions: module.specs().into_iter().map(|(d, _)| d).collect(),
                 labels: &job.payload.labels,
                 skip_reasons: &skip_reasons,

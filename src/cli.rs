@@ -18,6 +18,8 @@ use ipnet::IpNet;
 
 use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
+use pathprobe::kinds::kind::{RrShape, Transport};
+use pathprobe::kinds::registry;
 use pathprobe::probe::spec::IpFamily;
 use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
 use pathprobe::protocol::DEFAULT_PORT;
@@ -181,7 +183,7 @@ pub struct ProbeArgs {
     /// is isochronous UDP round trips (irtt's): a -l byte request every
     /// --interval (default 64 bytes every 10ms), RTT, IPDV and loss each
     /// way.
-    #[arg(long, value_name = "KIND", value_parser = ["tcp", "udp", "tcp_rr", "tcp_crr", "udp_rr"], conflicts_with = "udp")]
+    #[arg(long, value_name = "KIND", value_parser = mode_names(), conflicts_with = "udp")]
     mode: Option<String>,
     /// tcp_rr and tcp_crr: request and response sizes in bytes, REQ,RESP
     /// (netperf's -r; k/m suffixes; one size for both). Default 1,1.
@@ -577,31 +579,41 @@ impl ProbeArgs {
         let kind = self.kind();
         // Flags of another mode: silently dropping them would let the user
         // believe they shaped the test.
-        let mut foreign: Vec<(&str, &str)> = Vec::new();
-        if self.rr_size.is_some() && !matches!(kind, Kind::TcpRr | Kind::TcpCrr) {
-            let what = if kind == Kind::UdpRr {
-                "udp_rr's sizes come from -l"
+        let mut foreign: Vec<(&str, String)> = Vec::new();
+        let shape = registry::of(kind).rr_shape();
+        // The modes whose shape takes a flag, for "it applies to …".
+        let modes = |takes: fn(RrShape) -> bool| {
+            let names: Vec<&str> = registry::KINDS
+                .iter()
+                .filter(|k| takes(k.rr_shape()))
+                .map(|k| k.kind().as_str())
+                .collect();
+            format!("it applies to --mode {}", names.join(" and "))
+        };
+        let sized = |s: RrShape| matches!(s, RrShape::Sized { .. });
+        if self.rr_size.is_some() && !sized(shape) {
+            let what = if shape == RrShape::Paced {
+                format!("{kind}'s sizes come from -l")
             } else {
-                "it applies to --mode tcp_rr and tcp_crr"
+                modes(sized)
             };
             foreign.push(("-r", what));
         }
-        if self.burst.is_some() && kind != Kind::TcpRr {
-            foreign.push(("--burst", "it applies to --mode tcp_rr"));
+        if self.burst.is_some() && shape != (RrShape::Sized { burst: true }) {
+            foreign.push(("--burst", modes(|s| s == RrShape::Sized { burst: true })));
         }
-        if self.nagle && !matches!(kind, Kind::TcpRr | Kind::TcpCrr) {
-            foreign.push(("--nagle", "it applies to --mode tcp_rr and tcp_crr"));
+        if self.nagle && !sized(shape) {
+            foreign.push(("--nagle", modes(sized)));
         }
-        if self.no_offload && kind != Kind::Udp && kind != Kind::UdpRr {
-            foreign.push(("--no-offload", "it applies to UDP"));
+        if self.no_offload && registry::of(kind).transport() != Transport::Udp {
+            foreign.push(("--no-offload", "it applies to UDP".into()));
         }
         for (flag, why) in foreign {
             notes.push(format!(
-                "note: {flag} is ignored in a {} test: {why}",
-                kind_name(kind)
+                "note: {flag} is ignored in a {kind} test: {why}"
             ));
         }
-        if let (Kind::UdpRr, Some(every)) = (kind, self.interval) {
+        if let (RrShape::Paced, Some(every)) = (shape, self.interval) {
             // udp_rr's -i is its send interval (irtt's), not reports: a
             // habit of iperf3's `-i 1` leaves a handful of round trips.
             let samples = if every.is_zero() {
@@ -664,7 +676,7 @@ impl ProbeArgs {
             // udp_rr's --interval is its schedule (in `rr`), not reports.
             interval: self
                 .interval
-                .filter(|i| !i.is_zero() && self.kind() != Kind::UdpRr),
+                .filter(|i| !i.is_zero() && !self.paced()),
             interval_events: None,
             no_offload: self.no_offload,
             rr: self.rr_params(),
@@ -679,20 +691,24 @@ impl ProbeArgs {
     }
 
     fn kind(&self) -> Kind {
-        match self.mode.as_deref() {
-            Some("tcp_rr") => Kind::TcpRr,
-            Some("tcp_crr") => Kind::TcpCrr,
-            Some("udp_rr") => Kind::UdpRr,
-            Some("udp") => Kind::Udp,
-            _ if self.udp => Kind::Udp,
-            _ => Kind::Tcp,
+        match self.mode.as_deref().and_then(registry::by_name) {
+            Some(k) => k.kind(),
+            // iperf3's habit: -u for UDP, TCP without.
+            None if self.udp => registry::iperf3_kind(Transport::Udp),
+            None => registry::iperf3_kind(Transport::Tcp),
         }
+    }
+
+    /// A paced request/response mode (udp_rr): -l and --interval are its
+    /// schedule.
+    fn paced(&self) -> bool {
+        registry::of(self.kind()).rr_shape() == RrShape::Paced
     }
 
     /// The request/response shape -r, --burst and --nagle ask for, over
     /// the defaults; `None` when none of them was given.
     fn rr_params(&self) -> Option<pathprobe::probe::spec::RrParams> {
-        if self.kind() == Kind::UdpRr {
+        if self.paced() {
             // Sizes come from -l (see ProbeSpec::effective_rr).
             return Some(pathprobe::probe::spec::RrParams {
                 request_size: 0,
@@ -722,15 +738,9 @@ impl ProbeArgs {
 /// less than a hundred samples is the largest of them.
 const MIN_UDP_RR_SAMPLES: u64 = 100;
 
-/// The `--mode` name of a kind, for notes.
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Tcp => "tcp",
-        Kind::Udp => "udp",
-        Kind::TcpRr => "tcp_rr",
-        Kind::TcpCrr => "tcp_crr",
-        Kind::UdpRr => "udp_rr",
-    }
+/// The `--mode` values: every kind of the registry.
+fn mode_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(registry::KINDS.iter().map(|k| k.kind().as_str()))
 }
 
 /// `REQ,RESP` or one size for both, as netperf's `-r`.

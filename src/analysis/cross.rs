@@ -35,6 +35,7 @@
 use std::collections::BTreeMap;
 
 use crate::host::NetDevCounters;
+use crate::kinds::kind::OwnTraffic;
 use crate::protocol::message::Message;
 use crate::protocol::model::{InterfaceBytes, Kind, Role, StreamStats};
 use crate::protocol::rr::{RrParams, RrStats};
@@ -193,14 +194,19 @@ pub fn own_traffic(shape: &TestShape, streams: &[StreamStats]) -> (Own, Own) {
             None => continue,
         };
         let rr = s.rr.as_ref();
-        match (shape.kind, rr) {
-            (Kind::TcpRr, Some(r)) => tcp_rr(s, r, shape, h, out, back),
-            (Kind::UdpRr, Some(r)) => udp_rr(s, r, shape, h, out, back),
-            (Kind::TcpCrr, Some(r)) => tcp_crr(s, r, shape, h, out, back),
+        // The registry says which pattern of packets the kind puts on the
+        // wire.
+        match (crate::kinds::of(shape.kind).own_traffic(), rr) {
+            (OwnTraffic::TcpTransactions, Some(r)) => tcp_rr(s, r, shape, h, out, back),
+            (OwnTraffic::UdpRoundTrips, Some(r)) => udp_rr(s, r, shape, h, out, back),
+            (OwnTraffic::TcpConnections, Some(r)) => tcp_crr(s, r, shape, h, out, back),
             // A request/response stream without its figures (it never
             // started) moved nothing of its own worth allowing for.
-            (Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr, None) => {}
-            (Kind::Tcp | Kind::Udp, _) => throughput(s, h, out, back),
+            (
+                OwnTraffic::TcpTransactions | OwnTraffic::UdpRoundTrips | OwnTraffic::TcpConnections,
+                None,
+            ) => {}
+            (OwnTraffic::Bulk, _) => throughput(s, h, out, back),
         }
     }
     (received, sent)

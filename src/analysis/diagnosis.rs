@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use crate::engine::stats::StreamStats;
+use crate::kinds::kind::Transport;
 use crate::protocol::HostDelta;
 use crate::protocol::Kind;
 
@@ -21,10 +22,17 @@ use crate::protocol::Kind;
 /// read "unknown (0%)". It gets no verdict (issue 21); its latency figures
 /// say what it measured.
 pub fn judges(kind: Kind) -> bool {
-    match kind {
-        Kind::Tcp | Kind::Udp => true,
-        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => false,
-    }
+    crate::kinds::of(kind).has_bottleneck_verdict()
+}
+
+/// A bulk UDP flow (`udp`): the kinds whose loss and buffer evidence apply.
+fn bulk_udp(kind: Option<Kind>) -> bool {
+    kind.and_then(|k| crate::kinds::of(k).bulk()) == Some(Transport::Udp)
+}
+
+/// A bulk TCP flow (`tcp`): the kinds whose TCP memory limits apply.
+fn bulk_tcp(kind: Kind) -> bool {
+    crate::kinds::of(kind).bulk() == Some(Transport::Tcp)
 }
 
 /// What limited a probe. The set is fixed: dashboards and alerts match on it.
@@ -381,10 +389,10 @@ pub fn gather(
             .max(),
         send_buffer_bytes: senders.iter().map(|s| s.send_buffer_bytes).max(),
         loss_ratio,
-        lost_datagrams: (kind == Kind::Udp)
+        lost_datagrams: bulk_udp(Some(kind))
             .then(|| udp_lost(senders, receivers))
             .flatten(),
-        socket_drops: (kind == Kind::Udp)
+        socket_drops: bulk_udp(Some(kind))
             .then(|| {
                 receivers
                     .iter()
@@ -392,19 +400,19 @@ pub fn gather(
                     .reduce(u64::saturating_add)
             })
             .flatten(),
-        receiver_rcvbuf_errors: (kind == Kind::Udp)
+        receiver_rcvbuf_errors: bulk_udp(Some(kind))
             .then(|| receiver_host.udp_buffer_errors.map(|u| u.receive))
             .flatten(),
-        datagrams_per_buffer: (kind == Kind::Udp)
+        datagrams_per_buffer: bulk_udp(Some(kind))
             .then(|| datagrams_per_buffer(receivers))
             .flatten(),
-        sender_sndbuf_errors: (kind == Kind::Udp)
+        sender_sndbuf_errors: bulk_udp(Some(kind))
             .then(|| sender_host.udp_buffer_errors.map(|u| u.send))
             .flatten(),
-        receiver_tcp_rmem_max: (kind == Kind::Tcp)
+        receiver_tcp_rmem_max: bulk_tcp(kind)
             .then_some(receiver_host.tcp_rmem_max)
             .flatten(),
-        sender_tcp_wmem_max: (kind == Kind::Tcp)
+        sender_tcp_wmem_max: bulk_tcp(kind)
             .then_some(sender_host.tcp_wmem_max)
             .flatten(),
         sender_throttled: sender_host.cpu_throttle.map(|t| t.throttled_share()),
@@ -501,7 +509,7 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     }
     // UDP loss the receiving host booked as its own buffer overflows: the
     // receiver did not drain its socket in time, whatever its CPU showed.
-    let udp_lossy = e.kind == Some(Kind::Udp) && e.loss_ratio.is_some_and(|l| l >= UDP_LOSS);
+    let udp_lossy = bulk_udp(e.kind) && e.loss_ratio.is_some_and(|l| l >= UDP_LOSS);
     let receiver_drops = e.receiver_drop_share().filter(|_| udp_lossy);
     if let Some(t) = &e.receiver {
         let (sat, irq) = cpu_candidates(t);
@@ -523,14 +531,14 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     if let Some(r) = e.rwnd_limited {
         push(Limit::ReceiveWindow, r);
     }
-    let network = match e.kind {
-        Some(Kind::Udp) => e.loss_ratio.filter(|&l| l >= UDP_LOSS).map(|_| {
+    let network = if bulk_udp(e.kind) {
+        e.loss_ratio.filter(|&l| l >= UDP_LOSS).map(|_| {
             // A lossy path held the flow to what arrived.
             1.0 - e.loss_ratio.unwrap_or(0.0)
-        }),
-        _ => e
-            .busy
-            .map(|b| b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0)),
+        })
+    } else {
+        e.busy
+            .map(|b| b - e.rwnd_limited.unwrap_or(0.0) - e.sndbuf_limited.unwrap_or(0.0))
     };
     // Between two ends on one host there is no path: what the congestion
     // window or lost datagrams show there is the host's own doing.
@@ -559,7 +567,7 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         // Most of the loss was the receiving socket overflowing: the path
         // carried it, the receiver did not keep up.
         eligible.push(Limit::ReceiverCpu);
-    } else if e.kind == Some(Kind::Udp) && network.is_some() {
+    } else if bulk_udp(e.kind) && network.is_some() {
         // Datagrams lost on the way: whatever the sender did, the path
         // did not carry it.
         eligible.push(Limit::Network);

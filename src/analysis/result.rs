@@ -11,6 +11,7 @@ use crate::analysis::diagnosis::{self, Diagnosis, Evidence};
 use crate::engine::stats::ratio;
 use crate::engine::stats::{IntervalStats, Role, SideStats, StreamStats, TcpStats};
 use crate::kinds::figures::KindFigures;
+use crate::kinds::kind::Transport;
 use crate::protocol::{Direction, FlowDirection, Kind};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -622,6 +623,8 @@ impl ProbeResult {
         let mut directions = Vec::new();
         let mut interval_streams = Vec::new();
         let (mut all_senders, mut all_receivers) = (Vec::new(), Vec::new());
+        // A bulk flow's TCP or UDP summary; a latency kind has its own.
+        let bulk = crate::kinds::of(ctx.kind).bulk();
         for &dir in ctx.direction.flows() {
             // On the prober, send-direction streams are senders; on the
             // responder they are receivers.
@@ -673,7 +676,7 @@ impl ProbeResult {
                     receive_buffer_bytes: rx.map_or(0, |s| s.receive_buffer_bytes),
                     congestion: tx.and_then(|s| s.congestion.clone()),
                     tcp: tx.and_then(|s| s.tcp.clone()),
-                    udp: (ctx.kind == Kind::Udp).then(|| {
+                    udp: (bulk == Some(Transport::Udp)).then(|| {
                         udp_summary(
                             &tx_v,
                             &rx_v,
@@ -689,7 +692,7 @@ impl ProbeResult {
             let sender_seconds = senders.iter().map(|s| s.seconds).fold(0.0, f64::max);
             let throughput = bits_per_second(bytes, seconds);
             let sender_throughput = bits_per_second(sender_bytes, sender_seconds);
-            let udp = (ctx.kind == Kind::Udp)
+            let udp = (bulk == Some(Transport::Udp))
                 .then(|| udp_summary(&senders_ref, &receivers_ref, sender_throughput, throughput));
             let mut evidence = diagnosis::gather(
                 ctx.kind,
@@ -713,7 +716,7 @@ impl ProbeResult {
                 sender_throughput_bits_per_second: sender_throughput,
                 sender_cpu_utilization: cpu_of(&senders_ref),
                 receiver_cpu_utilization: cpu_of(&receivers_ref),
-                tcp: (ctx.kind == Kind::Tcp).then(|| tcp_summary(&senders_ref, &receivers_ref)),
+                tcp: (bulk == Some(Transport::Tcp)).then(|| tcp_summary(&senders_ref, &receivers_ref)),
                 udp,
                 diagnosis: diagnosis::judges(ctx.kind).then(|| diagnosis::diagnose(&evidence)),
             });
@@ -731,7 +734,7 @@ impl ProbeResult {
             .iter()
             .map(|d| d.throughput_bits_per_second)
             .sum();
-        let tcp = (ctx.kind == Kind::Tcp).then(|| tcp_summary(&all_senders, &all_receivers));
+        let tcp = (bulk == Some(Transport::Tcp)).then(|| tcp_summary(&all_senders, &all_receivers));
         let intervals = match ctx.interval_seconds {
             Some(length) => {
                 let refs: Vec<_> = interval_streams
@@ -742,7 +745,7 @@ impl ProbeResult {
             }
             None => Vec::new(),
         };
-        let udp = (ctx.kind == Kind::Udp)
+        let udp = (bulk == Some(Transport::Udp))
             .then(|| udp_summary(&all_senders, &all_receivers, sent_bps, recv_bps));
         let diagnosis = diagnosis::judges(ctx.kind).then(|| {
             directions

@@ -21,6 +21,7 @@ use super::target::Target;
 use super::{verify, ProbeError};
 use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::engine::datapath::{DataSocket, UdpWire, DRAIN_GRACE};
+use crate::kinds::kind::Transport;
 use crate::engine::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
 use crate::kinds::side::{End, TestSide};
 use crate::kinds::{tcp, udp};
@@ -55,7 +56,7 @@ pub fn stream_index(id: i64, count: usize) -> Option<usize> {
 
 /// The parameters pathprobe sends for `request`.
 pub fn params_for(request: &TestRequest) -> Params {
-    let udp = request.kind == Kind::Udp;
+    let udp = crate::kinds::of(request.kind).transport() == Transport::Udp;
     let streams = i64::from(request.streams.max(1));
     let ms = |ms: u64| ms.div_ceil(1000) as i64;
     Params {
@@ -87,7 +88,9 @@ fn iperf3_request(spec: &ProbeSpec) -> Result<TestRequest, ProbeError> {
             "iperf3 takes -t and -O in whole seconds".into(),
         ));
     }
-    if request.kind == Kind::Udp && !(16..=65_507).contains(&request.length) {
+    if crate::kinds::of(request.kind).transport() == Transport::Udp
+        && !(16..=65_507).contains(&request.length)
+    {
         return Err(ProbeError::BadArgument(format!(
             "iperf3's UDP datagrams are 16 to 65507 bytes, got {}",
             request.length
@@ -304,15 +307,16 @@ async fn converse(
         .with_wire(UdpWire::Iperf3 { counters64 })
         .with_intervals(spec.interval_events.clone());
     let count = side.stream_count();
-    let sockets = match request.kind {
-        Kind::Tcp => open_tcp_streams(addr, spec, &side, count, cookie).await?,
-        Kind::Udp => open_udp_streams(addr, spec, request, count, t).await?,
-        Kind::TcpRr | Kind::UdpRr | Kind::TcpCrr => {
-            return Err(ProbeError::BadArgument(format!(
-                "{} needs a pathprobe responder: iperf3 has no request/response test",
-                request.kind
-            )))
-        }
+    let kind = crate::kinds::of(request.kind);
+    if !kind.iperf3() {
+        return Err(ProbeError::BadArgument(format!(
+            "{} needs a pathprobe responder: iperf3 has no request/response test",
+            request.kind
+        )));
+    }
+    let sockets = match kind.transport() {
+        Transport::Tcp => open_tcp_streams(addr, spec, &side, count, cookie).await?,
+        Transport::Udp => open_udp_streams(addr, spec, request, count, t).await?,
     };
     let plan = side.plan.clone();
     let running = side
@@ -494,10 +498,10 @@ pub fn local_results(request: &TestRequest, local: &SideStats) -> Results {
         cpu_util_total: pct(user + system),
         cpu_util_user: pct(user),
         cpu_util_system: pct(system),
-        sender_has_retransmits: match (sends, request.kind) {
+        sender_has_retransmits: match (sends, crate::kinds::of(request.kind).transport()) {
             (false, _) => -1,
-            (true, Kind::Tcp | Kind::TcpRr | Kind::TcpCrr) => 1,
-            (true, Kind::Udp | Kind::UdpRr) => 0,
+            (true, Transport::Tcp) => 1,
+            (true, Transport::Udp) => 0,
         },
         congestion_used: local.streams.iter().find_map(|s| s.congestion.clone()),
         streams,
@@ -521,8 +525,8 @@ pub fn stream_result(s: &StreamStats, kind: Kind) -> StreamResult {
     StreamResult {
         id: stream_id(s.id as usize),
         bytes: s.bytes.min(i64::MAX as u64) as i64,
-        retransmits: match (&s.tcp, sender, kind) {
-            (Some(t), true, Kind::Tcp) => t.retransmits as i64,
+        retransmits: match (&s.tcp, sender, crate::kinds::of(kind).bulk()) {
+            (Some(t), true, Some(Transport::Tcp)) => t.retransmits as i64,
             _ => -1,
         },
         jitter,
@@ -604,8 +608,8 @@ pub fn remote_side(
         let omitted_errors = count("omitted_errors", r.omitted_errors.unwrap_or(0))?;
         let packets = count("packets", r.packets)?;
         let errors = count("errors", r.errors)?;
-        match (request.kind, role) {
-            (Kind::Udp, Role::Receiver) => {
+        match (crate::kinds::of(request.kind).bulk(), role) {
+            (Some(Transport::Udp), Role::Receiver) => {
                 // iperf3's receiver reports the highest sequence seen and
                 // the gaps below it, both from the stream's start.
                 let span = packets.saturating_sub(omitted_packets);
@@ -625,13 +629,13 @@ pub fn remote_side(
                     buffers: None,
                 });
             }
-            (Kind::Udp, Role::Sender) => {
+            (Some(Transport::Udp), Role::Sender) => {
                 s.udp_sent = Some(UdpSendStats {
                     packets: packets.saturating_sub(omitted_packets),
                     mode: None,
                 });
             }
-            (Kind::Tcp, Role::Sender)
+            (Some(Transport::Tcp), Role::Sender)
                 if theirs.sender_has_retransmits == 1 && r.retransmits >= 0 =>
             {
                 s.tcp = Some(TcpStats {

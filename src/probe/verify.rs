@@ -18,7 +18,7 @@ use super::spec::{stream_layout, FlowDirection};
 use crate::engine::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
 use crate::engine::stats::{Role, SideStats, StreamStats};
 use crate::kinds::side::MAX_CPUS;
-use crate::protocol::{Kind, TestRequest};
+use crate::protocol::TestRequest;
 
 /// Slack on time figures: scheduling, the control round trip, the drain.
 const TIME_SLACK: Duration = Duration::from_secs(5);
@@ -536,7 +536,7 @@ fn check_sent_against_received(
     let Some(got) = got else {
         return Ok(());
     };
-    if request.kind == Kind::Tcp {
+    if crate::kinds::of(request.kind).transport() == crate::kinds::kind::Transport::Tcp {
         // Bytes in flight at either edge of the window: both socket
         // buffers, and a margin for a window that starts after warm-up.
         let slack = sent
@@ -563,6 +563,7 @@ fn check_sent_against_received(
 
 #[cfg(test)]
 mod tests {
+    use crate::protocol::Kind;
     use super::*;
     use crate::protocol::model::IntervalStats;
     use crate::protocol::{Direction, TcpStats, UdpReceiveStats, UdpSendStats};

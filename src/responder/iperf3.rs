@@ -37,7 +37,7 @@ use crate::protocol::iperf3::{
     check_json_len, encode_json_len, encode_server_error, errors, is_cookie, same_cookie, Params,
     State, COOKIE_LEN, MAX_PARAMS_LEN,
 };
-use crate::protocol::{Direction, Kind, RejectReason, TestRequest};
+use crate::protocol::{Direction, RejectReason, TestRequest};
 
 /// iperf3's "an option you are trying to set is not implemented yet".
 const IEUNIMP: i32 = 13;
@@ -544,7 +544,11 @@ pub fn to_request(
             "iperf3 authentication is not supported".into(),
         ));
     }
-    let kind = if p.is_udp() { Kind::Udp } else { Kind::Tcp };
+    let kind = crate::kinds::registry::iperf3_kind(if p.is_udp() {
+        crate::kinds::kind::Transport::Udp
+    } else {
+        crate::kinds::kind::Transport::Tcp
+    });
     let direction = match (p.bidirectional.is_some(), p.reverse.is_some()) {
         (true, _) => Direction::Bidir,
         (false, true) => Direction::Receive,
@@ -998,6 +1002,7 @@ fn server_output(request: &TestRequest, stats: &crate::engine::stats::SideStats)
 
 #[cfg(test)]
 mod tests {
+    use crate::protocol::Kind;
     use super::*;
 
     fn params(json: &str) -> Params {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::future::BoxFuture;
 use crate::http::{App, ProbeRequestError, ProbeResponse};
 use crate::metrics::{HttpRefusal, ProbeFailure, ProbeOutcome};
-use crate::probe::{Kind, ProbeSpec, Target};
+use crate::probe::{ProbeSpec, Target};
 use crate::protocol::DEFAULT_PORT;
 
 use super::probe_access;
@@ -42,7 +42,7 @@ fn spec_words(spec: &ProbeSpec) -> String {
         "length: {}",
         format_size(u64::from(spec.effective_length()))
     ));
-    if matches!(spec.kind, Kind::TcpRr | Kind::TcpCrr | Kind::UdpRr) {
+    if crate::kinds::of(spec.kind).request_response() {
         let rr = spec.effective_rr();
         out.push(format!(
             "request_size: {}, response_size: {}, burst: {}, nodelay: {}",

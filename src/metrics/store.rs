@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use crate::kinds::kind::Series;
 use crate::probe::{Direction, FlowDirection, ProbeError, ProbeResult};
 use crate::protocol::crr::CrrFailure;
 
@@ -230,6 +231,9 @@ impl LatencyHistogram {
 impl SeriesState {
     fn new(kind: &str, direction: Direction, labels: BTreeMap<String, String>, tcp: bool) -> Self {
         let flows = direction.flows();
+        // `kind` is a module kind's name (`loopback_tcp`, `iperf3_udp`, …).
+        let series = crate::kinds::registry::by_module_name(kind).map_or(&[][..], |(k, _)| k.series());
+        let has = |s: Series| series.contains(&s);
         SeriesState {
             kind: kind.to_string(),
             direction,
@@ -246,16 +250,16 @@ impl SeriesState {
             } else {
                 BTreeMap::new()
             },
-            // Known from the kind, so the histogram exists at 0 from the start.
-            latency: matches!(kind, "tcp_rr" | "udp_rr" | "tcp_crr")
-                .then(LatencyHistogram::default),
-            rr_lost: if kind == "udp_rr" {
+            // Known from the kind (the registry lists its series), so the
+            // histograms and counters exist at 0 from the start.
+            latency: has(Series::Latency).then(LatencyHistogram::default),
+            rr_lost: if has(Series::RoundTripLoss) {
                 BTreeMap::from([(FlowDirection::Send, 0), (FlowDirection::Receive, 0)])
             } else {
                 BTreeMap::new()
             },
-            connect: (kind == "tcp_crr").then(LatencyHistogram::default),
-            crr_failures: if kind == "tcp_crr" {
+            connect: has(Series::Connect).then(LatencyHistogram::default),
+            crr_failures: if has(Series::ConnectionFailures) {
                 CrrFailure::ALL.iter().map(|r| (*r, 0)).collect()
             } else {
                 BTreeMap::new()

@@ -1,10 +1,12 @@
 //! What the status page shows for each probe kind: the card's headline
-//! figures and the `/path` page's charts. This is the web module's only
-//! match on a kind, so that a new kind (or the kind registry, once it
-//! declares its page) changes one place: [`view_of`].
+//! figures and the `/path` page's charts. The kind registry declares which
+//! (`ProbeKind::headline`, `ProbeKind::charts`); this module draws each
+//! figure and chart, and [`view_of`] asks the registry, so a new kind
+//! changes nothing here.
 
 use super::{fmt_bps, fmt_count, fmt_ms, fmt_pct};
 
+use crate::kinds::{self, kind::Headline};
 use crate::service::history::Point;
 
 /// One figure of an entry: how to read it from a [`Point`] and print it.
@@ -34,13 +36,13 @@ pub(super) struct KindView {
     /// The card's figures. The first one is the trend: the sparkline,
     /// the change against the median, and the fleet and kernel tables
     /// follow it.
-    pub headline: &'static [Figure],
-    pub charts: &'static [Chart],
+    pub headline: Vec<&'static Figure>,
+    pub charts: Vec<&'static Chart>,
 }
 
 impl KindView {
     pub fn trend(&self) -> &'static Figure {
-        &self.headline[0]
+        self.headline.first().copied().unwrap_or(&THROUGHPUT)
     }
 }
 
@@ -87,84 +89,89 @@ const THROUGHPUT_CHART: Chart = Chart {
     fallback: Some(THROUGHPUT),
 };
 
-static TCP: KindView = KindView {
-    headline: &[THROUGHPUT],
-    charts: &[
-        THROUGHPUT_CHART,
-        Chart {
-            title: "retransmits per probe",
-            series: &[Figure {
-                name: "retransmits",
-                value: |p| p.retransmits,
-                unit: fmt_count,
-                higher_is_better: false,
-            }],
-            fallback: None,
-        },
-        Chart {
-            title: "smoothed RTT",
-            series: &[Figure {
-                name: "RTT",
-                value: |p| p.rtt,
-                unit: fmt_ms,
-                higher_is_better: false,
-            }],
-            fallback: None,
-        },
-    ],
+const RETRANSMITS_CHART: Chart = Chart {
+    title: "retransmits per probe",
+    series: &[Figure {
+        name: "retransmits",
+        value: |p| p.retransmits,
+        unit: fmt_count,
+        higher_is_better: false,
+    }],
+    fallback: None,
+};
+const RTT_CHART: Chart = Chart {
+    title: "smoothed RTT",
+    series: &[Figure {
+        name: "RTT",
+        value: |p| p.rtt,
+        unit: fmt_ms,
+        higher_is_better: false,
+    }],
+    fallback: None,
+};
+const LOSS_CHART: Chart = Chart {
+    title: "loss",
+    series: &[Figure {
+        name: "loss",
+        value: |p| p.loss,
+        unit: fmt_pct,
+        higher_is_better: false,
+    }],
+    fallback: None,
+};
+const JITTER_CHART: Chart = Chart {
+    title: "jitter",
+    series: &[Figure {
+        name: "jitter",
+        value: |p| p.jitter,
+        unit: fmt_ms,
+        higher_is_better: false,
+    }],
+    fallback: None,
+};
+const LATENCY_CHART: Chart = Chart {
+    title: "transaction latency",
+    series: &[P50, P99],
+    fallback: None,
+};
+const TPS_CHART: Chart = Chart {
+    title: "transactions per second",
+    series: &[TPS],
+    fallback: None,
 };
 
-static UDP: KindView = KindView {
-    headline: &[THROUGHPUT],
-    charts: &[
-        THROUGHPUT_CHART,
-        Chart {
-            title: "loss",
-            series: &[Figure {
-                name: "loss",
-                value: |p| p.loss,
-                unit: fmt_pct,
-                higher_is_better: false,
-            }],
-            fallback: None,
-        },
-        Chart {
-            title: "jitter",
-            series: &[Figure {
-                name: "jitter",
-                value: |p| p.jitter,
-                unit: fmt_ms,
-                higher_is_better: false,
-            }],
-            fallback: None,
-        },
-    ],
-};
+/// How a headline figure the registry names is read and printed.
+fn figure(h: Headline) -> &'static Figure {
+    match h {
+        Headline::ThroughputBitsPerSecond => &THROUGHPUT,
+        Headline::LatencyP50Seconds => &P50,
+        Headline::LatencyP99Seconds => &P99,
+        Headline::TransactionsPerSecond => &TPS,
+    }
+}
 
-static RR: KindView = KindView {
-    headline: &[P50, P99, TPS],
-    charts: &[
-        Chart {
-            title: "transaction latency",
-            series: &[P50, P99],
-            fallback: None,
-        },
-        Chart {
-            title: "transactions per second",
-            series: &[TPS],
-            fallback: None,
-        },
-    ],
-};
+/// How a chart the registry names is drawn.
+fn chart(c: kinds::kind::Chart) -> &'static Chart {
+    use kinds::kind::Chart as C;
+    match c {
+        C::ThroughputPerDirection => &THROUGHPUT_CHART,
+        C::Retransmits => &RETRANSMITS_CHART,
+        C::SmoothedRtt => &RTT_CHART,
+        C::Loss => &LOSS_CHART,
+        C::Jitter => &JITTER_CHART,
+        C::TransactionLatency => &LATENCY_CHART,
+        C::TransactionsPerSecond => &TPS_CHART,
+    }
+}
 
-/// The page of `kind` (a module kind's name, as in the configuration).
-pub(super) fn view_of(kind: &str) -> &'static KindView {
-    match kind {
-        "tcp_rr" | "udp_rr" | "tcp_crr" => &RR,
-        "udp" | "loopback_udp" | "iperf3_udp" => &UDP,
-        // tcp, loopback_tcp, iperf3_tcp, and a kind this table does not
-        // know yet: throughput is what every other kind reports.
-        _ => &TCP,
+/// The page of `kind` (a module kind's name, as in the configuration), as
+/// its kind declares it; a name the registry does not know (a result
+/// recorded by another release) is drawn as throughput, as `tcp`.
+pub(super) fn view_of(kind: &str) -> KindView {
+    let k = kinds::registry::by_module_name(kind).map_or(kinds::registry::KINDS[0], |(k, _)| k);
+    KindView {
+        headline: k.headline().iter().map(|&h| figure(h)).collect(),
+        charts: k.charts().iter().map(|&c| chart(c)).collect(),
     }
 }
 

@@ -644,3 +644,147 @@ fn test_modules_resolve_super_to_their_file() {
     assert_eq!(g["a.rs"].keys().collect::<Vec<_>>(), ["b.rs"]);
     assert_eq!(cycles(&g).len(), 1);
 }
+
+/// Where a kind may still be named outside src/kinds/ and src/protocol/,
+/// and why: not a per-kind fact the registry could declare.
+const KIND_NAMED_ALLOWED: &[(&str, &str, &str)] = &[(
+    "probe/spec.rs",
+    "Kind::Tcp",
+    "ProbeSpec::default()'s kind: a default value, as iperf3's, not a fact of the kind",
+)];
+
+/// Blanks every item under `#[cfg(test)]` (a test module, impl or fn):
+/// from the attribute to its closing brace, or to its `;` for `mod x;`.
+fn without_test_items(text: &str) -> String {
+    let mut out = text.as_bytes().to_vec();
+    let b = text.as_bytes();
+    let mut from = 0;
+    while let Some(p) = text[from..].find("#[cfg(test)]") {
+        let at = from + p;
+        let mut k = at + "#[cfg(test)]".len();
+        while k < b.len() && b[k] != b'{' && b[k] != b';' {
+            k += 1;
+        }
+        if k < b.len() && b[k] == b'{' {
+            let mut depth = 0;
+            while k < b.len() {
+                match b[k] {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+        }
+        let end = k.min(b.len().saturating_sub(1));
+        for c in &mut out[at..=end] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+        from = end + 1;
+    }
+    String::from_utf8(out).expect("ASCII blanks keep UTF-8")
+}
+
+/// The files a `#[cfg(test)] mod name;` makes test-only, as paths under
+/// src/ (`config/tests.rs`, `units_proptests.rs`).
+fn test_only_files(files: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (path, src) in files {
+        let text = strip(src);
+        let dir = match path.rsplit_once('/') {
+            _ if path == "lib.rs" || path == "main.rs" => String::new(),
+            Some((d, "mod.rs")) => format!("{d}/"),
+            _ => format!("{}/", path.trim_end_matches(".rs")),
+        };
+        let mut rest = text.as_str();
+        while let Some(p) = rest.find("#[cfg(test)]") {
+            rest = &rest[p + "#[cfg(test)]".len()..];
+            let item = rest.trim_start();
+            let item = item.strip_prefix("pub ").unwrap_or(item);
+            if let Some(decl) = item.strip_prefix("mod ") {
+                let name: String = decl.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+                if decl[name.len()..].trim_start().starts_with(';') {
+                    out.insert(format!("{dir}{name}.rs"));
+                    out.insert(format!("{dir}{name}/mod.rs"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every `Kind::X` and `ModuleKind::X` in a file's production code, as
+/// (line, name).
+fn kinds_named(src: &str) -> Vec<(usize, String)> {
+    let text = without_test_items(&strip(src));
+    let b = text.as_bytes();
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("Kind::") {
+        let mut start = at;
+        if text[..at].ends_with("Module") {
+            start = at - "Module".len();
+        }
+        if start > 0 && is_ident(b[start - 1]) {
+            continue;
+        }
+        let tail = &text[at + "Kind::".len()..];
+        let variant: String = tail.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+        if !variant.starts_with(|c: char| c.is_ascii_uppercase()) {
+            continue;
+        }
+        let line = text[..at].matches('\n').count() + 1;
+        found.push((line, format!("{}{variant}", &text[start..at + "Kind::".len()])));
+    }
+    found
+}
+
+/// Issue 21: the registry (src/kinds/) is the one place that matches on a
+/// kind; the wire (src/protocol/) defines `Kind` and its names. Anywhere
+/// else a kind is asked through `kinds::of(kind)`, so that adding a kind
+/// edits its folder and the registry, not every module that shows it.
+#[test]
+fn no_kind_is_named_outside_the_registry() {
+    let files = read_src();
+    let tests = test_only_files(&files);
+    // The reader must see the test modules, or every test would be read
+    // as production code (and the other way round).
+    assert!(tests.contains("config/tests.rs"), "{tests:?}");
+    let mut named = Vec::new();
+    for (path, src) in &files {
+        if path.starts_with("kinds/") || path.starts_with("protocol/") || tests.contains(path) {
+            continue;
+        }
+        for (line, name) in kinds_named(src) {
+            let allowed = KIND_NAMED_ALLOWED
+                .iter()
+                .any(|(p, n, _)| p == path && *n == name);
+            if !allowed {
+                named.push(format!("src/{path}:{line}: {name}"));
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "a kind is named outside src/kinds/ and src/protocol/ (ask kinds::of(kind) instead, \
+         or allow it in KIND_NAMED_ALLOWED with the reason):\n{}",
+        named.join("\n")
+    );
+}
+
+#[test]
+fn the_kind_check_sees_production_code_only() {
+    let src = "fn f(k: Kind) -> bool { k == Kind::Udp || m == ModuleKind::LoopbackTcp }\n\
+               // Kind::Tcp in a comment\n\
+               const S: &str = \"Kind::Tcp\";\n\
+               #[cfg(test)]\nmod tests { fn g() { let _ = Kind::TcpRr; } }\n\
+               fn h() -> Kind { kinds::of(k).kind() }";
+    let names: Vec<String> = kinds_named(src).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["Kind::Udp", "ModuleKind::LoopbackTcp"]);
+}

@@ -29,12 +29,25 @@ pub struct ModuleKind {
 
 impl<'de> Deserialize<'de> for ModuleKind {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        ModuleKind::from_name(&name).ok_or_else(|| {
-            static EXPECTED: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-            let expected = EXPECTED.get_or_init(|| module_names().iter().map(|n| n.0).collect());
-            serde::de::Error::unknown_variant(&name, expected)
-        })
+        // A visitor, as a derived enum's, so that an unknown name is
+        // reported where it is written (line, column and key path).
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = ModuleKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a module kind")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<ModuleKind, E> {
+                ModuleKind::from_name(name).ok_or_else(|| {
+                    static EXPECTED: std::sync::OnceLock<Vec<&'static str>> =
+                        std::sync::OnceLock::new();
+                    let expected =
+                        EXPECTED.get_or_init(|| module_names().iter().map(|n| n.0).collect());
+                    E::unknown_variant(name, expected)
+                })
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 
@@ -361,10 +374,12 @@ impl Module {
                     .filter(|k| takes(k.rr_shape()))
                     .map(|k| k.kind().as_str())
                     .collect();
+                // A kind that keeps to one flow says why it takes no such key.
+                let why = kind.one_flow().map(|w| format!(", which {w}")).unwrap_or_default();
                 return Err((
                     key,
                     format!(
-                        "applies to {} modules only, not {}",
+                        "applies to {} modules only, not {}{why}",
                         names.join(" and "),
                         self.kind.as_str()
                     ),

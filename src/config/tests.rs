@@ -183,7 +183,7 @@ fn invalid_fixtures_give_exact_messages() {
         ("bad_unknown_field.yml", "bad_unknown_field.yml:7:5: modules.tcp: unknown key `durations`: did you mean `duration`?"),
         ("bad_unknown_section.yml", "bad_unknown_section.yml:1:1: unknown key `module`: did you mean `modules`?"),
         ("bad_duration.yml", "bad_duration.yml:4:15: modules.tcp.duration: invalid duration \"5 parsecs\": expected a number with an optional ms, s, m or h suffix (e.g. 250ms, 30s, 5m)"),
-        ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown value `icmp`: expected one of tcp, udp, loopback_tcp, loopback_udp, tcp_rr, udp_rr, tcp_crr, iperf3_tcp, iperf3_udp"),
+        ("bad_kind.yml", "bad_kind.yml:3:11: modules.ping.kind: unknown value `icmp`: expected one of tcp, udp, tcp_rr, udp_rr, tcp_crr, loopback_tcp, loopback_udp, iperf3_tcp, iperf3_udp"),
         ("bad_rate.yml", "bad_rate.yml:4:14: modules.udp.bitrate: invalid rate \"fast\": expected a number of bits per second with an optional k, m, g or t suffix (e.g. 500M, 1g)"),
         ("bad_syntax.yml", "bad_syntax.yml:4:4: did not find expected key, while parsing a block mapping at line 2 column 3"),
         ("bad_listen.yml", "bad_listen.yml:2:11: responder.listen: invalid listen address \"localhost:5301\": expected an IP address and port: ip:port, [ipv6]:port or :port (every address), e.g. :9813, 127.0.0.1:5301 or [::]:5301"),

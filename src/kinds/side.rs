@@ -26,7 +26,7 @@ use crate::engine::datapath::{
 use crate::engine::stats::{Role, SideStats, StreamStats};
 use crate::engine::tcp_socket::{apply_options, TcpOptions};
 use crate::host::{HostDelta, HostSnapshot};
-use crate::kinds::kind::ProbeKind;
+use crate::kinds::kind::{ProbeKind, Transport};
 use crate::kinds::udp;
 use crate::protocol::model::{stream_layout, FlowDirection};
 use crate::protocol::udp::token_id;
@@ -164,12 +164,13 @@ impl TestSide {
     /// Applies the test's socket options to a data socket this end did not
     /// configure itself before connecting (every socket on the responder).
     pub fn prepare(&self, socket: &DataSocket, ipv6: bool) -> std::io::Result<()> {
-        match (self.request.kind, socket) {
+        let kind = super::of(self.request.kind);
+        match (kind.transport(), kind.connection_per_transaction(), socket) {
             // TCP_NODELAY of tcp_rr is set by its loops, on both ends.
-            (Kind::Tcp | Kind::TcpRr, DataSocket::Tcp(s)) => {
+            (Transport::Tcp, false, DataSocket::Tcp(s)) => {
                 apply_options(&socket2::SockRef::from(s), &self.tcp, ipv6)
             }
-            (Kind::Udp | Kind::UdpRr, DataSocket::Udp(s)) => {
+            (Transport::Udp, _, DataSocket::Udp(s)) => {
                 udp::configure_socket(
                     s,
                     udp::buffer_size(self.request.window, self.flow_bitrate()),
@@ -180,10 +181,13 @@ impl TestSide {
                 }
             }
             // tcp_crr's loops apply the options to every connection.
-            (Kind::TcpCrr, DataSocket::Connections(_)) => Ok(()),
-            (kind, _) => Err(std::io::Error::new(
+            (Transport::Tcp, true, DataSocket::Connections(_)) => Ok(()),
+            _ => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("a {kind} test was handed a data socket of another kind"),
+                format!(
+                    "a {} test was handed a data socket of another kind",
+                    self.request.kind
+                ),
             )),
         }
     }

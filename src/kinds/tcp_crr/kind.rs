@@ -45,7 +45,7 @@ impl ProbeKind for TcpCrr {
         RrShape::Sized { burst: false }
     }
     fn one_flow(&self) -> Option<&'static str> {
-        Some("runs one transaction at a time")
+        Some("opens one connection per transaction, one at a time")
     }
     fn own_traffic(&self) -> OwnTraffic {
         OwnTraffic::TcpConnections

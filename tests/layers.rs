@@ -167,24 +167,29 @@ fn inline_mods(text: &str) -> Vec<(usize, usize, String)> {
         if name.is_empty() || j >= b.len() || b[j] != b'{' {
             continue;
         }
-        let mut depth = 0;
-        let mut k = j;
-        while k < b.len() {
-            match b[k] {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                _ => {}
-            }
-            k += 1;
-        }
-        found.push((j, k, name.to_string()));
+        found.push((j, closing_brace(b, j), name.to_string()));
     }
     found
+}
+
+/// The `}` closing the `{` at `open` (the text's end if none does).
+fn closing_brace(b: &[u8], open: usize) -> usize {
+    let mut depth = 0;
+    let mut k = open;
+    while k < b.len() {
+        match b[k] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+        k += 1;
+    }
+    k
 }
 
 /// Expands a use tree (`super::{a, b::{self, C}}`) into paths.
@@ -666,20 +671,7 @@ fn without_test_items(text: &str) -> String {
             k += 1;
         }
         if k < b.len() && b[k] == b'{' {
-            let mut depth = 0;
-            while k < b.len() {
-                match b[k] {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                k += 1;
-            }
+            k = closing_brace(b, k);
         }
         let end = k.min(b.len().saturating_sub(1));
         for c in &mut out[at..=end] {

@@ -155,8 +155,12 @@ pub trait ProbeKind: Sync {
 
     fn transport(&self) -> Transport;
 
+    /// A request/response kind measures latency; any other, throughput.
     fn family(&self) -> Family {
-        Family::Throughput
+        match self.rr_shape() {
+            RrShape::None => Family::Throughput,
+            RrShape::Sized { .. } | RrShape::Paced => Family::Latency,
+        }
     }
 
     /// A request/response kind: its request carries [`RrParams`] (sizes,

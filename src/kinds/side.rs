@@ -30,7 +30,7 @@ use crate::kinds::kind::{ProbeKind, Transport};
 use crate::kinds::udp;
 use crate::protocol::model::{stream_layout, FlowDirection};
 use crate::protocol::udp::token_id;
-use crate::protocol::{Kind, TestRequest};
+use crate::protocol::TestRequest;
 
 /// Which end of the test this side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -483,6 +483,7 @@ impl Drop for SideRun {
 
 #[cfg(test)]
 mod tests {
+    use crate::protocol::Kind;
     use super::*;
     use crate::protocol::Direction;
 

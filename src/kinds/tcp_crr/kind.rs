@@ -5,7 +5,7 @@ use crate::engine::datapath::{DataSocket, StreamContext};
 use crate::engine::stats::{Role, StreamStats};
 use crate::kinds::figures::KindFigures;
 use crate::kinds::kind::{
-    check_sizes, wrong_socket, Asked, Family, OwnTraffic, ProbeKind, RrShape, Series, Transport,
+    check_sizes, wrong_socket, Asked, OwnTraffic, ProbeKind, RrShape, Series, Transport,
 };
 use crate::kinds::tcp_rr::RrSummary;
 use crate::protocol::rr::RrParams;
@@ -20,9 +20,6 @@ impl ProbeKind for TcpCrr {
     }
     fn transport(&self) -> Transport {
         Transport::Tcp
-    }
-    fn family(&self) -> Family {
-        Family::Latency
     }
     fn connection_per_transaction(&self) -> bool {
         true

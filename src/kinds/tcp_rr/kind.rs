@@ -2,7 +2,7 @@
 //! connection.
 
 use crate::kinds::figures::KindFigures;
-use crate::kinds::kind::{check_sizes, Asked, Family, Loops, ProbeKind, RrShape, Transport};
+use crate::kinds::kind::{check_sizes, Asked, Loops, ProbeKind, RrShape, Transport};
 use crate::engine::stats::StreamStats;
 use crate::protocol::rr::RrParams;
 use crate::protocol::Kind;
@@ -16,9 +16,6 @@ impl ProbeKind for TcpRr {
     }
     fn transport(&self) -> Transport {
         Transport::Tcp
-    }
-    fn family(&self) -> Family {
-        Family::Latency
     }
     /// The prober asks, the responder answers: the same stream.
     fn loops(&self) -> Option<Loops> {

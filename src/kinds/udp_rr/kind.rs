@@ -3,7 +3,7 @@
 use crate::engine::stats::StreamStats;
 use crate::kinds::figures::KindFigures;
 use crate::kinds::kind::{
-    Asked, Family, LengthBounds, Loops, OwnTraffic, ProbeKind, RrShape, Series, Transport,
+    Asked, LengthBounds, Loops, OwnTraffic, ProbeKind, RrShape, Series, Transport,
 };
 use crate::protocol::rr::RrParams;
 use crate::protocol::udp_rr as w;
@@ -18,9 +18,6 @@ impl ProbeKind for UdpRr {
     }
     fn transport(&self) -> Transport {
         Transport::Udp
-    }
-    fn family(&self) -> Family {
-        Family::Latency
     }
     /// A request carries the header and the reply's stamps.
     fn length_bounds(&self) -> LengthBounds {

@@ -64,18 +64,8 @@ const RECEIVE: Figure = Figure {
     unit: fmt_bps,
     higher_is_better: true,
 };
-const P50: Figure = Figure {
-    name: "p50",
-    value: |p| p.p50,
-    unit: fmt_latency,
-    higher_is_better: false,
-};
-const P99: Figure = Figure {
-    name: "p99",
-    value: |p| p.p99,
-    unit: fmt_latency,
-    higher_is_better: false,
-};
+const P50: Figure = lower("p50", |p| p.p50, fmt_latency);
+const P99: Figure = lower("p99", |p| p.p99, fmt_latency);
 const TPS: Figure = Figure {
     name: "transactions/s",
     value: |p| p.tps,
@@ -89,56 +79,34 @@ const THROUGHPUT_CHART: Chart = Chart {
     fallback: Some(THROUGHPUT),
 };
 
-const RETRANSMITS_CHART: Chart = Chart {
-    title: "retransmits per probe",
-    series: &[Figure {
-        name: "retransmits",
-        value: |p| p.retransmits,
-        unit: fmt_count,
+/// A figure where less is better (retransmits, loss, latency).
+const fn lower(name: &'static str, value: fn(&Point) -> f64, unit: fn(f64) -> String) -> Figure {
+    Figure {
+        name,
+        value,
+        unit,
         higher_is_better: false,
-    }],
-    fallback: None,
-};
-const RTT_CHART: Chart = Chart {
-    title: "smoothed RTT",
-    series: &[Figure {
-        name: "RTT",
-        value: |p| p.rtt,
-        unit: fmt_ms,
-        higher_is_better: false,
-    }],
-    fallback: None,
-};
-const LOSS_CHART: Chart = Chart {
-    title: "loss",
-    series: &[Figure {
-        name: "loss",
-        value: |p| p.loss,
-        unit: fmt_pct,
-        higher_is_better: false,
-    }],
-    fallback: None,
-};
-const JITTER_CHART: Chart = Chart {
-    title: "jitter",
-    series: &[Figure {
-        name: "jitter",
-        value: |p| p.jitter,
-        unit: fmt_ms,
-        higher_is_better: false,
-    }],
-    fallback: None,
-};
-const LATENCY_CHART: Chart = Chart {
-    title: "transaction latency",
-    series: &[P50, P99],
-    fallback: None,
-};
-const TPS_CHART: Chart = Chart {
-    title: "transactions per second",
-    series: &[TPS],
-    fallback: None,
-};
+    }
+}
+
+/// A chart of `series`, with no fallback.
+const fn chart_of(title: &'static str, series: &'static [Figure]) -> Chart {
+    Chart {
+        title,
+        series,
+        fallback: None,
+    }
+}
+
+const RETRANSMITS_CHART: Chart = chart_of(
+    "retransmits per probe",
+    &[lower("retransmits", |p| p.retransmits, fmt_count)],
+);
+const RTT_CHART: Chart = chart_of("smoothed RTT", &[lower("RTT", |p| p.rtt, fmt_ms)]);
+const LOSS_CHART: Chart = chart_of("loss", &[lower("loss", |p| p.loss, fmt_pct)]);
+const JITTER_CHART: Chart = chart_of("jitter", &[lower("jitter", |p| p.jitter, fmt_ms)]);
+const LATENCY_CHART: Chart = chart_of("transaction latency", &[P50, P99]);
+const TPS_CHART: Chart = chart_of("transactions per second", &[TPS]);
 
 /// How a headline figure the registry names is read and printed.
 fn figure(h: Headline) -> &'static Figure {

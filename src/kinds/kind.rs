@@ -69,6 +69,10 @@ pub const DEFAULT_RR: RrParams = RrParams {
     interval_us: 0,
 };
 
+/// The largest TCP write size any responder accepts: a test's buffers are
+/// allocated from it, per stream. Every TCP kind's, by default.
+pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
+
 /// Default write size for TCP, as iperf3.
 pub const DEFAULT_TCP_LENGTH: u32 = 128 * 1024;
 /// Default UDP payload: fits a 1500-byte MTU over IPv6 (1500 - 40 - 8 = 1452).
@@ -183,7 +187,7 @@ pub trait ProbeKind: Sync {
     fn length_bounds(&self) -> LengthBounds {
         LengthBounds {
             min: 1,
-            max: crate::kinds::tcp::kind::TCP_LENGTH_CEILING,
+            max: TCP_LENGTH_CEILING,
         }
     }
 

@@ -3,10 +3,6 @@
 use crate::kinds::kind::{Loops, ProbeKind, Transport};
 use crate::protocol::Kind;
 
-/// The largest TCP write size any responder accepts: a test's buffers are
-/// allocated from it, per stream.
-pub const TCP_LENGTH_CEILING: u32 = 16 << 20;
-
 pub struct Tcp;
 pub static TCP: Tcp = Tcp;
 

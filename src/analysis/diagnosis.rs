@@ -412,9 +412,7 @@ pub fn gather(
         receiver_tcp_rmem_max: bulk_tcp(kind)
             .then_some(receiver_host.tcp_rmem_max)
             .flatten(),
-        sender_tcp_wmem_max: bulk_tcp(kind)
-            .then_some(sender_host.tcp_wmem_max)
-            .flatten(),
+        sender_tcp_wmem_max: bulk_tcp(kind).then_some(sender_host.tcp_wmem_max).flatten(),
         sender_throttled: sender_host.cpu_throttle.map(|t| t.throttled_share()),
         receiver_throttled: receiver_host.cpu_throttle.map(|t| t.throttled_share()),
         sender_quota_cpus: sender_host.cpu_throttle.and_then(|t| t.quota_cpus),

@@ -716,7 +716,8 @@ impl ProbeResult {
                 sender_throughput_bits_per_second: sender_throughput,
                 sender_cpu_utilization: cpu_of(&senders_ref),
                 receiver_cpu_utilization: cpu_of(&receivers_ref),
-                tcp: (bulk == Some(Transport::Tcp)).then(|| tcp_summary(&senders_ref, &receivers_ref)),
+                tcp: (bulk == Some(Transport::Tcp))
+                    .then(|| tcp_summary(&senders_ref, &receivers_ref)),
                 udp,
                 diagnosis: diagnosis::judges(ctx.kind).then(|| diagnosis::diagnose(&evidence)),
             });

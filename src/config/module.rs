@@ -54,7 +54,10 @@ impl<'de> Deserialize<'de> for ModuleKind {
 impl ModuleKind {
     /// The module kind named `name` in the config.
     pub fn from_name(name: &str) -> Option<ModuleKind> {
-        by_module_name(name).map(|(k, via)| ModuleKind { kind: k.kind(), via })
+        by_module_name(name).map(|(k, via)| ModuleKind {
+            kind: k.kind(),
+            via,
+        })
     }
 
     /// The transport the probe engine runs.
@@ -352,19 +355,16 @@ impl Module {
         }
         // The keys of a request/response shape: each applies to the kinds
         // whose shape takes it (the registry says which).
-        let sized = |burst: bool| {
-            move |s: RrShape| matches!(s, RrShape::Sized { burst: b } if b || !burst)
-        };
+        let sized =
+            |burst: bool| move |s: RrShape| matches!(s, RrShape::Sized { burst: b } if b || !burst);
         let shape_keys: [(&'static str, bool, &dyn Fn(RrShape) -> bool); 5] = [
             ("request_size", self.request_size.is_some(), &sized(false)),
             ("response_size", self.response_size.is_some(), &sized(false)),
             ("burst", self.burst.is_some(), &sized(true)),
             ("nodelay", self.nodelay.is_some(), &sized(false)),
-            (
-                "send_interval",
-                self.send_interval.is_some(),
-                &|s| s == RrShape::Paced,
-            ),
+            ("send_interval", self.send_interval.is_some(), &|s| {
+                s == RrShape::Paced
+            }),
         ];
         let kind = crate::kinds::of(self.kind.kind);
         for (key, set, takes) in shape_keys {

@@ -483,9 +483,9 @@ impl Drop for SideRun {
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::Kind;
     use super::*;
     use crate::protocol::Direction;
+    use crate::protocol::Kind;
 
     #[test]
     fn the_two_ends_take_opposite_roles_on_every_stream() {

@@ -232,7 +232,8 @@ impl SeriesState {
     fn new(kind: &str, direction: Direction, labels: BTreeMap<String, String>, tcp: bool) -> Self {
         let flows = direction.flows();
         // `kind` is a module kind's name (`loopback_tcp`, `iperf3_udp`, …).
-        let series = crate::kinds::registry::by_module_name(kind).map_or(&[][..], |(k, _)| k.series());
+        let series =
+            crate::kinds::registry::by_module_name(kind).map_or(&[][..], |(k, _)| k.series());
         let has = |s: Series| series.contains(&s);
         SeriesState {
             kind: kind.to_string(),

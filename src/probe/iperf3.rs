@@ -21,8 +21,8 @@ use super::target::Target;
 use super::{verify, ProbeError};
 use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::engine::datapath::{DataSocket, UdpWire, DRAIN_GRACE};
-use crate::kinds::kind::Transport;
 use crate::engine::stats::{Role, SideStats, StreamStats, TcpStats, UdpReceiveStats, UdpSendStats};
+use crate::kinds::kind::Transport;
 use crate::kinds::side::{End, TestSide};
 use crate::kinds::{tcp, udp};
 use crate::protocol::iperf3::{

@@ -563,9 +563,9 @@ fn check_sent_against_received(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::Kind;
     use super::*;
     use crate::protocol::model::IntervalStats;
+    use crate::protocol::Kind;
     use crate::protocol::{Direction, TcpStats, UdpReceiveStats, UdpSendStats};
 
     fn asked() -> TestRequest {

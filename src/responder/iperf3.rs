@@ -1002,8 +1002,8 @@ fn server_output(request: &TestRequest, stats: &crate::engine::stats::SideStats)
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::Kind;
     use super::*;
+    use crate::protocol::Kind;
 
     fn params(json: &str) -> Params {
         Params::decode(json.as_bytes()).unwrap()

@@ -1,9 +1,9 @@
 //! `tcp_rr` as the registry sees it: request/response latency on one TCP
 //! connection.
 
+use crate::engine::stats::StreamStats;
 use crate::kinds::figures::KindFigures;
 use crate::kinds::kind::{check_sizes, Asked, Loops, ProbeKind, RrShape, Transport};
-use crate::engine::stats::StreamStats;
 use crate::protocol::rr::RrParams;
 use crate::protocol::Kind;
 

@@ -91,7 +91,10 @@ impl ProbeKind for UdpRr {
                 w::MAX_PACKETS
             ))
         } else if a.streams != 1 || !a.one_way || a.interval_reports {
-            Err("udp_rr runs one flow of round trips: no -P, -R, --bidir or interval reports".into())
+            Err(
+                "udp_rr runs one flow of round trips: no -P, -R, --bidir or interval reports"
+                    .into(),
+            )
         } else {
             Ok(())
         }

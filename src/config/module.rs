@@ -357,7 +357,7 @@ impl Module {
         // whose shape takes it (the registry says which).
         let sized =
             |burst: bool| move |s: RrShape| matches!(s, RrShape::Sized { burst: b } if b || !burst);
-        let shape_keys: [(&'static str, bool, &dyn Fn(RrShape) -> bool); 5] = [
+        let shape_keys: [ShapeKey; 5] = [
             ("request_size", self.request_size.is_some(), &sized(false)),
             ("response_size", self.response_size.is_some(), &sized(false)),
             ("burst", self.burst.is_some(), &sized(true)),
@@ -439,6 +439,10 @@ impl Module {
         Ok(())
     }
 }
+
+/// A request/response key: its name, whether it is set, and the shapes
+/// that take it.
+type ShapeKey<'a> = (&'static str, bool, &'a dyn Fn(RrShape) -> bool);
 
 fn fmt(d: Duration) -> String {
     crate::units::format_duration(d)

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Config, Module, ModuleKind};
+use crate::config::{Config, Detail, Module, ModuleKind};
 use crate::discovery::DiscoveredTarget;
-use crate::metrics::{ProbeKey, ResultStore, SeriesPlan};
+use crate::metrics::{ProbeKey, ProbeOutcome, ResultStore, SeriesPlan};
 use crate::probe::Target;
 use crate::scheduler::{Job, JobKey, Skip};
 
@@ -19,6 +19,72 @@ pub struct ProbeJob {
     pub module: Module,
     /// The target's own labels, added to its series.
     pub labels: BTreeMap<String, String>,
+    /// At `metrics.detail: fleet` in a grouped mesh plan, a member of
+    /// another group: its results go to /metrics under its group
+    /// ([`GroupKey`]), so that this host's series grow with the groups,
+    /// not with the fleet. Its history stays per host.
+    pub metrics_as: Option<GroupKey>,
+}
+
+/// The series a between-group result is exported under: `target` is
+/// `LABEL=VALUE` of `scheduler.mesh.group_by`, and the only target label
+/// is the group's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupKey {
+    /// `LABEL=VALUE`.
+    pub target: String,
+    /// `{LABEL: VALUE}`.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ProbeJob {
+    /// The key of this job's series in the result store.
+    pub fn store_key(&self, key: &JobKey) -> ProbeKey {
+        match &self.metrics_as {
+            Some(g) => ProbeKey::new(g.target.clone(), key.module.clone()),
+            None => ProbeKey::new(key.target.clone(), key.module.clone()),
+        }
+    }
+
+    /// `outcome` with the labels of this job's series.
+    pub fn for_store(&self, mut outcome: ProbeOutcome) -> ProbeOutcome {
+        if let Some(g) = &self.metrics_as {
+            outcome.labels.clone_from(&g.labels);
+        }
+        outcome
+    }
+
+    /// The target labels of this job's series.
+    pub fn store_labels(&self) -> &BTreeMap<String, String> {
+        self.metrics_as.as_ref().map_or(&self.labels, |g| &g.labels)
+    }
+}
+
+/// At `fleet` with `scheduler.mesh.group_by` in a planned mesh: the group
+/// this host's own entry belongs to (the value of the label, empty
+/// without it), and the label; `None` otherwise.
+fn own_group(
+    config: &Config,
+    discovered: &[DiscoveredTarget],
+    is_local: &impl Fn(&Target) -> bool,
+) -> Option<(String, String)> {
+    let label = config.scheduler.mesh.group_by.as_ref()?;
+    if config.metrics.detail != Detail::Fleet
+        || !config.discovery.mesh
+        || !config.scheduler.mesh.planned
+    {
+        return None;
+    }
+    let statics = config
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.endpoint()?.ok()?, &t.labels)));
+    let found = discovered.iter().map(|d| (d.endpoint.clone(), &d.labels));
+    let (_, labels) = statics.chain(found).find(|(e, _)| is_local(e))?;
+    Some((
+        label.clone(),
+        labels.get(label).cloned().unwrap_or_default(),
+    ))
 }
 
 fn timeout_of(module: &Module) -> Duration {
@@ -34,6 +100,7 @@ pub fn build(
     is_local: impl Fn(&Target) -> bool,
 ) -> Vec<Job<ProbeJob>> {
     let mut jobs = Vec::new();
+    let group = own_group(config, discovered, &is_local);
     let mut push = |name: &str,
                     endpoint: Option<Target>,
                     modules: &[String],
@@ -57,6 +124,13 @@ pub fn build(
                     endpoint: endpoint.clone(),
                     module: module.clone(),
                     labels: labels.clone(),
+                    metrics_as: group.as_ref().and_then(|(label, mine)| {
+                        let theirs = labels.get(label).cloned().unwrap_or_default();
+                        (endpoint.is_some() && theirs != *mine).then(|| GroupKey {
+                            target: format!("{label}={theirs}"),
+                            labels: BTreeMap::from([(label.clone(), theirs)]),
+                        })
+                    }),
                 },
             });
         }
@@ -91,6 +165,45 @@ pub fn build(
     jobs
 }
 
+/// The series `jobs` export at `config`'s `metrics.detail`, for
+/// check-config and the startup log: a path per distinct series key,
+/// direction and flow (between-group jobs share their group's).
+pub fn host_series(config: &Config, jobs: &[Job<ProbeJob>]) -> crate::metrics::budget::HostSeries {
+    let mut keys = std::collections::BTreeMap::new();
+    for job in jobs {
+        let flows: usize = job
+            .payload
+            .module
+            .specs()
+            .iter()
+            .map(|(d, _)| d.flows().len())
+            .sum();
+        keys.insert(job.payload.store_key(&job.key), flows);
+    }
+    let modules: std::collections::BTreeSet<&str> =
+        jobs.iter().map(|j| j.key.module.as_str()).collect();
+    crate::metrics::budget::HostSeries {
+        detail: config.metrics.detail,
+        paths: keys.values().sum(),
+        modules: modules.len(),
+        skip_reasons: Skip::ALL.len(),
+    }
+}
+
+/// How long a key that is no longer probed keeps its series: the
+/// configured `metrics.expire_after`, but never less than twice the
+/// longest interval of `jobs` or `cycle` (the mesh's), so that a path that
+/// is still planned does not blink out between its runs.
+pub fn expire_after(config: &Config, jobs: &[Job<ProbeJob>], cycle: Option<Duration>) -> Duration {
+    let longest = jobs
+        .iter()
+        .map(|j| j.interval)
+        .chain(cycle)
+        .max()
+        .unwrap_or_default();
+    config.metrics.expire_after.max(longest.saturating_mul(2))
+}
+
 /// Creates every job's counters in `store` at 0 (the skip counters, and
 /// per direction the probe, byte and retransmit counters), so that they
 /// exist from the moment the job does rather than from its first event.
@@ -99,12 +212,12 @@ pub fn register(store: &ResultStore, jobs: &[Job<ProbeJob>]) {
     for job in jobs {
         let module = &job.payload.module;
         store.register(
-            ProbeKey::new(job.key.target.clone(), job.key.module.clone()),
+            job.payload.store_key(&job.key),
             SeriesPlan {
                 kind: module.kind.as_str(),
                 tcp: matches!(module.kind, ModuleKind::Tcp | ModuleKind::LoopbackTcp),
                 directions: module.specs().into_iter().map(|(d, _)| d).collect(),
-                labels: &job.payload.labels,
+                labels: job.payload.store_labels(),
                 skip_reasons: &skip_reasons,
             },
         );

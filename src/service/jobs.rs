@@ -306,3 +306,83 @@ mod tests {
         }));
     }
 }
+
+#[cfg(test)]
+mod fleet_tests {
+    use super::*;
+    use crate::scheduler::Job;
+
+    fn racks(detail: &str) -> Config {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/mesh_racks.yml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        Config::from_yaml(
+            &format!("{text}\nmetrics: {{detail: {detail}}}\n"),
+            "racks.yml",
+        )
+        .unwrap()
+    }
+
+    fn me(t: &Target) -> bool {
+        t.host == "10.0.0.1"
+    }
+
+    fn store_keys(jobs: &[Job<ProbeJob>]) -> std::collections::BTreeSet<String> {
+        jobs.iter()
+            .map(|j| j.payload.store_key(&j.key).target)
+            .collect()
+    }
+
+    /// Issue 22: at `fleet`, a host of rack r1 exports its own rack's
+    /// members one by one and every other rack as one target, so its
+    /// series are bounded by its group and the number of groups, not by
+    /// the fleet; at `full` every member is a target of its own.
+    #[test]
+    fn between_group_results_are_exported_per_group_at_fleet() {
+        let fleet = build(&racks("fleet"), &[], me);
+        let keys = store_keys(&fleet);
+        assert_eq!(
+            keys.iter().filter(|k| k.starts_with("rack=")).count(),
+            3,
+            "{keys:?}"
+        );
+        assert!(keys.contains("rack=r2") && keys.contains("rack=r4"));
+        // Five other hosts of r1, three other racks.
+        assert_eq!(keys.len(), 5 + 3, "{keys:?}");
+        let j = fleet.iter().find(|j| j.key.target == "10.0.1.1").unwrap();
+        assert_eq!(
+            j.payload.store_labels(),
+            &BTreeMap::from([("rack".to_string(), "r2".to_string())])
+        );
+        let full = build(&racks("full"), &[], me);
+        assert_eq!(store_keys(&full).len(), 23);
+        let (f, u) = (
+            host_series(&racks("fleet"), &fleet),
+            host_series(&racks("full"), &full),
+        );
+        assert_eq!((f.paths, u.paths), (8, 23));
+        assert!(f.total() < u.total() / 5, "{f:?} {u:?}");
+        assert!(
+            f.sentence().starts_with(&format!(
+                "metrics.detail: fleet: this host exports at most {} series on /metrics: 8 paths x at most 10 series",
+                f.total()
+            )),
+            "{}",
+            f.sentence()
+        );
+    }
+
+    #[test]
+    fn expiry_is_never_shorter_than_two_intervals_or_cycles() {
+        let c = racks("fleet");
+        let jobs = build(&c, &[], me);
+        // 8 min interval: twice is 16 min, under the 1 h default.
+        assert_eq!(expire_after(&c, &jobs, None), Duration::from_secs(3600));
+        assert_eq!(
+            expire_after(&c, &jobs, Some(Duration::from_secs(3 * 3600))),
+            Duration::from_secs(6 * 3600)
+        );
+    }
+}

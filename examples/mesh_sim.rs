@@ -436,6 +436,58 @@ fn fleet_table(sizes: &[usize], tcp_bps: f64) {
             gb(mean * 3600.0 / gc * (tcp + udp))
         );
     }
+    series_table(sizes);
+}
+
+/// Series per host and for the fleet at `metrics.detail` full and fleet
+/// (`pathprobe::metrics::budget`), with these modules: 3 paths per target
+/// (TCP send and receive, UDP send), 2 modules.
+fn series_table(sizes: &[usize]) {
+    use pathprobe::config::Detail;
+    use pathprobe::metrics::budget::{fleet_total, HostSeries};
+    const PATHS: usize = 3;
+    const MODULES: usize = 2;
+    const SKIPS: usize = 3;
+    println!();
+    println!("| N | plan | paths per host | series per host, full | fleet total, full | series per host, fleet | fleet total, fleet |");
+    println!("|---|---|---|---|---|---|---|");
+    let m = |x: u128| {
+        if x >= 1_000_000 {
+            format!("{:.1} M", x as f64 / 1e6)
+        } else {
+            format!("{:.0} k", x as f64 / 1e3)
+        }
+    };
+    for &n in sizes {
+        let size = ((n as f64).sqrt().round() as usize).max(2);
+        let groups = n.div_ceil(size);
+        // Full mesh: a target per other member, at either level. Grouped:
+        // at full every member is still a target of its own (its series
+        // are registered); at fleet, its own group's members and one
+        // target per other group.
+        let rows = [
+            ("full mesh", PATHS * (n - 1), PATHS * (n - 1)),
+            ("grouped", PATHS * (n - 1), PATHS * (size - 1 + groups - 1)),
+        ];
+        for (plan, full_paths, fleet_paths) in rows {
+            let host = |detail, paths| {
+                HostSeries {
+                    detail,
+                    paths,
+                    modules: MODULES,
+                    skip_reasons: SKIPS,
+                }
+                .total()
+            };
+            println!(
+                "| {n} | {plan} | {full_paths} / {fleet_paths} | {} | {} | {} | {} |",
+                host(Detail::Full, full_paths),
+                m(fleet_total(Detail::Full, n, full_paths, MODULES, SKIPS)),
+                host(Detail::Fleet, fleet_paths),
+                m(fleet_total(Detail::Fleet, n, fleet_paths, MODULES, SKIPS)),
+            );
+        }
+    }
 }
 
 fn main() {

@@ -15,6 +15,7 @@ pub mod check;
 pub mod discovery;
 mod error;
 mod locate;
+pub mod metrics;
 pub mod module;
 mod quantity;
 pub mod sections;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+pub use self::metrics::{Detail, MetricsSection};
 pub use discovery::{
     parse_file_sd, read_file_sd, DiscoveryConfig, DnsRecordType, DnsSdConfig, FileSdConfig,
     FileSdGroup,
@@ -64,6 +66,8 @@ pub struct Config {
     pub http: HttpSection,
     /// `web:` the status page and its history.
     pub web: WebSection,
+    /// `metrics:` the detail level of /metrics and when series expire.
+    pub metrics: MetricsSection,
     /// The directory relative file_sd paths are taken from: the config
     /// file's own, or the working directory for text without a file.
     #[serde(skip)]
@@ -179,6 +183,7 @@ impl Config {
         out.extend(self.scheduler.check().err().map(|e| at("scheduler", e)));
         out.extend(self.http.check().err().map(|e| at("http", e)));
         out.extend(self.web.check().err().map(|e| at("web", e)));
+        out.extend(self.metrics.check().err().map(|e| at("metrics", e)));
         for (name, module) in &self.modules {
             if !valid_module_name(name) {
                 out.push(ConfigError::invalid(

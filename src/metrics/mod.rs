@@ -14,6 +14,7 @@
 //! `/probe` endpoint uses [`render_single`] on the outcome of the run it
 //! just made.
 
+pub mod budget;
 pub mod host;
 pub mod names;
 pub mod service;

@@ -151,7 +151,7 @@ pub static PROBES: MetricDef = def(
     Counter,
     "pathprobe_probes_total",
     &[RESULT],
-    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_unsupported (the responder is more than one protocol version away), rejected, auth_required, auth_failed, denied, protocol_error, aborted, io_error, resolve, bad_argument, panic).",
+    "Probes run, by result: success, or the failure reason (refused, unreachable, timeout, busy, version_unsupported (the responder is more than one protocol version away), rejected, auth_required, auth_failed, denied, protocol_error, aborted, io_error, resolve, bad_argument, panic). At metrics.detail: fleet, summed over targets per module (no target or target labels).",
 );
 pub static PEER_CLOCK_OFFSET: MetricDef = def(
     Probe,
@@ -580,14 +580,14 @@ pub static SCHEDULER_SKIPPED: MetricDef = def(
     Counter,
     "pathprobe_scheduler_runs_skipped_total",
     &[TARGET, MODULE, REASON],
-    "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken).",
+    "Scheduled probe runs that did not happen, by reason (for example: the previous run was still going, or the probe slot stayed taken). At metrics.detail: fleet, summed over targets per module.",
 );
 pub static SCHEDULER_BUSY_RETRIES: MetricDef = def(
     Service,
     Counter,
     "pathprobe_scheduler_busy_retries_total",
     &[TARGET, MODULE],
-    "Probe attempts a responder answered busy that the scheduler tried again within the interval, after the responder's retry hint. Not failed probes: only a run still busy after scheduler.busy_retries, or at the interval's end, counts as pathprobe_probes_total{result=\"busy\"} (and pathprobe_scheduler_runs_skipped_total{reason=\"busy\"}).",
+    "Probe attempts a responder answered busy that the scheduler tried again within the interval, after the responder's retry hint. Not failed probes: only a run still busy after scheduler.busy_retries, or at the interval's end, counts as pathprobe_probes_total{result=\"busy\"} (and pathprobe_scheduler_runs_skipped_total{reason=\"busy\"}). At metrics.detail: fleet, summed over targets per module.",
 );
 
 pub static HTTP_REFUSALS: MetricDef = def(

@@ -9,13 +9,16 @@
 //! reads as "no measurement", which is the truth. Counters keep their
 //! values, and the last-run timestamp always moves.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+use super::budget;
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::store::{ProbeKey, ResultStore, SeriesState, TargetState};
 use crate::analysis::diagnosis::Limit;
 use crate::analysis::result::SideSummary;
+use crate::config::Detail;
 use crate::probe::FlowDirection;
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.
@@ -33,9 +36,16 @@ pub(crate) enum Counters {
     Omit,
 }
 
-/// Every key's series, counters and skipped runs included.
+/// Every key's series, counters and skipped runs included; at
+/// `metrics.detail: fleet`, only the fleet families per path and the
+/// counters summed per module ([`super::budget`]).
 pub(crate) fn render_store(out: &mut Exposition, store: &ResultStore) {
+    let detail = store.detail();
     let targets = store.lock();
+    if detail == Detail::Fleet {
+        render_fleet(out, &targets);
+        return;
+    }
     for (key, target) in targets.iter() {
         render_target(out, Some(key), target, Counters::Include);
         out.add(
@@ -57,6 +67,69 @@ pub(crate) fn render_store(out: &mut Exposition, store: &ResultStore) {
     }
 }
 
+/// `detail: fleet`: per path the fleet families; the probe counters,
+/// skipped runs and busy retries summed over targets per module (without
+/// `target` and the target's own labels), so that they grow with the
+/// modules and not with the fleet; the peer clock once per target.
+fn render_fleet(out: &mut Exposition, targets: &std::collections::BTreeMap<ProbeKey, TargetState>) {
+    type Results = BTreeMap<(String, String, &'static str, &'static str), u64>;
+    let mut results: Results = BTreeMap::new();
+    let mut skipped: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let mut busy: BTreeMap<String, u64> = BTreeMap::new();
+    let mut last_target: Option<&str> = None;
+    for (key, target) in targets.iter() {
+        // Keys are ordered by target: the first module of each carries
+        // the peer's clock, which is the host's, not the module's.
+        let clock = last_target != Some(key.target.as_str());
+        last_target = Some(&key.target);
+        for series in target.directions.values() {
+            render_series(out, Some(key), series, Counters::Include, Fleet { clock });
+            for (result, n) in &series.results {
+                let k = (
+                    key.module.clone(),
+                    series.kind.clone(),
+                    series.direction.as_str(),
+                    *result,
+                );
+                let sum = results.entry(k).or_insert(0);
+                *sum = sum.saturating_add(*n);
+            }
+        }
+        let b = busy.entry(key.module.clone()).or_insert(0);
+        *b = b.saturating_add(target.busy_retries);
+        for (reason, n) in &target.skipped {
+            let s = skipped.entry((key.module.clone(), reason)).or_insert(0);
+            *s = s.saturating_add(*n);
+        }
+    }
+    for ((module, kind, direction, result), n) in &results {
+        out.add(
+            &names::PROBES,
+            &[
+                (MODULE, module),
+                (KIND, kind),
+                (DIRECTION, direction),
+                (RESULT, result),
+            ],
+            *n as f64,
+        );
+    }
+    for (module, n) in &busy {
+        out.add(
+            &names::SCHEDULER_BUSY_RETRIES,
+            &[(MODULE, module)],
+            *n as f64,
+        );
+    }
+    for ((module, reason), n) in &skipped {
+        out.add(
+            &names::SCHEDULER_SKIPPED,
+            &[(MODULE, module), (REASON, reason)],
+            *n as f64,
+        );
+    }
+}
+
 /// One key's series; without a key, the `target` and `module` labels are
 /// left out (for `/probe`, where Prometheus knows both from the URL).
 pub(crate) fn render_target(
@@ -66,7 +139,7 @@ pub(crate) fn render_target(
     counters: Counters,
 ) {
     for series in target.directions.values() {
-        render_series(out, key, series, counters);
+        render_series(out, key, series, counters, Full);
     }
 }
 
@@ -82,11 +155,21 @@ fn percentiles(l: &crate::protocol::latency::LatencyStats) -> [(&'static str, f6
     ]
 }
 
+/// How much of a series to render: everything, or the fleet families
+/// (with the peer's clock or not).
+#[derive(Clone, Copy)]
+enum Level {
+    Full,
+    Fleet { clock: bool },
+}
+use Level::{Fleet, Full};
+
 fn render_series(
     out: &mut Exposition,
     key: Option<&ProbeKey>,
     series: &SeriesState,
     counters: Counters,
+    level: Level,
 ) {
     let mut base: Vec<(&str, &str)> = Vec::with_capacity(6 + series.labels.len());
     if let Some(key) = key {
@@ -97,16 +180,36 @@ fn render_series(
     base.push((DIRECTION, series.direction.as_str()));
     base.extend(series.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
 
+    let fleet = matches!(level, Fleet { .. });
     // tcp_rr's histogram adds up every probe, and exists at 0 from the start.
-    if let Some(h) = &series.latency {
+    if let Some(h) = series.latency.as_ref().filter(|_| !fleet) {
         let (buckets, count) = h.cumulative();
         out.add_histogram(&names::RR_LATENCY, &base, &buckets, h.sum, count);
     }
-    if let Some(h) = &series.connect {
+    if let Some(h) = series.connect.as_ref().filter(|_| !fleet) {
         let (buckets, count) = h.cumulative();
         out.add_histogram(&names::RR_CONNECT, &base, &buckets, h.sum, count);
     }
+    // An rr kind has a latency histogram from the start: at `fleet` its
+    // throughput (the bytes of its transactions) is left to its latency,
+    // as the alerts and the Fleet dashboard judge it.
+    let rr = series.latency.is_some();
     let mut add = |def: &'static names::MetricDef, extra: &[(&str, &str)], value: f64| {
+        if let Fleet { clock } = level {
+            let keep = budget::kept_at_fleet(def)
+                && (clock
+                    || !(std::ptr::eq(def, &names::PEER_CLOCK_OFFSET)
+                        || std::ptr::eq(def, &names::PEER_CLOCK_UNCERTAINTY)))
+                && !(rr && std::ptr::eq(def, &names::THROUGHPUT))
+                && extra.iter().all(|(name, value)| match *name {
+                    PERCENTILE => budget::FLEET_PERCENTILES.contains(value),
+                    SIDE => *value == "local",
+                    _ => true,
+                });
+            if !keep {
+                return;
+            }
+        }
         let mut labels = Vec::with_capacity(base.len() + extra.len());
         labels.extend_from_slice(&base);
         labels.extend_from_slice(extra);

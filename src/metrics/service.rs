@@ -120,6 +120,15 @@ impl ServiceState {
         *self.mesh.lock().unwrap_or_else(|p| p.into_inner()) = figures;
     }
 
+    /// The mesh plan's cycle, or `None` when not in mesh mode.
+    pub fn mesh_cycle(&self) -> Option<Duration> {
+        self.mesh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|m| m.cycle)
+    }
+
     pub fn reload_succeeded(&self, at: SystemTime) {
         let mut r = self.reload.lock().unwrap_or_else(|p| p.into_inner());
         r.successful = true;

@@ -296,6 +296,9 @@ pub(crate) struct TargetState {
     /// Attempts a responder answered `busy` that were tried again within
     /// the interval: not failed probes (only giving up is one).
     pub busy_retries: u64,
+    /// When the key was last registered, probed or skipped, for
+    /// [`ResultStore::expire`]; tokio's clock so that tests can pause it.
+    pub touched: Option<tokio::time::Instant>,
 }
 
 impl TargetState {
@@ -396,6 +399,8 @@ pub struct SeriesPlan<'a> {
 #[derive(Debug, Default)]
 pub struct ResultStore {
     targets: Mutex<BTreeMap<ProbeKey, TargetState>>,
+    /// `metrics.detail`, read at each scrape.
+    detail: Mutex<crate::config::Detail>,
 }
 
 impl ResultStore {
@@ -413,7 +418,34 @@ impl ResultStore {
     /// Stores a finished probe: it becomes the latest for its key and
     /// direction, and its figures are added to the counters.
     pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) {
-        self.lock().entry(key).or_default().record(outcome);
+        let mut targets = self.lock();
+        let target = targets.entry(key).or_default();
+        target.touched = Some(tokio::time::Instant::now());
+        target.record(outcome);
+    }
+
+    /// Sets `metrics.detail` for the scrapes from now on.
+    pub fn set_detail(&self, detail: crate::config::Detail) {
+        *self.detail.lock().unwrap_or_else(|p| p.into_inner()) = detail;
+    }
+
+    pub fn detail(&self) -> crate::config::Detail {
+        *self.detail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets every key that has been neither registered, probed nor
+    /// skipped for `after`: a target that left discovery, or a member
+    /// the grouped plan no longer sends this host to. Returns how many
+    /// keys went.
+    pub fn expire(&self, after: Duration) -> usize {
+        let now = tokio::time::Instant::now();
+        let mut targets = self.lock();
+        let before = targets.len();
+        targets.retain(|_, t| {
+            t.touched
+                .is_none_or(|at| now.saturating_duration_since(at) < after)
+        });
+        before - targets.len()
     }
 
     /// Creates `key`'s counters at 0 (and keeps any it has), so that they
@@ -424,6 +456,10 @@ impl ResultStore {
         let labels = usable_labels(plan.labels, false);
         let mut targets = self.lock();
         let target = targets.entry(key).or_default();
+        // Only a new key starts its clock: registering again at every
+        // reload or discovery refresh must not keep a key that is never
+        // probed alive for ever.
+        target.touched.get_or_insert_with(tokio::time::Instant::now);
         for reason in plan.skip_reasons {
             target.skipped.entry(reason).or_insert(0);
         }
@@ -452,6 +488,7 @@ impl ResultStore {
     pub fn record_skipped(&self, key: &ProbeKey, reason: &'static str) {
         let mut targets = self.lock();
         let target = targets.entry(key.clone()).or_default();
+        target.touched = Some(tokio::time::Instant::now());
         *target.skipped.entry(reason).or_insert(0) += 1;
     }
 

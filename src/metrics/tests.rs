@@ -1885,3 +1885,73 @@ fn udp_rr_loss_counts_by_leg_from_0_and_rtt_joins_the_latency_histogram() {
         50e-6
     );
 }
+
+fn render_store_only(store: &ResultStore) -> String {
+    let mut out = Exposition::default();
+    probe::render_store(&mut out, store);
+    out.encode().unwrap()
+}
+
+/// Issue 22: a key that is neither probed nor skipped for `expire_after`
+/// leaves /metrics; one probed within it stays. Paused tokio time.
+#[tokio::test(start_paused = true)]
+async fn series_of_targets_no_longer_probed_expire() {
+    let (store, key, _) = registered_send_job("tcp", "tcp", true);
+    let other = ProbeKey::new("c", "tcp");
+    store.record_skipped(&other, "missed");
+    let after = Duration::from_secs(3600);
+    tokio::time::advance(Duration::from_secs(3000)).await;
+    // "b" is probed again; "c" is not.
+    store.record(key.clone(), tcp_send_ok(100));
+    assert_eq!(store.expire(after), 0, "nothing is an hour old yet");
+    tokio::time::advance(Duration::from_secs(700)).await;
+    assert_eq!(store.expire(after), 1, "c was last touched 3700 s ago");
+    assert_eq!(store.keys(), vec![key.clone()]);
+    // Registering again does not keep a key that is never probed alive.
+    let labels = BTreeMap::new();
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(1200)).await;
+        store.register(
+            key.clone(),
+            SeriesPlan {
+                kind: "tcp",
+                tcp: true,
+                directions: vec![Direction::Send],
+                labels: &labels,
+                skip_reasons: &[],
+            },
+        );
+    }
+    assert_eq!(store.expire(after), 1, "b's last probe was 3600 s ago");
+    let body = render_store_only(&store);
+    assert!(!body.contains("target=\"b\""), "{body}");
+}
+
+/// At `fleet` a send-only TCP path has at most the budget's series, the
+/// probe counters are summed per module without a target, and the
+/// histogram of an rr kind is gone.
+#[test]
+fn fleet_detail_keeps_the_budget_per_path() {
+    let (store, key, _) = registered_send_job("tcp", "tcp", true);
+    store.record(key, tcp_send_ok(100));
+    store.record(ProbeKey::new("c", "tcp"), tcp_send_ok(100));
+    let full = render_store_only(&store);
+    store.set_detail(crate::config::Detail::Fleet);
+    let fleet = render_store_only(&store);
+    let of = |body: &str, t: &str| {
+        body.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&format!("target=\"{t}\"")))
+            .count()
+    };
+    assert!(of(&full, "b") > 40, "full:\n{full}");
+    assert!(
+        (1..=budget::FLEET_SERIES_PER_PATH).contains(&of(&fleet, "b")),
+        "fleet:\n{fleet}"
+    );
+    assert!(
+        fleet.contains(
+            "pathprobe_probes_total{module=\"tcp\",kind=\"tcp\",direction=\"send\",result=\"success\"} 2"
+        ),
+        "{fleet}"
+    );
+}

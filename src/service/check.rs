@@ -63,7 +63,14 @@ pub fn check_config(path: &Path) -> CheckReport {
         .extend(warnings.iter().map(|w| format!("{name}: WARNING: {w}")));
     report.stdout.push(format!("{name}: OK ({summary})"));
     report.stdout.extend(schedule_notes(&config));
+    report.stdout.push(series_note(&config, &[]));
     report
+}
+
+/// What /metrics will hold, from the static targets and `discovered`.
+fn series_note(config: &Config, discovered: &[DiscoveredTarget]) -> String {
+    let jobs = super::jobs::build(config, discovered, super::jobs::is_local_target);
+    super::jobs::host_series(config, &jobs).sentence()
 }
 
 /// The schedule's cost over the static targets; for a mesh whose members
@@ -119,6 +126,7 @@ fn schedule_notes(config: &Config) -> Vec<String> {
             .collect();
         let (plan, _, _) = super::mesh::plan(config, &members, |_| false);
         out.push(format!("  {}", plan.describe()));
+        out.push(format!("  {}", series_note(config, &members)));
     }
     out
 }

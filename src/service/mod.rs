@@ -311,6 +311,9 @@ pub async fn run(
         &current.base_dir,
     );
     let mut last_notes = Vec::new();
+    let mut last_series = None;
+    // How long a key no longer probed keeps its series; set by `apply`.
+    let expire = std::sync::atomic::AtomicU64::new(current.metrics.expire_after.as_secs());
     let sched_cfg_seed = crate::host::hostname();
     let mut apply = |scheduler: &mut Scheduler<ProbeJob, ProbeRunner>,
                      cfg: &Config,
@@ -366,9 +369,28 @@ pub async fn run(
             .iter()
             .map(|j| (j.key.target.as_str(), j.key.module.as_str()))
             .collect();
+        let store_keys: std::collections::HashSet<crate::metrics::ProbeKey> =
+            jobs.iter().map(|j| j.payload.store_key(&j.key)).collect();
         // Removed targets stop, and their series go with them.
-        store.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        store.set_detail(cfg.metrics.detail);
+        store.retain(|k| store_keys.contains(k));
         history.retain(|k| keys.contains(&(k.target.as_str(), k.module.as_str())));
+        expire.store(
+            jobs::expire_after(cfg, &jobs, state.mesh_cycle()).as_secs(),
+            Ordering::Relaxed,
+        );
+        let series = jobs::host_series(cfg, &jobs);
+        if Some(series) != last_series {
+            tracing::info!(
+                detail = cfg.metrics.detail.as_str(),
+                series = series.total(),
+                paths = series.paths,
+                expire_after_seconds = expire.load(Ordering::Relaxed),
+                "{}",
+                series.sentence()
+            );
+            last_series = Some(series);
+        }
         history.set_retention(history::Retention::from(&cfg.web), SystemTime::now());
         *shared.web_jobs.write().unwrap_or_else(|p| p.into_inner()) =
             Arc::new(web_jobs(&jobs, started, &sched_cfg_seed));
@@ -387,8 +409,13 @@ pub async fn run(
         Shutdown,
         Reload(Option<ReloadReply>),
         Discovered,
+        Expire,
     }
     tokio::pin!(shutdown);
+    // Series expire within a minute of their time; expiry is a walk of
+    // the store, cheap at this pace.
+    let mut expiry = tokio::time::interval(Duration::from_secs(60));
+    expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // The select only picks the event; acting on it needs the borrows
         // its branches hold.
@@ -397,6 +424,7 @@ pub async fn run(
             Some(()) = reloads.recv() => Event::Reload(None),
             Some(reply) = reload_rx.recv() => Event::Reload(Some(reply)),
             Ok(()) = discovery.targets.changed() => Event::Discovered,
+            _ = expiry.tick() => Event::Expire,
         };
         match event {
             Event::Shutdown => break,
@@ -417,6 +445,17 @@ pub async fn run(
                 }
             }
             Event::Discovered => apply(&mut scheduler, &current, &mut discovery),
+            Event::Expire => {
+                let after = expire.load(Ordering::Relaxed);
+                let gone = store.expire(Duration::from_secs(after));
+                if gone > 0 {
+                    tracing::info!(
+                        keys = gone,
+                        after_seconds = after,
+                        "series of targets no longer probed expired"
+                    );
+                }
+            }
         }
     }
 

@@ -107,6 +107,7 @@ impl Runner<ProbeJob> for ProbeRunner {
         let store = self.store.clone();
         let history = self.history.clone();
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
+        let store_key = job.payload.store_key(&job.key);
         let payload = job.payload.clone();
         Box::pin(async move {
             let (outcomes, busy) = run_job(&payload).await;
@@ -119,7 +120,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                 // broken (issue 25).
                 if o.result.as_ref().is_err_and(|f| f.reason == "busy") && busy.is_some() {
                     tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, "responder busy; the scheduler will retry");
-                    store.record_busy_retry(&key);
+                    store.record_busy_retry(&store_key);
                     continue;
                 }
                 match &o.result {
@@ -131,7 +132,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                     }
                 }
                 history.record(&key, &o, SystemTime::now());
-                store.record(key.clone(), o);
+                store.record(store_key.clone(), payload.for_store(o));
             }
             match busy {
                 Some(hint) => Attempt::Busy(hint),
@@ -142,8 +143,9 @@ impl Runner<ProbeJob> for ProbeRunner {
 
     fn skipped(&self, job: &Job<ProbeJob>, why: Skip) {
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
+        let store_key = job.payload.store_key(&job.key);
         tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped");
-        self.store.record_skipped(&key, why.as_str());
+        self.store.record_skipped(&store_key, why.as_str());
         // A run cut at its deadline recorded nothing: it is a failed probe,
         // and its old figures must not stay looking current. So is a run
         // whose responder stayed busy through every retry (its busy tries
@@ -171,7 +173,8 @@ impl Runner<ProbeJob> for ProbeRunner {
                     }),
                 };
                 self.history.record(&key, &outcome, SystemTime::now());
-                self.store.record(key.clone(), outcome);
+                self.store
+                    .record(store_key.clone(), job.payload.for_store(outcome));
             }
         }
     }

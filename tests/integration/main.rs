@@ -30,6 +30,7 @@ mod reload;
 mod responder;
 mod rr;
 mod rules;
+mod series_budget;
 mod serve;
 mod serve_process;
 mod udp_rr;

@@ -1253,3 +1253,84 @@ fn probe_job_keeps_the_prober_as_instance_and_the_target_apart() {
     let alerts = std::fs::read_to_string(root().join("config/alerts.yml")).unwrap();
     assert!(alerts.contains("{{ $labels.instance }} to {{ $labels.target }}"));
 }
+
+/// Issue 22: every per-probe family the alerts (recorded series resolved)
+/// and the Fleet dashboard read is one `metrics.detail: fleet` keeps per
+/// path, or one of the counters it sums per module; so both work at
+/// either level. The percentiles and side they select are kept too.
+#[test]
+fn alerts_and_fleet_dashboard_read_only_what_fleet_detail_keeps() {
+    use pathprobe::metrics::budget::{FLEET_FAMILIES, FLEET_PERCENTILES};
+    use pathprobe::metrics::names::Scope;
+    let summed = [
+        "pathprobe_probes_total",
+        "pathprobe_scheduler_runs_skipped_total",
+        "pathprobe_scheduler_busy_retries_total",
+    ];
+    let kept = |metric: &str| {
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| metric.strip_suffix(s))
+            .unwrap_or(metric);
+        match names::find(base) {
+            Some(d) if d.scope == Scope::Probe => {
+                FLEET_FAMILIES.iter().any(|f| f.name == d.name) || summed.contains(&d.name)
+            }
+            // Host, responder and service series do not depend on detail.
+            _ => true,
+        }
+    };
+    let recorded: BTreeMap<String, String> = rules()
+        .into_iter()
+        .filter_map(|(name, rule)| {
+            let expr = rule["expr"].as_str()?.to_string();
+            rule["record"].is_string().then_some((name, expr))
+        })
+        .collect();
+    let mut exprs: Vec<(String, String)> = rules()
+        .into_iter()
+        .filter_map(|(name, rule)| Some((name, rule["expr"].as_str()?.to_string())))
+        .collect();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("dashboards/fleet.json")).unwrap(),
+    )
+    .unwrap();
+    fn walk(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(e) = m.get("expr").and_then(|e| e.as_str()) {
+                    out.push(("fleet.json".into(), e.to_string()));
+                }
+                m.values().for_each(|x| walk(x, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let before = exprs.len();
+    walk(&dash, &mut exprs);
+    assert!(exprs.len() > before + 10, "no expressions in fleet.json");
+    let mut dropped = Vec::new();
+    for (name, expr) in &exprs {
+        for metric in base_names(expr, &recorded, &mut BTreeSet::new()) {
+            if !kept(&metric) {
+                dropped.push(format!("{name} reads {metric}"));
+            }
+        }
+        for (pct, _) in expr.match_indices("percentile=\"") {
+            let v: String = expr[pct + 12..].chars().take_while(|c| *c != '"').collect();
+            assert!(
+                FLEET_PERCENTILES.contains(&v.as_str()),
+                "{name}: percentile {v}"
+            );
+        }
+        if expr.contains("pathprobe_probe_kernel_info") {
+            assert!(expr.contains("side=\"local\""), "{name}: {expr}");
+        }
+    }
+    assert!(
+        dropped.is_empty(),
+        "metrics.detail: fleet drops series these read:\n  {}",
+        dropped.join("\n  ")
+    );
+}

@@ -539,7 +539,10 @@ fn c6_a_stock_client_over_a_limit_is_refused_and_the_log_names_the_real_limit_an
     // stream it asked for (a -t over the limit runs to it under clamp:
     // iperf3::a_stock_client_over_max_duration_runs_to_the_limit_under_clamp).
     let out = stock_test(v.iperf3.port(), PROBER_IP, &["-P", "20", "-t", "1"]).unwrap_err();
-    assert!(out.contains("number of parallel streams too large"), "{out}");
+    assert!(
+        out.contains("number of parallel streams too large"),
+        "{out}"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     let line = loop {
         let log = v.proc.stderr();

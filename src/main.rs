@@ -144,6 +144,7 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         } else if !args.json && spec.interval.is_some() {
             let l = report::LiveIntervals::start(&spec);
             spec.interval_events = l.sink();
+            spec.clamp_notes = Some(l.clamp_notes());
             live = Some(l);
         }
         if args.loopback {
@@ -162,15 +163,13 @@ async fn run_probe(args: ProbeArgs) -> ExitCode {
         return ExitCode::from(code);
     }
     let was_live = live.is_some();
-    if let Some(live) = live {
-        live.finish();
-    }
+    let clamp_noted = live.is_some_and(|live| live.finish());
     match outcome {
         Ok(result) => {
             if args.json {
                 report::print_line(&report::json(&result));
             } else if was_live {
-                report::print_text(&report::text_after_live(&result, args.verbose));
+                report::print_text(&report::text_after_live(&result, args.verbose, clamp_noted));
             } else {
                 report::print_text(&report::text(&result, args.verbose));
             }

@@ -197,7 +197,7 @@ fn interval_line(label: &str, f: &IntervalFigures) -> String {
 /// detail.
 pub fn text(r: &ProbeResult, verbose: bool) -> String {
     let mut out = interval_lines(r);
-    out.push_str(&text_without_intervals(r, verbose));
+    out.push_str(&text_without_intervals(r, verbose, true));
     out
 }
 
@@ -205,14 +205,15 @@ pub fn text(r: &ProbeResult, verbose: bool) -> String {
 /// they closed: the intervals again only if the responder's results added
 /// figures this host could not print live (the receiver's bytes of a
 /// forward test, the sender's retransmits of a `-R` one), under a heading
-/// that says so; then the summary.
-pub fn text_after_live(r: &ProbeResult, verbose: bool) -> String {
+/// that says so; then the summary. The clamp notes are left out when
+/// `clamp_noted`: [`LiveIntervals`] printed them before the first interval.
+pub fn text_after_live(r: &ProbeResult, verbose: bool, clamp_noted: bool) -> String {
     let mut out = String::new();
     if responder_added_intervals(r) {
         out.push_str("intervals with the responder's figures:\n");
         out.push_str(&interval_lines(r));
     }
-    out.push_str(&text_without_intervals(r, verbose));
+    out.push_str(&text_without_intervals(r, verbose, !clamp_noted));
     out
 }
 
@@ -227,6 +228,15 @@ fn responder_added_intervals(r: &ProbeResult) -> bool {
             Some(FlowDirection::Receive) => f.sender_bytes.is_some(),
             None => false,
         })
+}
+
+/// The `note:` lines of the limits a responder applied.
+fn clamp_lines(clamped: &[String]) -> String {
+    let mut out = String::new();
+    for c in clamped {
+        let _ = writeln!(out, "note: the responder clamped this test: {c}");
+    }
+    out
 }
 
 fn interval_lines(r: &ProbeResult) -> String {
@@ -252,12 +262,12 @@ fn interval_lines(r: &ProbeResult) -> String {
     out
 }
 
-fn text_without_intervals(r: &ProbeResult, verbose: bool) -> String {
+fn text_without_intervals(r: &ProbeResult, verbose: bool, clamp_notes: bool) -> String {
     let mut out = String::new();
     // Always shown, and before the figures, so that no one reads a
     // cut-down test's figures as the one asked for before seeing why.
-    for c in &r.clamped {
-        let _ = writeln!(out, "note: the responder clamped this test: {c}");
+    if clamp_notes {
+        out.push_str(&clamp_lines(&r.clamped));
     }
     match (r.rr(), r.udp_rr()) {
         // A request/response test's headline is its transactions and
@@ -630,7 +640,11 @@ impl IntervalPrinter {
 /// line format as the end report, with a `sum` line per direction once all
 /// of its streams closed the interval. (A loopback test is a prober and an
 /// in-process responder: its lines are the prober's too.)
-pub struct LiveIntervals(IntervalPrinter);
+pub struct LiveIntervals {
+    printer: IntervalPrinter,
+    /// Whether the clamp notes were printed, at the test's acceptance.
+    noted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl LiveIntervals {
     /// Starts printing for a test of `spec`.
@@ -641,7 +655,7 @@ impl LiveIntervals {
         // their sum. Bounded: an entry goes once its last stream is in.
         let mut pending: std::collections::HashMap<(FlowDirection, u64), (usize, IntervalFigures)> =
             std::collections::HashMap::new();
-        LiveIntervals(IntervalPrinter::start(move |e| {
+        let printer = IntervalPrinter::start(move |e| {
             let f = live_figures(e);
             let mut out = interval_line(&format!("stream {}", e.stream), &f);
             out.push('\n');
@@ -659,17 +673,34 @@ impl LiveIntervals {
                 }
             }
             out
-        }))
+        });
+        LiveIntervals {
+            printer,
+            noted: Default::default(),
+        }
     }
 
     /// Where the local streams send their intervals.
     pub fn sink(&self) -> Option<IntervalSink> {
-        self.0.sink.clone()
+        self.printer.sink.clone()
     }
 
-    /// Waits until every interval has been printed.
-    pub fn finish(mut self) {
-        self.0.finish();
+    /// Where the prober reports the responder's clamps when it accepts the
+    /// test: printed at once, as no interval has closed yet, so the note
+    /// stands above the lines it qualifies (issue 25).
+    pub fn clamp_notes(&self) -> crate::probe::spec::ClampNotes {
+        let noted = self.noted.clone();
+        crate::probe::spec::ClampNotes(std::sync::Arc::new(move |clamped: &[String]| {
+            print_text(&clamp_lines(clamped));
+            noted.store(true, std::sync::atomic::Ordering::SeqCst);
+        }))
+    }
+
+    /// Waits until every interval has been printed; says whether the clamp
+    /// notes were (so that the end report does not repeat them).
+    pub fn finish(mut self) -> bool {
+        self.printer.finish();
+        self.noted.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -1181,7 +1212,7 @@ mod tests {
         assert_eq!(v["intervals"][1]["streams"][0]["measured_by"], "receiver");
         // The responder's figures are new to a prober that printed its own
         // live: they come again under a heading, once.
-        let after = text_after_live(&r, false);
+        let after = text_after_live(&r, false, false);
         assert!(
             after.starts_with("intervals with the responder's figures:\n"),
             "{after}"
@@ -1240,7 +1271,7 @@ mod tests {
         assert_eq!(s0["sender_bytes"], 100 * mib);
         assert_eq!(v["intervals"][0]["sums"][0]["measured_by"], "sender");
         // Nothing from the far end: no second table, no remote events.
-        assert!(!text_after_live(&r, false).contains("intervals with"));
+        assert!(!text_after_live(&r, false, false).contains("intervals with"));
         assert!(remote_interval_events(&r).is_empty());
 
         // UDP forward: the sender's datagrams, no loss known.

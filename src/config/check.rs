@@ -2,7 +2,12 @@
 //! stops at the first, so after a failed parse each section, each module
 //! and each target is read again on its own from the text (positions and
 //! key paths kept), and each error found is reported once, in file order.
+//! Within one section, module or target, serde also stops at the first bad
+//! key: so that node is read again with that key left out, until it reads
+//! clean, and every bad key in it is reported too.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
@@ -82,7 +87,7 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
     };
     let mut found: Vec<serde_yaml::Error> = Vec::new();
     let mut out = Vec::new();
-    let mut push = |r: Result<(), serde_yaml::Error>| found.extend(r.err());
+    let mut push = |errors: Vec<serde_yaml::Error>| found.extend(errors);
     for (key, value) in &top {
         let Some(key) = key.as_str() else { continue };
         match key {
@@ -148,18 +153,65 @@ enum Seg<'a> {
     Index(usize),
 }
 
+/// How many keys of one node are left out in turn before giving up: each
+/// try parses the whole text again, so a hostile file with thousands of
+/// bad keys in one node must not cost thousands of parses.
+const MAX_ERRORS_PER_NODE: usize = 32;
+
 /// Reads the node at `path` in `text` as a `T`, skipping everything else;
-/// the error, if any, carries its position and key path.
-fn read_at<T: DeserializeOwned>(text: &str, path: &[Seg]) -> Result<(), serde_yaml::Error> {
-    Walk::<T> {
-        path,
-        _t: PhantomData,
+/// each error carries its position and key path. After an error at a key
+/// of the node itself (an unknown key, or a bad value, nested or not), the
+/// node is read again without that key, so that the next bad key is found
+/// too; a required key left out that way is then missing, which is no new
+/// error and ends the search.
+fn read_at<T: DeserializeOwned>(text: &str, path: &[Seg]) -> Vec<serde_yaml::Error> {
+    let skipped = RefCell::new(Skipped::default());
+    let mut errors = Vec::new();
+    while errors.len() < MAX_ERRORS_PER_NODE {
+        skipped.borrow_mut().last = None;
+        let result = Walk::<T> {
+            path,
+            skipped: &skipped,
+            _t: PhantomData,
+        }
+        .deserialize(serde_yaml::Deserializer::from_str(text));
+        let Err(e) = result else { break };
+        let mut s = skipped.borrow_mut();
+        match s.last.take() {
+            // Failed while at one of its keys: that key is at fault.
+            Some(key) if !s.keys.contains(&key) => {
+                errors.push(e);
+                s.keys.insert(key);
+            }
+            // Failed after the last key: a required key is missing. If
+            // one was left out above, that is its earlier error again.
+            _ => {
+                let message = e.to_string();
+                let left_out = s
+                    .keys
+                    .iter()
+                    .any(|k| message.contains(&format!("missing field `{k}`")));
+                if !left_out {
+                    errors.push(e);
+                }
+                break;
+            }
+        }
     }
-    .deserialize(serde_yaml::Deserializer::from_str(text))
+    errors
+}
+
+/// The keys of the node being read that are left out, and the key the
+/// read was at when it failed.
+#[derive(Default)]
+struct Skipped {
+    keys: BTreeSet<String>,
+    last: Option<String>,
 }
 
 struct Walk<'p, T> {
     path: &'p [Seg<'p>],
+    skipped: &'p RefCell<Skipped>,
     _t: PhantomData<T>,
 }
 
@@ -168,7 +220,11 @@ impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Walk<'_, T> {
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         match self.path.first() {
-            None => T::deserialize(d).map(|_| ()),
+            None => T::deserialize(Filtered {
+                inner: d,
+                skipped: self.skipped,
+            })
+            .map(|_| ()),
             Some(Seg::Key(_)) => d.deserialize_map(self),
             Some(Seg::Index(_)) => d.deserialize_seq(self),
         }
@@ -190,6 +246,7 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Walk<'_, T> {
             if key.as_str() == Some(want) {
                 map.next_value_seed(Walk::<T> {
                     path: &self.path[1..],
+                    skipped: self.skipped,
                     _t: PhantomData,
                 })?;
             } else {
@@ -208,6 +265,7 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Walk<'_, T> {
             let more = if i == *want {
                 seq.next_element_seed(Walk::<T> {
                     path: &self.path[1..],
+                    skipped: self.skipped,
                     _t: PhantomData,
                 })?
             } else {
@@ -224,6 +282,142 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Walk<'_, T> {
     // read reports it.
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
         Ok(())
+    }
+}
+
+/// The node's own deserializer, passing its keys on except those left out,
+/// and noting which key it is at. Keys are read by the YAML deserializer
+/// itself, so an unknown key's error keeps the key's position.
+struct Filtered<'s, D> {
+    inner: D,
+    skipped: &'s RefCell<Skipped>,
+}
+
+impl<'de, D: de::Deserializer<'de>> de::Deserializer<'de> for Filtered<'_, D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_any(FilterVisitor {
+            visitor,
+            skipped: self.skipped,
+        })
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_map(FilterVisitor {
+            visitor,
+            skipped: self.skipped,
+        })
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.deserialize_map(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct enum identifier ignored_any
+    }
+}
+
+struct FilterVisitor<'s, V> {
+    visitor: V,
+    skipped: &'s RefCell<Skipped>,
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for FilterVisitor<'_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(FilterMap {
+            inner: map,
+            skipped: self.skipped,
+        })
+    }
+}
+
+struct FilterMap<'s, A> {
+    inner: A,
+    skipped: &'s RefCell<Skipped>,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for FilterMap<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        let mut seed = Some(seed);
+        loop {
+            let key = self.inner.next_key_seed(KeySeed {
+                seed: &mut seed,
+                skipped: self.skipped,
+            })?;
+            match key {
+                None => {
+                    // Past the last key: an error now is the node's own.
+                    self.skipped.borrow_mut().last = None;
+                    return Ok(None);
+                }
+                Some(Some(k)) => return Ok(Some(k)),
+                Some(None) => {
+                    self.inner.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        self.inner.next_value_seed(seed)
+    }
+}
+
+/// Reads one key: `None` for a key left out (the caller's seed is kept for
+/// the next key), else the caller's seed's value.
+struct KeySeed<'a, 's, K> {
+    seed: &'a mut Option<K>,
+    skipped: &'s RefCell<Skipped>,
+}
+
+impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for KeySeed<'_, '_, K> {
+    type Value = Option<K::Value>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for KeySeed<'_, '_, K> {
+    type Value = Option<K::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        {
+            let mut s = self.skipped.borrow_mut();
+            if s.keys.contains(key) {
+                return Ok(None);
+            }
+            s.last = Some(key.to_string());
+        }
+        let Some(seed) = self.seed.take() else {
+            return Err(E::custom("a key was read twice"));
+        };
+        seed.deserialize(de::value::StrDeserializer::<E>::new(key))
+            .map(Some)
     }
 }
 
@@ -270,5 +464,43 @@ mod tests {
             e[3].starts_with("c.yml:11:1: unknown key `bogus`"),
             "{e:#?}"
         );
+    }
+
+    /// Issue 25 point 7: serde stops at a node's first bad key, so only the
+    /// first error inside one module or one target was reported.
+    #[test]
+    fn every_error_within_one_module_and_one_target_is_reported() {
+        let e = errors(
+            "modules:\n  a:\n    kind: tcp_stream\n    duraton: 5s\n    streams: many\n  b: {kind: tcp, bitrate: fast, omitt: 1s}\ntargets:\n  - address: h\n    modules: [a]\n    intervall: 5s\n    port: http\n    labelz: {x: y}\n",
+        );
+        assert_eq!(
+            e.iter()
+                .map(|e| e.split(": ").take(2).collect::<Vec<_>>().join(": "))
+                .collect::<Vec<_>>(),
+            [
+                "c.yml:3:11: modules.a.kind",
+                "c.yml:4:5: modules.a",
+                "c.yml:5:14: modules.a.streams",
+                "c.yml:6:27: modules.b.bitrate",
+                "c.yml:6:33: modules.b",
+                "c.yml:10:5: targets[0]",
+                "c.yml:11:11: targets[0].port",
+                "c.yml:12:5: targets[0]",
+            ],
+            "{e:#?}"
+        );
+        assert!(
+            e[1].contains("unknown key `duraton`: did you mean `duration`?"),
+            "{e:#?}"
+        );
+        assert!(
+            e[4].contains("unknown key `omitt`: did you mean `omit`?"),
+            "{e:#?}"
+        );
+        assert!(e[5].contains("unknown key `intervall`"), "{e:#?}");
+        assert!(e[7].contains("unknown key `labelz`"), "{e:#?}");
+        // Leaving a bad required key out is no new error: `kind` is named
+        // once, as the unknown value it is, never as missing.
+        assert!(!e.iter().any(|e| e.contains("missing")), "{e:#?}");
     }
 }

@@ -227,6 +227,9 @@ async fn run_test(
                 .into(),
         ));
     }
+    if let Some(notes) = spec.clamp_notes.as_ref().filter(|_| !clamped.is_empty()) {
+        (notes.0)(&clamped);
+    }
     for limit in &clamped {
         // Debug only: the result carries the clamp (the CLI's `note:` line,
         // serve's pathprobe_probe_clamped), and a WARN besides says it twice.

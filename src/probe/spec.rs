@@ -111,6 +111,29 @@ pub struct ProbeSpec {
     /// previous release's (2) speaks exactly as that release did. This
     /// release's newest by default.
     pub max_protocol_version: u32,
+    /// Told the responder's clamps the moment it accepts the test, before
+    /// any data flows, so that `-i` prints the note above the intervals it
+    /// qualifies rather than after them.
+    pub clamp_notes: Option<ClampNotes>,
+}
+
+/// Receives the limits the responder applied to a test, once, when it
+/// accepts it (see [`ProbeSpec::clamp_notes`]).
+#[derive(Clone)]
+pub struct ClampNotes(pub std::sync::Arc<dyn Fn(&[String]) + Send + Sync>);
+
+impl std::fmt::Debug for ClampNotes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClampNotes")
+    }
+}
+
+impl PartialEq for ClampNotes {
+    /// Where notes go is no part of the test asked for, as for
+    /// `interval_events`.
+    fn eq(&self, _: &ClampNotes) -> bool {
+        true
+    }
 }
 
 /// The protocol a probe speaks to its peer.
@@ -158,6 +181,7 @@ impl Default for ProbeSpec {
             wire: Wire::Pathprobe,
             port: None,
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
+            clamp_notes: None,
         }
     }
 }

@@ -4,8 +4,10 @@
 //! responder's port).
 //!
 //! Everything but the conversation is the responder's: the allow and deny
-//! lists, the limits (always refused when exceeded: an iperf3 client cannot
-//! be told that its test was cut down), the byte budget, the per-client
+//! lists, the limits (refused when exceeded, except a duration under
+//! `limit_policy: clamp`, which runs to the limit and is ended there by
+//! the responder: an iperf3 client cannot be given fewer streams or a
+//! lower rate than it asked for), the byte budget, the per-client
 //! allowances, the host's test slots and its counters; and its defences
 //! against hostile clients, shared with the native port: the per-client
 //! share of waiting connections, the refusal budget, the session caps, the
@@ -476,6 +478,8 @@ async fn session(
                 direction = %request.direction,
                 // A number (ms resolution), so that JSON logs carry it as one.
                 duration_seconds = (began.elapsed().as_secs_f64() * 1e3).round() / 1e3,
+                clamped = clamped_duration(&params, &request).unwrap_or_default(),
+                limit_policy = shared.config().limit_policy.as_str(),
                 "test done"
             );
         }
@@ -609,6 +613,16 @@ pub fn to_request(
             ));
         }
     }
+    // Under `clamp`, a -t over max_duration runs to the limit and the
+    // responder ends it there as a client's TEST_END would (see `run`):
+    // a stock client then prints its full report of the time that ran,
+    // with exit 0, and is never told a wrong limit. Every other limit is
+    // refused below: a client opens the streams and sends at the rate it
+    // asked for whatever the server says.
+    let duration_ms = match config.limit_policy {
+        LimitPolicy::Clamp if p.time > 0 && omit_ms < max_ms => duration_ms.min(max_ms - omit_ms),
+        _ => duration_ms,
+    };
     let request = TestRequest {
         kind,
         direction,
@@ -659,7 +673,7 @@ pub fn to_request(
         let m = match config.limit_policy {
             LimitPolicy::Refuse => m,
             LimitPolicy::Clamp => format!(
-                "{} (limit_policy: clamp, but a stock iperf3 client cannot be told of a cut-down test, so it is refused)",
+                "{} (limit_policy: clamp, which an iperf3 test can only follow for its duration: a stock client opens the streams and sends at the rate it asked for, so it is refused)",
                 m.trim_end_matches(" (limit_policy: refuse)")
             ),
         };
@@ -830,6 +844,16 @@ async fn run(
             DataSocket::Udp(_) | DataSocket::Connections(_) => None,
         })
         .collect();
+    // UDP sockets stay open until the test is over, too: a datagram to a
+    // closed one draws an ICMP error that fails a client still sending
+    // when the responder ends a clamped test.
+    let _udp_open: Vec<std::net::UdpSocket> = sockets
+        .values()
+        .filter_map(|s| match s {
+            DataSocket::Udp(u) => u.try_clone().ok(),
+            DataSocket::Tcp(_) | DataSocket::Connections(_) => None,
+        })
+        .collect();
     let running = match side.spawn(sockets) {
         Ok(r) => r,
         Err(_) => return Outcome::Failed("stream threads"),
@@ -852,9 +876,16 @@ async fn run(
     // client is told with iperf3's "test duration too long", since iperf3
     // has no way for a server to end a test cleanly.
     let open_ended = params.time == 0;
-    let limit = match open_ended {
-        true => planned,
-        false => planned + crate::engine::datapath::DRAIN_GRACE + t,
+    // A -t the responder clamped (limit_policy: clamp): the responder ends
+    // it at the limit by starting the results exchange itself. A stock
+    // client (3.12 to 3.21) handles EXCHANGE_RESULTS in any state: it
+    // stops, sends its results, prints its full report with ours and
+    // exits 0. SERVER_TERMINATE, the only other way a server can end a
+    // test, makes it print a receiver of 0 bytes and fail.
+    let clamped = clamped_duration(params, request);
+    let limit = match (open_ended, clamped.is_some()) {
+        (false, false) => planned + crate::engine::datapath::DRAIN_GRACE + t,
+        _ => planned,
     };
     const CUT: &str = "max_duration reached before the client's byte or block count";
     const STALLED: &str = "no data moved: the client stopped taking part";
@@ -917,6 +948,7 @@ async fn run(
             Ok(Ok(b)) if State::from_byte(b) == State::ClientTerminate => Err("client terminated"),
             Ok(Ok(_)) => Err("unexpected state from the client"),
             Ok(Err(_)) => Err("client vanished during the test"),
+            Err(_) if clamped.is_some() => Ok(()),
             Err(_) if open_ended => Err(CUT),
             Err(_) => Err("no TEST_END from the client"),
         }
@@ -950,7 +982,11 @@ async fn run(
         control.read_exact(&mut theirs).await.ok()?;
         let mut ours = local_results(request, &stats);
         if params.get_server_output.is_some() {
-            ours.server_output_text = Some(server_output(request, &stats));
+            let mut text = server_output(request, &stats);
+            if let Some(c) = &clamped {
+                text.push_str(&format!("note: the responder clamped this test: {c}\n"));
+            }
+            ours.server_output_text = Some(text);
         }
         let body = ours.encode();
         let mut msg = encode_json_len(body.len()).to_vec();
@@ -972,6 +1008,19 @@ async fn run(
             Outcome::Failed("results exchange timed out")
         }
     }
+}
+
+/// The limit a -t was clamped to, as the native port words it, when the
+/// responder cut it (`limit_policy: clamp`).
+pub fn clamped_duration(params: &Params, request: &TestRequest) -> Option<String> {
+    let asked_ms = u64::try_from(params.time).ok()?.saturating_mul(1000);
+    (params.time > 0 && request.duration_ms < asked_ms).then(|| {
+        format!(
+            "max_duration: duration {} s clamped to {} s",
+            params.time,
+            request.duration_ms as f64 / 1000.0
+        )
+    })
 }
 
 /// The server's report for `--get-server-output`: what this side
@@ -1026,31 +1075,41 @@ mod tests {
             (3000, 1000, 1400, 2_000_000)
         );
         let code = |j: &str| to_request(&params(j), &c).unwrap_err().0;
-        assert_eq!(code(r#"{"tcp":true,"time":600}"#), errors::IEDURATION);
+        // Under clamp (the default), a -t over max_duration runs to it.
+        let p70 = params(r#"{"tcp":true,"time":70,"omit":2}"#);
+        let long = to_request(&p70, &c).unwrap();
+        assert_eq!((long.duration_ms, long.omit_ms), (58_000, 2000));
+        assert_eq!(
+            clamped_duration(&p70, &long).as_deref(),
+            Some("max_duration: duration 70 s clamped to 58 s")
+        );
+        let p5 = params(r#"{"tcp":true,"time":5}"#);
+        assert_eq!(clamped_duration(&p5, &to_request(&p5, &c).unwrap()), None);
+        assert_eq!(code(r#"{"tcp":true,"time":600000}"#), errors::IEDURATION);
+        let refusing = super::super::ResponderConfig {
+            limit_policy: LimitPolicy::Refuse,
+            ..c.clone()
+        };
+        let refused = |j: &str| to_request(&params(j), &refusing).unwrap_err().0;
         // A client that knows "exceeds the server's maximum" hears it,
         // rather than the 86400 s maximum code 5 prints.
         assert_eq!(
-            code(r#"{"tcp":true,"time":70,"client_version":"3.21"}"#),
+            refused(r#"{"tcp":true,"time":70,"client_version":"3.21"}"#),
             errors::IEMAXSERVERTESTDURATIONEXCEEDED
         );
         assert_eq!(
-            code(r#"{"tcp":true,"time":70,"client_version":"3.12"}"#),
+            refused(r#"{"tcp":true,"time":70,"client_version":"3.12"}"#),
             errors::IEDURATION
         );
         // The refusal names the real limit and the operator's policy.
         let why =
             |j: &str, c: &super::super::ResponderConfig| to_request(&params(j), c).unwrap_err().1;
-        let long = why(r#"{"tcp":true,"time":70}"#, &c);
-        assert!(long.contains("maximum of 60 s"), "{long}");
-        assert!(long.contains("limit_policy: clamp"), "{long}");
-        assert!(!long.contains("limit_policy: refuse"), "{long}");
         let wide = why(r#"{"tcp":true,"parallel":20}"#, &c);
         assert!(wide.contains("maximum of 16 streams"), "{wide}");
-        let refusing = super::super::ResponderConfig {
-            limit_policy: LimitPolicy::Refuse,
-            ..c.clone()
-        };
+        assert!(wide.contains("limit_policy: clamp"), "{wide}");
+        assert!(!wide.contains("limit_policy: refuse"), "{wide}");
         let long = why(r#"{"tcp":true,"time":70}"#, &refusing);
+        assert!(long.contains("maximum of 60 s"), "{long}");
         assert!(long.ends_with("(limit_policy: refuse)"), "{long}");
         assert_eq!(code(r#"{"tcp":true,"parallel":64}"#), errors::IENUMSTREAMS);
         assert_eq!(code(r#"{"sctp":true}"#), IENOSCTP);

@@ -954,6 +954,40 @@ fn clamped_probe_says_so_once_in_a_note_without_a_warning() {
     assert!(!err.contains("WARN") && !err.contains("clamp"), "{err}");
 }
 
+/// Issue 25 point 6: with `-i`, the clamp note came after the live
+/// interval lines it qualifies. It is now printed when the responder
+/// accepts the test, above the first interval line, and only once.
+#[test]
+fn clamp_note_precedes_the_live_interval_lines() {
+    let r = Responder::start(&["--max-duration", "1s"]);
+    let out = run(
+        bin().args(["probe", "-t", "3", "-i", "0.5", &r.addr]),
+        Duration::from_secs(20),
+    );
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    let note = "note: the responder clamped this test: max_duration: duration 3 s clamped to 1 s";
+    assert_eq!(lines.first(), Some(&note), "{text}");
+    assert_eq!(
+        text.matches("note: the responder clamped").count(),
+        1,
+        "{text}"
+    );
+    // The live lines follow, as many as the clamped test has intervals.
+    assert!(
+        lines[1].starts_with("send     stream 0  0.00-0.50 sec "),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("send     stream 0  0.50-1.00 sec "),
+        "{text}"
+    );
+}
+
 /// `respond` logs as `serve` does (logfmt unless `--log.format` says
 /// otherwise): one line per test, its fields as `key=value`.
 #[test]

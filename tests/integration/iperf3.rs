@@ -640,8 +640,11 @@ fn what_the_responder_refuses_the_stock_client_says() {
         return;
     }
     let _turn = turn::shared();
+    // Under `refuse` (under `clamp`, a -t over the limit runs to it: see
+    // the next test).
     let p = Pathprobe::start(ResponderConfig {
         max_streams: 4,
+        limit_policy: pathprobe::responder::LimitPolicy::Refuse,
         ..ResponderConfig::default()
     });
     for (args, want) in [
@@ -698,6 +701,80 @@ fn what_the_responder_refuses_the_stock_client_says() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("the server is busy running a test"), "{out}");
     let _ = wait_bounded(&mut holder, Duration::from_secs(20));
+}
+
+/// Issue 25 point 9: a stock client asking for more than max_duration was
+/// refused with a text naming iperf3's own maximum (86400 s), even under
+/// `limit_policy: clamp`. Under clamp the test now runs to the limit and
+/// the responder ends it by starting the results exchange: 3.12 and 3.21
+/// clients print a full report of the time that ran, both ends' figures,
+/// and exit 0; `--get-server-output` carries the clamp note.
+#[test]
+fn a_stock_client_over_max_duration_runs_to_the_limit_under_clamp() {
+    if !have_iperf3() {
+        return;
+    }
+    let _turn = turn::shared();
+    let p = Pathprobe::start(ResponderConfig {
+        max_duration: Duration::from_secs(2),
+        ..ResponderConfig::default()
+    });
+    let newer = std::path::Path::new("/tmp/iperf-3.21/src/iperf3");
+    let mut clients = vec![std::path::Path::new("iperf3")];
+    if newer.exists() {
+        clients.push(newer);
+    } else {
+        eprintln!("no iperf3 3.20 or later at {newer:?}: only the stock client is tried");
+    }
+    for client in clients {
+        for flags in [
+            &["-b", "50m"][..],
+            &["-R", "-b", "50m"][..],
+            &["-u", "-b", "20m"][..],
+        ] {
+            let started = std::time::Instant::now();
+            let out = run_bounded(
+                Command::new(client)
+                    .args(["-c", "127.0.0.1", "-p", &p.port.to_string(), "-t", "6"])
+                    .args(["-J", "--get-server-output"])
+                    .args(flags),
+                Duration::from_secs(40),
+            )
+            .unwrap();
+            let took = started.elapsed();
+            let what = format!("{client:?} {flags:?}: {}{}", out.stdout, out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{what}");
+            let v: Value =
+                serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {what}"));
+            assert!(v.get("error").is_none(), "{what}");
+            let end = &v["end"];
+            let (sent, received) = if flags.contains(&"-u") {
+                (&end["sum"], &end["sum"])
+            } else {
+                (&end["sum_sent"], &end["sum_received"])
+            };
+            let seconds = sent["seconds"].as_f64().unwrap_or(0.0);
+            eprintln!(
+                "{client:?} {flags:?}: ran {seconds:.2} s of the 6 asked ({took:?} in all), sent {} bytes, received {}",
+                sent["bytes"], received["bytes"]
+            );
+            // The 2 s that ran, not the 6 asked, and both ends' figures.
+            assert!((1.5..=3.0).contains(&seconds), "{what}");
+            assert!(u(&sent["bytes"]) > 1_000_000, "{what}");
+            if !flags.contains(&"-u") {
+                assert!(u(&received["bytes"]) > 1_000_000, "{what}");
+            }
+            assert!(took < Duration::from_secs(5), "{what}");
+            assert!(
+                v["server_output_text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("note: the responder clamped this test: max_duration: duration 6 s clamped to 2 s"),
+                "{what}"
+            );
+        }
+    }
+    assert_eq!(tests_total(&p, "iperf3", "failure"), Some(0.0));
 }
 
 #[test]

@@ -275,11 +275,6 @@ async fn run_job<P, R: Runner<P>>(
     }
 }
 
-/// How long the slot is left to a peer after one of this host's probes ran
-/// a test: time for a probe the peer held back behind that test to wake,
-/// connect and ask, with room for a loaded host. Short beside any run.
-pub const HANDOVER: Duration = Duration::from_millis(500);
-
 /// One run: takes a slot (waiting at most until `next_due`), then attempts,
 /// retrying a busy responder with backoff. An `opportunistic` run (the first
 /// after start) that finds no slot in time is dropped without counting.
@@ -323,14 +318,7 @@ async fn run_once<P, R: Runner<P>>(
                 runner.skipped(job, Skip::Timeout);
                 return;
             }
-            Ok(Attempt::Done) => {
-                // A peer that probes this host too may have a probe waiting
-                // behind the test just run: it goes first (see
-                // [`HostSlot::hand_over`]). Not after a busy answer: both
-                // hosts of a clash would then wait alike and meet again.
-                slot.hand_over(HANDOVER);
-                return;
-            }
+            Ok(Attempt::Done) => return,
             Ok(Attempt::Busy(hint)) => {
                 // Two hosts probing each other get each other's busy at
                 // the same moment with like hints: a random share of the

@@ -9,13 +9,7 @@
 //! - while it serves, its own probes wait for the slot, within a deadline;
 //! - a probe that waited for a served test to end has the next turn: new
 //!   probers are refused until it has run, so that a stream of incoming
-//!   tests cannot keep the host's own schedule out;
-//! - and the other way round, after one of its own probes ran a test the
-//!   host lets a short handover ([`HostSlot::hand_over`]) pass before its
-//!   next probe starts, so that a peer whose probe waited behind that test
-//!   (two hosts probing each other, issue 25) gets in first. Without it,
-//!   the peer's waiting probe and this host's next probe start at the same
-//!   instant, each finds the other probing, and both are told `busy`.
+//!   tests cannot keep the host's own schedule out.
 //!
 //! Each role may hold several slots at once if configured to (the
 //! responder's `max_concurrent_tests`, the scheduler's
@@ -131,8 +125,6 @@ struct Inner {
     /// Own probes waiting because the host serves, with how long each
     /// plans to hold the slot; while any waits, new probers are refused.
     probes_waiting: Vec<(u64, Duration)>,
-    /// Until when own probes leave the slot to probers after a test.
-    handover_until: Option<tokio::time::Instant>,
 }
 
 impl Inner {
@@ -274,23 +266,10 @@ impl HostSlot {
             });
         }
         let id = inner.take(Role::Serving, planned_end);
-        // The handover, if any, is over: a peer took it.
-        inner.handover_until = None;
         Ok(SlotPermit {
             slot: self.clone(),
             id,
         })
-    }
-
-    /// One of this host's probes ran a test: own probes leave the slot
-    /// free for `d` (unless one holds it already), so that a peer whose
-    /// probe waited behind that test can start it first. Its test then
-    /// holds the slot as any served test does; if none comes, the next
-    /// own probe starts when `d` has passed.
-    pub fn hand_over(&self, d: Duration) {
-        let until = tokio::time::Instant::now() + d;
-        let mut inner = self.lock();
-        inner.handover_until = Some(inner.handover_until.map_or(until, |u| u.max(until)));
     }
 
     /// For this host's own probes: waits for a probing slot (at most
@@ -309,29 +288,17 @@ impl HostSlot {
             id: None,
         };
         let mut first_reason = None;
-        let mut last_reason = SlotReason::Probing;
+        let mut last_reason;
         let result = loop {
             // Registered before looking, so that a release between the look
             // and the wait still wakes us.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let handover = {
+            {
                 let mut inner = self.lock();
                 let serving = inner.count(Role::Serving);
-                let now = tokio::time::Instant::now();
-                let handover = match inner.handover_until {
-                    Some(until) if until > now && serving == 0 => Some(until),
-                    Some(until) if until > now => None,
-                    _ => {
-                        inner.handover_until = None;
-                        None
-                    }
-                };
-                if handover.is_none()
-                    && serving == 0
-                    && inner.count(Role::Probing) < max_probing.max(1)
-                {
+                if serving == 0 && inner.count(Role::Probing) < max_probing.max(1) {
                     let end = Instant::now() + planned;
                     let id = inner.take(Role::Probing, end);
                     if let Some(w) = ticket.id.take() {
@@ -342,36 +309,20 @@ impl HostSlot {
                         id,
                     });
                 }
-                if handover.is_none() {
-                    last_reason = if serving > 0 {
-                        SlotReason::Serving
-                    } else {
-                        SlotReason::Probing
-                    };
-                    // Waiting behind a served test claims the next turn;
-                    // behind our own probes, it does not, so that a long
-                    // queue of own probes cannot keep every prober out.
-                    if serving > 0 && ticket.id.is_none() {
-                        let id = inner.next_id;
-                        inner.next_id += 1;
-                        inner.probes_waiting.push((id, planned));
-                        ticket.id = Some(id);
-                    }
-                }
-                handover
-            };
-            if let Some(until) = handover {
-                // The slot is free, only left to a peer for a moment: not
-                // a wait to count. Look again when it passes, or when a
-                // peer's test has taken it and ended.
-                if until >= deadline {
-                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                        break Err(SlotReason::Probing);
-                    }
+                last_reason = if serving > 0 {
+                    SlotReason::Serving
                 } else {
-                    let _ = tokio::time::timeout_at(until, freed).await;
+                    SlotReason::Probing
+                };
+                // Waiting behind a served test claims the next turn; behind
+                // our own probes, it does not, so that a long queue of own
+                // probes cannot keep every prober out.
+                if serving > 0 && ticket.id.is_none() {
+                    let id = inner.next_id;
+                    inner.next_id += 1;
+                    inner.probes_waiting.push((id, planned));
+                    ticket.id = Some(id);
                 }
-                continue;
             }
             if first_reason.is_none() {
                 first_reason = Some(last_reason);
@@ -399,50 +350,6 @@ mod tests {
 
     fn later(s: u64) -> tokio::time::Instant {
         tokio::time::Instant::now() + Duration::from_secs(s)
-    }
-
-    /// Issue 25 point 4: after one of its probes ran a test, a host leaves
-    /// the slot to a peer for a moment; the peer's test, if one comes, goes
-    /// first, and the probe runs the moment it ends.
-    #[tokio::test(start_paused = true)]
-    async fn after_a_test_the_slot_is_handed_over_to_a_peer_first() {
-        let slot = HostSlot::new();
-        // No peer comes: the next probe starts when the handover passes.
-        slot.hand_over(Duration::from_millis(500));
-        let t0 = tokio::time::Instant::now();
-        let p = slot
-            .acquire_probe(1, Duration::from_secs(5), later(10))
-            .await
-            .unwrap();
-        assert_eq!(t0.elapsed(), Duration::from_millis(500));
-        assert_eq!(slot.counters().waits(SlotReason::Probing), 0);
-        drop(p);
-        // A peer's test arrives during the handover: it is served, and the
-        // probe waits behind it, then runs as it ends.
-        slot.hand_over(Duration::from_millis(500));
-        let waiter = {
-            let slot = slot.clone();
-            tokio::spawn(async move {
-                let t = tokio::time::Instant::now();
-                let p = slot
-                    .acquire_probe(1, Duration::from_secs(5), later(10))
-                    .await
-                    .unwrap();
-                drop(p);
-                t.elapsed()
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let served = slot
-            .try_serve(1, Instant::now() + Duration::from_secs(2))
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        drop(served);
-        assert_eq!(waiter.await.unwrap(), Duration::from_millis(2100));
-        // Before the fix a probe took the slot at once, and the peer's
-        // probe that had waited behind the test found it taken.
-        slot.hand_over(Duration::from_millis(500));
-        assert!(slot.try_serve(1, Instant::now()).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

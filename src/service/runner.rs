@@ -64,41 +64,17 @@ pub async fn run_contained(
     }
 }
 
-/// Quick tries of a `both` job's second direction told busy (after 80,
-/// 160 and 320 ms), before the job is handed back to the scheduler.
-const IN_JOB_RETRIES: u32 = 3;
-
 /// Runs every probe of `job` (two for a `both` module) and returns the
 /// outcomes, stopping early when the responder is busy.
-pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>, u32) {
+pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
     let mut outcomes = Vec::new();
-    let mut quick_retries = 0;
-    for (i, (direction, spec)) in job.module.specs().into_iter().enumerate() {
-        let mut started = SystemTime::now();
-        let mut clock = Instant::now();
-        let mut tries = 0;
-        let (result, busy) = loop {
-            let r = match run_contained(job.endpoint.clone(), spec.clone(), job.module.ipv6).await {
-                Ok(r) => (Ok(r), None),
-                Err((f, hint)) => (Err(f), hint),
-            };
-            // Between the directions of a `both` job, a peer that probes
-            // this host too may have held a probe back behind the first
-            // test, which takes its slot the moment that test ends and
-            // refuses the second. That probe is refused here as well (this
-            // host still holds its slot) and backs off for at least
-            // scheduler.busy_backoff, so the second direction, tried again
-            // a moment later, finds the peer free: without this, both
-            // hosts were told busy and met again on their retries.
-            if i > 0 && r.1.is_some() && tries < IN_JOB_RETRIES {
-                tries += 1;
-                quick_retries += 1;
-                tokio::time::sleep(Duration::from_millis(40 << tries)).await;
-                started = SystemTime::now();
-                clock = Instant::now();
-                continue;
-            }
-            break r;
+    for (direction, spec) in job.module.specs() {
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        let (result, busy) = match run_contained(job.endpoint.clone(), spec, job.module.ipv6).await
+        {
+            Ok(r) => (Ok(r), None),
+            Err((f, hint)) => (Err(f), hint),
         };
         outcomes.push(ProbeOutcome {
             kind: job.module.kind.as_str().to_string(),
@@ -110,10 +86,10 @@ pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>, u3
             result,
         });
         if busy.is_some() {
-            return (outcomes, busy, quick_retries);
+            return (outcomes, busy);
         }
     }
-    (outcomes, None, quick_retries)
+    (outcomes, None)
 }
 
 /// The scheduler's runner for `pathprobe serve`.
@@ -134,11 +110,7 @@ impl Runner<ProbeJob> for ProbeRunner {
         let store_key = job.payload.store_key(&job.key);
         let payload = job.payload.clone();
         Box::pin(async move {
-            let (outcomes, busy, quick_retries) = run_job(&payload).await;
-            // Busy tries retried within the job count as retries too.
-            for _ in 0..quick_retries {
-                store.record_busy_retry(&key);
-            }
+            let (outcomes, busy) = run_job(&payload).await;
             for o in outcomes {
                 // A busy answer is not yet a failed probe: the scheduler
                 // retries it within the interval after the responder's

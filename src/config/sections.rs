@@ -88,6 +88,9 @@ pub struct ResponderSection {
     /// A second port that answers stock iperf3 clients (`iperf3 -c`),
     /// iperf3's 5201 by convention; off when absent. See docs/SECURITY.md.
     pub iperf3_port: Option<u16>,
+    /// TCP data streams without copies (`auto`, `on`, `off`): sendfile
+    /// from memory when sending, MSG_TRUNC when receiving.
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
 impl Default for ResponderSection {
@@ -120,6 +123,7 @@ impl Default for ResponderSection {
             allow: Vec::new(),
             deny: Vec::new(),
             iperf3_port: None,
+            zerocopy: limits.zerocopy,
         }
     }
 }
@@ -149,6 +153,7 @@ impl ResponderSection {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
+            zerocopy: self.zerocopy,
             ..ResponderConfig::default()
         }
     }

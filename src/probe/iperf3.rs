@@ -302,7 +302,8 @@ async fn converse(
     let counters64 = false;
     let side = TestSide::new(End::Prober, request, "", spec.affinity, addr.ip())
         .with_wire(UdpWire::Iperf3 { counters64 })
-        .with_intervals(spec.interval_events.clone());
+        .with_intervals(spec.interval_events.clone())
+        .with_zerocopy(spec.zerocopy);
     let count = side.stream_count();
     let sockets = match request.kind {
         Kind::Tcp => open_tcp_streams(addr, spec, &side, count, cookie).await?,

@@ -123,6 +123,9 @@ pub struct ProbeSpec {
     /// previous release's (2) speaks exactly as that release did. This
     /// release's newest by default.
     pub max_protocol_version: u32,
+    /// TCP: whether this end moves bytes without copying them
+    /// (`--zerocopy`); the responder's end follows its own setting.
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
 /// The protocol a probe speaks to its peer.
@@ -170,6 +173,7 @@ impl Default for ProbeSpec {
             wire: Wire::Pathprobe,
             port: None,
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
+            zerocopy: Default::default(),
         }
     }
 }

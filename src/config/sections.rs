@@ -595,6 +595,25 @@ mod tests {
     }
 
     #[test]
+    fn responder_zerocopy_key_takes_its_three_words_and_defaults_to_auto() {
+        use crate::engine::zerocopy::ZeroCopy;
+        for (word, want) in [
+            ("auto", ZeroCopy::Auto),
+            ("on", ZeroCopy::On),
+            ("off", ZeroCopy::Off),
+        ] {
+            let c: super::super::Config =
+                serde_yaml::from_str(&format!("responder:\n  zerocopy: {word}\n")).unwrap();
+            assert_eq!(c.responder.to_responder_config().zerocopy, want, "{word}");
+        }
+        assert_eq!(ResponderSection::default().zerocopy, ZeroCopy::Auto);
+        // A YAML boolean is not one of the words.
+        assert!(
+            serde_yaml::from_str::<super::super::Config>("responder:\n  zerocopy: true\n").is_err()
+        );
+    }
+
+    #[test]
     fn responder_section_carries_the_per_client_time_and_first_message_limits() {
         let c: super::super::Config = serde_yaml::from_str(
             "responder:\n  max_test_seconds_per_client_per_hour: 10m\n  first_message_timeout: 500ms\n  max_unauthenticated_udp_bitrate: 100M\n",

@@ -10,8 +10,9 @@
 //! copies a zerocopy skb's pages anyway when it is delivered to a local
 //! socket (`skb_orphan_frags_rx`), so `MSG_ZEROCOPY` there pays the copy and
 //! the completion notifications on top; sendfile's pages are page-cache
-//! pages that the receiving socket may hold without a copy. The figures are
-//! in docs/PERFORMANCE.md.
+//! pages that the receiving socket may hold without a copy. The figures
+//! (benches/compare.sh, and the four-way A/B in the README's zero-copy
+//! paragraph) chose `auto` = on.
 //!
 //! Everything here falls back: a kernel or file system that refuses
 //! memfd_create or sendfile leaves the stream on `write`, and the mode the

@@ -9,7 +9,14 @@
 #
 #   benches/compare.sh [SECONDS]      (default 4)
 #
-# Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams.
+# Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams,
+# and 1 stream reversed (-R). pathprobe runs twice: as built (zero copy
+# auto) and with --zerocopy=off on both ends (its own responder), the
+# figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
+# (sendfile), with --skip-rx-copy (MSG_TRUNC) and with both.
+# CPU is per side: the client's and the server's process, each in CPU
+# seconds per GB received; in -R the server is the sender. `spread` is
+# the lowest and highest of the runs.
 # Then the stock client (iperf3 -c) against pathprobe's responder (its
 # iperf3 port) and against iperf3 -s, TCP 1 and 4 streams: the figures of
 # `ratio pathprobe-responder/iperf3-s TCP`.
@@ -21,7 +28,7 @@
 #                            with ./configure && make when no binary is found
 #   ROUNDS=N                 runs per tool and test, median shown (default 3)
 #   VETH=0                   skip the namespace comparison
-#   PORT=N                   first of the five server ports (default 25301)
+#   PORT=N                   first of the six server ports (default 25301)
 #   BASELINE=/path/pathprobe another pathprobe build (say, main before a
 #                            refactor) run as a fifth tool with its own
 #                            responder, so that before and after share one
@@ -86,10 +93,11 @@ trap 'exit 130' INT TERM
 # command in the server's namespace (empty on loopback). `ip netns exec`
 # execs the command, so $! is the server itself (its CPU is read by pid).
 PORT=${PORT:-25301}
-export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3)) PORT_BASE=$((PORT + 4))
+export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3)) PORT_BASE=$((PORT + 4)) PORT_PPOFF=$((PORT + 5))
 start_servers() {
   local addr=$1; shift
   "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" --iperf3-port "$PORT_PPI" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
+  "$@" "$PP" respond --listen "$addr" --port "$PORT_PPOFF" --zerocopy off >/dev/null 2>&1 & pids+=($!); export PID_PPOFF=$!
   "$@" iperf3 -s -B "$addr" -p "$PORT_IP" >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
   if [ -n "$BASE" ]; then
     "$@" "$BASE" respond --listen "$addr" --port "$PORT_BASE" >/dev/null 2>&1 & pids+=($!); export PID_BASE=$!
@@ -100,7 +108,7 @@ start_servers() {
   sleep 1
   # A server that could not listen (a port in use) has exited by now.
   for p in "${pids[@]}"; do
-    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_BASE in use? set PORT=)"
+    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_PPOFF in use? set PORT=)"
   done
 }
 stop_servers() {
@@ -140,7 +148,10 @@ def run(cmd, server_pid):
 def pathprobe(args, binary=PP, port="PORT_PP", pid="PID_PP"):
     d, c, s = run([binary, "probe", "-J", "-t", T, "-p", os.environ[port]] + args + [ADDR], os.environ[pid])
     u = d.get("udp") or {}
+    tcp = d.get("tcp") or {}
     mode = f'{u.get("send_mode", "")}/{u.get("receive_mode", "")}' if u else ""
+    if tcp.get("send_mode"):
+        mode = f'{tcp["send_mode"]}/{tcp.get("receive_mode", "?")}'
     if u.get("packets_coalesced"):
         mode += f' ({u["packets_coalesced"] / max(u["packets_received"], 1):.0%} coalesced)'
     return d["throughput_bits_per_second"], d["bytes"], u.get("loss_ratio", 0) * 100, c, s, mode
@@ -166,19 +177,24 @@ tests = [
     ("UDP 1400 B at 20 Gbit/s", UDP + ["-b", "20G"], IPU + ["-b", "20G"], True),
     ("TCP 1 stream", [], [], False),
     ("TCP 4 streams", ["-P", "4"], ["-P", "4"], False),
+    ("TCP 1 stream -R", ["-R"], ["-R"], False),
 ]
 ver = (subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split() + ["?", "?"])[1]
 print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
-print(f"{'test':<24} {'tool':<22} {'Gbit/s':>7} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
+print(f"{'test':<24} {'tool':<30} {'Gbit/s':>7} {'spread':>11} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")
 for name, pa, ia, udp in tests:
     tools = [("pathprobe", lambda: pathprobe(pa))]
+    if not udp:
+        tools.append(("pathprobe --zerocopy=off",
+                      lambda: pathprobe(pa + ["--zerocopy=off"], PP, "PORT_PPOFF", "PID_PPOFF")))
     if BASE:
         tools.append(("pathprobe baseline", lambda: pathprobe(pa, BASE, "PORT_BASE", "PID_BASE")))
     tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", os.environ["PORT_IP"], os.environ["PID_IP"], ia, udp)))
     if IP_NEW:
-        extra = ["--gsro"] if udp else []
-        label = "iperf3 3.21" + (" --gsro" if udp else "")
-        tools.append((label, lambda: iperf3(IP_NEW, os.environ["PORT_IPN"], os.environ["PID_IPN"], ia + extra, udp)))
+        variants = [["--gsro"]] if udp else [[], ["-Z"], ["--skip-rx-copy"], ["-Z", "--skip-rx-copy"]]
+        for extra in variants:
+            label = " ".join(["iperf3 3.21"] + extra)
+            tools.append((label, lambda extra=extra: iperf3(IP_NEW, os.environ["PORT_IPN"], os.environ["PID_IPN"], ia + extra, udp)))
     results = {t: [] for t, _ in tools}
     for _ in range(ROUNDS):
         for t, f in tools:
@@ -196,7 +212,8 @@ for name, pa, ia, udp in tests:
         medians[t] = bps
         gb = nbytes / 1e9
         cg, sg = (c / gb, s / gb) if gb > 0 else (float("nan"),) * 2
-        print(f"{name:<24} {t:<22} {bps / 1e9:7.2f} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}  {mode}")
+        spread = f"{rs[0][0] / 1e9:.1f}-{rs[-1][0] / 1e9:.1f}"
+        print(f"{name:<24} {t:<30} {bps / 1e9:7.2f} {spread:>11} {loss:7.2f} {cg:11.3f} {sg:11.3f} {cg + sg:6.3f}  {mode}")
     # The one figure to quote: throughput against each other tool, same run.
     # With a baseline build, its ratios print too: the same ratio before and
     # after a change, measured in one run, is what shows it changed nothing.

@@ -20,6 +20,7 @@ use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
 use pathprobe::kinds::kind::{RrShape, Transport};
 use pathprobe::kinds::registry;
+use pathprobe::engine::zerocopy::ZeroCopy;
 use pathprobe::probe::spec::IpFamily;
 use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
 use pathprobe::protocol::DEFAULT_PORT;
@@ -140,6 +141,10 @@ pub struct RespondArgs {
     /// File holding the shared secret probers must prove they know.
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
+    /// TCP data streams of this end without copying payload: auto, on or
+    /// off (the `zerocopy` key of the responder section).
+    #[arg(long, value_name = "MODE", value_parser = parse_zerocopy)]
+    zerocopy: Option<ZeroCopy>,
     /// Client network (CIDR or address) to serve; repeatable. Without any,
     /// every client not denied is served.
     #[arg(long = "allow", value_name = "CIDR", value_parser = parse_network)]
@@ -261,10 +266,16 @@ pub struct ProbeArgs {
     /// with tools that do not use them.
     #[arg(long)]
     no_offload: bool,
-    /// Accepted for iperf3's habit and ignored: pathprobe's data path needs
-    /// no zero-copy mode.
-    #[arg(short = 'Z', long)]
-    zerocopy: bool,
+    /// TCP without copying payload on this end: sendfile from memory when
+    /// sending, MSG_TRUNC when receiving. auto (the default, measured
+    /// fastest: on), on, or off for plain write and read. -Z, as iperf3's,
+    /// is --zerocopy=on. The responder's end follows its own setting.
+    #[arg(short = 'Z', long, value_name = "MODE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "on", value_parser = parse_zerocopy)]
+    zerocopy: Option<ZeroCopy>,
+    /// --zerocopy=off.
+    #[arg(long, conflicts_with = "zerocopy")]
+    no_zerocopy: bool,
     /// Accepted for iperf3's habit and ignored: pathprobe does not set
     /// TCP_NODELAY on data sockets (Nagle holds back only writes smaller
     /// than a segment; the default -l is 128K).
@@ -460,6 +471,10 @@ fn with_responder_defaults(cmd: clap::Command) -> clap::Command {
     })
 }
 
+fn parse_zerocopy(s: &str) -> Result<ZeroCopy, String> {
+    s.parse()
+}
+
 /// Reads the secret named by `--auth.secret-file`, when it is given.
 fn read_secret(path: Option<&Path>) -> anyhow::Result<Option<Secret>> {
     path.map(Secret::from_file)
@@ -515,6 +530,7 @@ impl RespondArgs {
             allow: self.allow.clone(),
             deny: self.deny.clone(),
             iperf3_port: self.iperf3_port,
+            zerocopy: self.zerocopy.unwrap_or(d.zerocopy),
             ..d
         })
     }
@@ -568,9 +584,6 @@ impl ProbeArgs {
     /// samples, for stderr.
     pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        if self.zerocopy {
-            notes.push("note: -Z is ignored: pathprobe needs no zero-copy mode".to_string());
-        }
         if self.no_delay {
             notes.push(
                 "note: -N is ignored: pathprobe does not set TCP_NODELAY on data sockets".into(),
@@ -682,8 +695,17 @@ impl ProbeArgs {
                 Wire::Pathprobe
             },
             port: None,
+            zerocopy: self.zerocopy_mode(),
             ..ProbeSpec::default()
         })
+    }
+
+    fn zerocopy_mode(&self) -> ZeroCopy {
+        if self.no_zerocopy {
+            ZeroCopy::Off
+        } else {
+            self.zerocopy.unwrap_or_default()
+        }
     }
 
     fn kind(&self) -> Kind {

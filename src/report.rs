@@ -397,6 +397,22 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool, clamp_notes: bool) -> 
             }
         }
         for d in &r.directions {
+            // Copy-free or not (--zerocopy), as each end ran.
+            if let Some(t) = d
+                .tcp
+                .as_ref()
+                .filter(|t| t.send_mode.is_some() || t.receive_mode.is_some())
+            {
+                let _ = writeln!(
+                    out,
+                    "  {} TCP I/O: send {}, receive {}",
+                    d.direction.as_str(),
+                    t.send_mode.unwrap_or("?"),
+                    t.receive_mode.unwrap_or("?")
+                );
+            }
+        }
+        for d in &r.directions {
             out.push_str(&evidence_table(d));
         }
     }

@@ -340,6 +340,15 @@ pub struct TcpSummary {
     pub congestion: Option<String>,
     pub send_buffer_bytes: u64,
     pub receive_buffer_bytes: u64,
+    /// How the senders handed bytes to the kernel: "sendfile" (zero copy)
+    /// or "write" ("mixed" when streams differ). Absent when no sender
+    /// said (a stock iperf3 peer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_mode: Option<&'static str>,
+    /// How the receivers took them: "discard" (MSG_TRUNC, zero copy) or
+    /// "read" ("mixed" when streams differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receive_mode: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -552,6 +561,13 @@ fn tcp_summary(senders: &[&StreamStats], receivers: &[&StreamStats]) -> TcpSumma
             .map(|s| s.receive_buffer_bytes)
             .max()
             .unwrap_or(0),
+        send_mode: common_mode(senders.iter().filter_map(|s| s.tcp_io).map(|m| m.as_str())),
+        receive_mode: common_mode(
+            receivers
+                .iter()
+                .filter_map(|s| s.tcp_io)
+                .map(|m| m.as_str()),
+        ),
     }
 }
 

@@ -88,6 +88,9 @@ pub struct ResponderSection {
     /// A second port that answers stock iperf3 clients (`iperf3 -c`),
     /// iperf3's 5201 by convention; off when absent. See docs/SECURITY.md.
     pub iperf3_port: Option<u16>,
+    /// TCP data streams without copies (`auto`, `on`, `off`): sendfile
+    /// from memory when sending, MSG_TRUNC when receiving.
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
 impl Default for ResponderSection {
@@ -120,6 +123,7 @@ impl Default for ResponderSection {
             allow: Vec::new(),
             deny: Vec::new(),
             iperf3_port: None,
+            zerocopy: limits.zerocopy,
         }
     }
 }
@@ -149,6 +153,7 @@ impl ResponderSection {
                 allow: self.allow.clone(),
                 deny: self.deny.clone(),
             },
+            zerocopy: self.zerocopy,
             ..ResponderConfig::default()
         }
     }
@@ -587,6 +592,25 @@ mod tests {
         assert_eq!(c.max_bitrate, 2_000_000_000);
         assert_eq!(c.max_concurrent_tests, 2);
         assert_eq!(c.idle_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn responder_zerocopy_key_takes_its_three_words_and_defaults_to_auto() {
+        use crate::engine::zerocopy::ZeroCopy;
+        for (word, want) in [
+            ("auto", ZeroCopy::Auto),
+            ("on", ZeroCopy::On),
+            ("off", ZeroCopy::Off),
+        ] {
+            let c: super::super::Config =
+                serde_yaml::from_str(&format!("responder:\n  zerocopy: {word}\n")).unwrap();
+            assert_eq!(c.responder.to_responder_config().zerocopy, want, "{word}");
+        }
+        assert_eq!(ResponderSection::default().zerocopy, ZeroCopy::Auto);
+        // A YAML boolean is not one of the words.
+        assert!(
+            serde_yaml::from_str::<super::super::Config>("responder:\n  zerocopy: true\n").is_err()
+        );
     }
 
     #[test]

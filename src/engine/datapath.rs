@@ -51,6 +51,9 @@ pub struct Plan {
     /// What this side's senders move together after the warm-up before
     /// they stop, if anything (an iperf3 client's `-n`/`-k`).
     pub send_limit: Option<SendLimit>,
+    /// TCP: move bytes without copying them where the kernel allows it
+    /// (this end's own setting; see [`crate::engine::zerocopy`]).
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
 /// The header and end-of-stream rules of a UDP stream: pathprobe's own
@@ -574,6 +577,7 @@ mod tests {
                 rr: None,
                 wire: UdpWire::Pathprobe,
                 send_limit: None,
+                zerocopy: Default::default(),
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

@@ -2,7 +2,8 @@
 //! and their sockets ([`datapath`]), UDP pacing ([`pacing`]), UDP loss and
 //! jitter accounting ([`accounting`]), TCP_INFO ([`tcpinfo`]), batched UDP
 //! I/O ([`udp_io`]), latency histograms ([`histogram`]), the figures each
-//! side measures ([`stats`]) and why a probe failed ([`error`]).
+//! side measures ([`stats`]), copy-free TCP I/O ([`zerocopy`]) and why a
+//! probe failed ([`error`]).
 //!
 //! A kind's loops (in [`crate::kinds`]) are built from these parts; nothing
 //! here imports a kind, so that adding one never edits the engine.
@@ -17,3 +18,4 @@ pub mod stats;
 pub mod tcp_socket;
 pub mod tcpinfo;
 pub mod udp_io;
+pub mod zerocopy;

@@ -3,8 +3,8 @@
 //! the responder sends its own to the prober at the end of a test.
 
 pub use crate::protocol::model::{
-    CpuLoad, IntervalStats, Role, SideStats, StreamStats, TcpLimits, TcpStats, ThreadSched,
-    UdpReceiveStats, UdpSendStats,
+    CpuLoad, IntervalStats, Role, SideStats, StreamStats, TcpIoMode, TcpLimits, TcpStats,
+    ThreadSched, UdpReceiveStats, UdpSendStats,
 };
 
 /// `num / den`, or 0 when that is not a finite number.

@@ -113,6 +113,7 @@ impl TestSide {
                     .filter(|_| super::of(request.kind).request_response()),
                 wire: Default::default(),
                 send_limit: None,
+                zerocopy: Default::default(),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -130,6 +131,12 @@ impl TestSide {
             ),
             intervals: None,
         }
+    }
+
+    /// Moves this side's TCP bytes with or without copies (`--zerocopy`).
+    pub fn with_zerocopy(mut self, mode: crate::engine::zerocopy::ZeroCopy) -> TestSide {
+        self.plan.zerocopy = mode;
+        self
     }
 
     /// Sends this side's intervals to `sink` as they close.

@@ -154,6 +154,8 @@ fn tcp_flow(
             congestion: Some("cubic".into()),
             send_buffer_bytes: 0,
             receive_buffer_bytes: 0,
+            send_mode: None,
+            receive_mode: None,
         }),
         udp: None,
         // The sender stalled on the receive window 80% of the window.

@@ -237,7 +237,8 @@ async fn run_test(
     }
 
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
-        .with_intervals(spec.interval_events.clone());
+        .with_intervals(spec.interval_events.clone())
+        .with_zerocopy(spec.zerocopy);
     let kind = crate::kinds::of(request.kind);
     let sockets = match (kind.transport(), kind.connection_per_transaction()) {
         (Transport::Tcp, false) => {

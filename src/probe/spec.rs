@@ -111,6 +111,9 @@ pub struct ProbeSpec {
     /// previous release's (2) speaks exactly as that release did. This
     /// release's newest by default.
     pub max_protocol_version: u32,
+    /// TCP: whether this end moves bytes without copying them
+    /// (`--zerocopy`); the responder's end follows its own setting.
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
     /// Told the responder's clamps the moment it accepts the test, before
     /// any data flows, so that `-i` prints the note above the intervals it
     /// qualifies rather than after them.
@@ -182,6 +185,7 @@ impl Default for ProbeSpec {
             port: None,
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
             clamp_notes: None,
+            zerocopy: Default::default(),
         }
     }
 }

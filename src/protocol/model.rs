@@ -158,6 +158,39 @@ pub struct StreamStats {
     /// Absent from older peers, and field by field on older kernels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_limits: Option<TcpLimits>,
+    /// TCP: how this side moved the stream's bytes, copying them or not.
+    /// Absent from older peers' frames and from other kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_io: Option<TcpIoMode>,
+}
+
+/// How a TCP stream's end moved its bytes through the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpIoMode {
+    /// Sender: `write` from a user buffer (one copy per byte).
+    Write,
+    /// Sender: `sendfile` from an in-memory file (no copy).
+    Sendfile,
+    /// Receiver: `read` into a user buffer (one copy per byte).
+    Read,
+    /// Receiver: `recv` with `MSG_TRUNC`, dropped in the kernel (no copy).
+    Discard,
+    /// A mode a later release added.
+    #[serde(other)]
+    Other,
+}
+
+impl TcpIoMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TcpIoMode::Write => "write",
+            TcpIoMode::Sendfile => "sendfile",
+            TcpIoMode::Read => "read",
+            TcpIoMode::Discard => "discard",
+            TcpIoMode::Other => "other",
+        }
+    }
 }
 
 /// A data thread as the scheduler saw it over the window.

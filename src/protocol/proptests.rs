@@ -237,7 +237,7 @@ prop_compose! {
                 }
             )
         ),
-        (tcp_limits, rr) in (proptest::option::of(
+        (tcp_limits, rr, tcp_io) in (proptest::option::of(
             (
                 proptest::option::of(float()),
                 proptest::option::of(float()),
@@ -247,13 +247,18 @@ prop_compose! {
                 busy_seconds, rwnd_limited_seconds, delivery_rate_app_limited, bytes_retrans,
                 ..TcpLimits::default()
             })
-        ), proptest::option::of(rr_stats())),
+        ), proptest::option::of(rr_stats()), proptest::option::of(prop_oneof![
+            Just(super::model::TcpIoMode::Write),
+            Just(super::model::TcpIoMode::Sendfile),
+            Just(super::model::TcpIoMode::Read),
+            Just(super::model::TcpIoMode::Discard),
+        ])),
     ) -> StreamStats {
         StreamStats {
             id, direction, role, bytes, seconds, syscalls, cpu_user_seconds,
             cpu_system_seconds, context_switches, send_buffer_bytes,
             receive_buffer_bytes, congestion, tcp, udp_sent, udp_received, intervals,
-            sched, tcp_limits, rr,
+            sched, tcp_limits, rr, tcp_io,
         }
     }
 }

@@ -749,7 +749,8 @@ async fn run(
     // server does; the client ends the test once it has received it.
     let side = TestSide::new(End::Responder, request, "", None, peer.ip())
         .with_wire(UdpWire::Iperf3 { counters64 })
-        .with_send_limit(asked_bytes(params, request.length));
+        .with_send_limit(asked_bytes(params, request.length))
+        .with_zerocopy(shared.config().zerocopy);
     let total = side.stream_count();
     // UDP flows arrive on the iperf3 port's UDP side, bound before the
     // client is told to open them.

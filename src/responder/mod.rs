@@ -146,6 +146,9 @@ pub struct ResponderConfig {
     /// in-process responder of loopback probes, whose tests are the host's
     /// own probes, not counted in the service's responder metrics.
     pub log_tests: bool,
+    /// TCP: whether this end moves bytes without copying them (the
+    /// `zerocopy` key); the prober's `--zerocopy` governs only its own end.
+    pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
 impl Default for ResponderConfig {
@@ -180,6 +183,7 @@ impl Default for ResponderConfig {
             access: AccessList::default(),
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
             log_tests: true,
+            zerocopy: Default::default(),
         }
     }
 }

@@ -481,7 +481,8 @@ async fn run_test(
         Instant::now() + Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms)),
     );
 
-    let side = TestSide::new(End::Responder, request, &token, request.affinity, peer.ip());
+    let side = TestSide::new(End::Responder, request, &token, request.affinity, peer.ip())
+        .with_zerocopy(config.zerocopy);
     if let Some((rx, over_limit)) = arrivals {
         let arrivals = Arrivals {
             rx: rx.into(),

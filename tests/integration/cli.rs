@@ -584,7 +584,7 @@ fn free_port() -> String {
 #[test]
 fn iperf3_habits_are_taken_or_answered() {
     let r = Responder::start(&[]);
-    // -c HOST, -4, -V, -Z and -N are taken; the ignored ones say so.
+    // -c HOST, -4, -V, -Z and -N are taken; the ignored one says so.
     let out = run(
         bin().args(["probe", "-t", "0.3", "-4", "-V", "-Z", "-N", "-c", &r.addr]),
         Duration::from_secs(20),
@@ -596,8 +596,9 @@ fn iperf3_habits_are_taken_or_answered() {
         "-V is -v: {text}"
     );
     let err = stderr(&out);
+    // -Z is taken (zero copy on), -N ignored with a note.
     assert!(
-        err.contains("note: -Z is ignored") && err.contains("note: -N is ignored"),
+        !err.contains("-Z") && err.contains("note: -N is ignored"),
         "{err}"
     );
 
@@ -1544,4 +1545,57 @@ fn startup_log_and_version_say_what_runs() {
             && serving.contains("status_page=http://127.0.0.1:"),
         "{log}"
     );
+}
+
+/// `--zerocopy`: the JSON names how each end moved a TCP stream's bytes,
+/// off turns this end's copy-free calls off (and only this end's: the
+/// responder follows its own `--zerocopy`), and the bytes count the same
+/// either way.
+#[test]
+fn zerocopy_mode_is_named_in_json_and_off_turns_it_off() {
+    let on = Responder::start(&[]);
+    let off = Responder::start(&["--zerocopy", "off"]);
+    let probe = |addr: &str, args: &[&str]| {
+        let out = run(
+            bin()
+                .args(["probe", "-J", "-t", "0.3"])
+                .args(args)
+                .arg(addr),
+            Duration::from_secs(20),
+        );
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["bytes"].as_u64().unwrap() > 0, "{args:?}: {v}");
+        let t = &v["tcp"];
+        (
+            t["send_mode"].as_str().unwrap_or("absent").to_string(),
+            t["receive_mode"].as_str().unwrap_or("absent").to_string(),
+        )
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    // The default (auto) is copy-free on both ends.
+    assert_eq!(probe(&on.addr, &[]), pair("sendfile", "discard"));
+    assert_eq!(probe(&on.addr, &["-R"]), pair("sendfile", "discard"));
+    // Off on the prober: its sends (forward) and its reads (-R) copy.
+    assert_eq!(
+        probe(&on.addr, &["--zerocopy=off"]),
+        pair("write", "discard")
+    );
+    assert_eq!(
+        probe(&on.addr, &["-R", "--no-zerocopy"]),
+        pair("sendfile", "read")
+    );
+    // Off on the responder: its end copies; -Z (iperf3's) is on here.
+    assert_eq!(probe(&off.addr, &["-Z"]), pair("sendfile", "read"));
+    assert_eq!(
+        probe(&off.addr, &["-R", "--zerocopy=off"]),
+        pair("write", "read")
+    );
+    // A word the flag does not know is a usage error.
+    let out = run(
+        bin().args(["probe", "--zerocopy=maybe", &on.addr]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("auto, on or off"), "{}", stderr(&out));
 }

@@ -21,10 +21,20 @@ use crate::engine::datapath::{
 };
 use crate::engine::error::ProbeError;
 use crate::engine::pacing::Pacer;
-use crate::engine::stats::{StreamStats, TcpLimits, TcpStats};
+use crate::engine::stats::{StreamStats, TcpIoMode, TcpLimits, TcpStats};
 pub use crate::engine::tcp_socket::{apply_options, TcpOptions};
 use crate::engine::tcpinfo::{self, TcpInfo};
+use crate::engine::zerocopy::{self, PayloadFile};
 use crate::protocol::{encode_frame, Message};
+
+/// Errors by which a kernel or socket refuses a copy-free call outright,
+/// rather than failing the connection: the stream goes on copying.
+fn is_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+    )
+}
 
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
@@ -87,6 +97,17 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
         plan.length as usize
     };
     let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
+    // Copy-free: each write is a sendfile of the same in-memory file, the
+    // same length as the buffer, so pacing and byte counts are unchanged.
+    let mut file = if plan.zerocopy.enabled() {
+        PayloadFile::new(&buf)
+            .inspect_err(
+                |e| tracing::debug!(stream = stats.id, error = %e, "no memfd; TCP sends copy"),
+            )
+            .ok()
+    } else {
+        None
+    };
     let mut pacer = Pacer::new(plan.bitrate_per_stream, chunk as u32);
     let mut meter = ThreadMeter::default();
     let mut intervals = IntervalMeter::new(ctx, stats, Mark::Retransmits);
@@ -123,7 +144,11 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
             break;
         }
         meter.syscall();
-        match stream.write(&buf) {
+        let wrote = match &file {
+            Some(f) => f.send_to(&stream),
+            None => stream.write(&buf),
+        };
+        match wrote {
             Ok(n) => {
                 if let Some(l) = limit {
                     l.add(n as u64);
@@ -149,12 +174,21 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
                     }
                 }
             }
+            Err(e) if file.is_some() && is_unsupported(&e) => {
+                tracing::debug!(stream = stats.id, error = %e, "sendfile refused; TCP sends copy");
+                file = None;
+            }
             Err(e) => {
                 tracing::debug!(stream = stats.id, error = %e, "TCP send ended");
                 break;
             }
         }
     }
+    stats.tcp_io = Some(if file.is_some() {
+        TcpIoMode::Sendfile
+    } else {
+        TcpIoMode::Write
+    });
     // The window ends at the last write: what limited the flow is read
     // here, before the drain, whose idle tail would dilute it.
     meter.close();
@@ -226,7 +260,14 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let Some(start) = ctx.gate.wait() else { return };
     let window_start = start + ctx.plan.omit;
     let read_size = (ctx.plan.length as usize).max(RECEIVE_BUFFER);
-    let mut buf = vec![0u8; read_size];
+    // Nothing looks at a TCP stream's payload, so a copy-free receiver
+    // lets the kernel drop it (MSG_TRUNC) and holds no buffer.
+    let mut discard = ctx.plan.zerocopy.enabled();
+    let mut buf = if discard {
+        Vec::new()
+    } else {
+        vec![0u8; read_size]
+    };
     let mut meter = ThreadMeter::default();
     let mut intervals = IntervalMeter::new(ctx, stats, Mark::None);
     if ctx.plan.omit.is_zero() {
@@ -241,7 +282,12 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let mut last_read = start;
     loop {
         meter.syscall();
-        match stream.read(&mut buf) {
+        let read = if discard {
+            zerocopy::discard(&stream, read_size)
+        } else {
+            stream.read(&mut buf)
+        };
+        match read {
             Ok(0) => break,
             Ok(n) => {
                 let now = Instant::now();
@@ -278,12 +324,22 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
                     }
                 }
             }
+            Err(e) if discard && is_unsupported(&e) => {
+                tracing::debug!(stream = stats.id, error = %e, "MSG_TRUNC refused; TCP reads copy");
+                discard = false;
+                buf = vec![0u8; read_size];
+            }
             Err(e) => {
                 tracing::debug!(stream = stats.id, error = %e, "TCP receive ended");
                 break;
             }
         }
     }
+    stats.tcp_io = Some(if discard {
+        TcpIoMode::Discard
+    } else {
+        TcpIoMode::Read
+    });
     let opened = meter.opened_at().unwrap_or(last_read);
     stats.bytes = bytes - bytes_at_open;
     stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();

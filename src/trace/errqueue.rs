@@ -168,7 +168,10 @@ pub(super) fn tcp_probe(
     let sent = Instant::now();
     match sock.connect(&dst.into()) {
         Ok(()) => {
-            let a = Answer::Reached { from: dst.ip(), rtt: sent.elapsed() };
+            let a = Answer::Reached {
+                from: dst.ip(),
+                rtt: sent.elapsed(),
+            };
             return Ok((a, matched, local));
         }
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -198,9 +201,25 @@ pub(super) fn tcp_probe(
             return Ok((a, matched, local));
         }
         match sock.take_error()? {
-            None => return Ok((Answer::Reached { from: dst.ip(), rtt }, matched, local)),
+            None => {
+                return Ok((
+                    Answer::Reached {
+                        from: dst.ip(),
+                        rtt,
+                    },
+                    matched,
+                    local,
+                ))
+            }
             Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                return Ok((Answer::Reached { from: dst.ip(), rtt }, matched, local))
+                return Ok((
+                    Answer::Reached {
+                        from: dst.ip(),
+                        rtt,
+                    },
+                    matched,
+                    local,
+                ))
             }
             // An error without an ICMP in the queue (e.g. a timeout of the
             // kernel's own): nothing learnt from this probe.
@@ -211,7 +230,11 @@ pub(super) fn tcp_probe(
 
 /// Polls `fd` for `events`; false on timeout.
 fn wait(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd, events, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
     loop {
         // SAFETY: one valid pollfd.
@@ -311,7 +334,11 @@ fn recv_err(fd: RawFd) -> io::Result<Option<QueuedError>> {
                 if ee_v.ee_origin != libc::SO_EE_ORIGIN_ICMP
                     && ee_v.ee_origin != libc::SO_EE_ORIGIN_ICMP6
                 {
-                    return Ok(Some(QueuedError { origin: ee_v.ee_origin, icmp_type: 0, offender: None }));
+                    return Ok(Some(QueuedError {
+                        origin: ee_v.ee_origin,
+                        icmp_type: 0,
+                        offender: None,
+                    }));
                 }
                 let off = libc::SO_EE_OFFENDER(ee) as *const u8;
                 let room = h.cmsg_len as usize - need;
@@ -325,7 +352,11 @@ fn recv_err(fd: RawFd) -> io::Result<Option<QueuedError>> {
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(Some(QueuedError { origin: 0, icmp_type: 0, offender: None }))
+    Ok(Some(QueuedError {
+        origin: 0,
+        icmp_type: 0,
+        offender: None,
+    }))
 }
 
 /// The offender's address, if `room` bytes hold a whole sockaddr of its

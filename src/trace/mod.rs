@@ -266,7 +266,9 @@ impl Trace {
 pub enum TraceError {
     #[error("trace socket: {0}")]
     Io(#[from] std::io::Error),
-    #[error("{host} was traced {ago_ms} ms ago; at most one trace per {min_interval_ms} ms per host")]
+    #[error(
+        "{host} was traced {ago_ms} ms ago; at most one trace per {min_interval_ms} ms per host"
+    )]
     RateLimited {
         host: IpAddr,
         ago_ms: u64,

@@ -94,7 +94,10 @@ fn udp_to_a_silent_open_port_ends_after_the_gap_and_claims_no_hop() {
 #[test]
 fn udp_trace_uses_the_probe_source_port() {
     let dst = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let src = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let src = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let mut s = spec(Proto::Udp, dst.local_addr().unwrap());
     s.source = Some(src);
     s.limits.gap = 1;
@@ -136,7 +139,11 @@ fn the_time_limit_bounds_a_trace_of_silent_hops() {
     let start = Instant::now();
     let t = trace_blocking(&s).unwrap();
     assert_eq!(t.stop, Stop::TimeLimit);
-    assert!(start.elapsed() < Duration::from_millis(800), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        start.elapsed()
+    );
     // 300 ms of 100 ms waits: three packets, and one or two cut short.
     assert!((3..=5).contains(&t.packets), "{}", t.packets);
 }
@@ -217,15 +224,27 @@ fn path(hops: Vec<Hop>, stop: Stop) -> Trace {
 #[test]
 fn a_silent_hop_is_no_path_change_but_a_new_router_is() {
     let base = path(
-        vec![hop(1, Some("10.0.1.1")), hop(2, Some("10.0.2.2")), hop(3, Some("10.0.9.2"))],
+        vec![
+            hop(1, Some("10.0.1.1")),
+            hop(2, Some("10.0.2.2")),
+            hop(3, Some("10.0.9.2")),
+        ],
         Stop::Reached,
     );
     let silent = path(
-        vec![hop(1, Some("10.0.1.1")), hop(2, None), hop(3, Some("10.0.9.2"))],
+        vec![
+            hop(1, Some("10.0.1.1")),
+            hop(2, None),
+            hop(3, Some("10.0.9.2")),
+        ],
         Stop::Reached,
     );
     let other = path(
-        vec![hop(1, Some("10.0.1.1")), hop(2, Some("10.0.3.2")), hop(3, Some("10.0.9.2"))],
+        vec![
+            hop(1, Some("10.0.1.1")),
+            hop(2, Some("10.0.3.2")),
+            hop(3, Some("10.0.9.2")),
+        ],
         Stop::Reached,
     );
     let longer = path(
@@ -248,7 +267,11 @@ fn a_silent_hop_is_no_path_change_but_a_new_router_is() {
 #[test]
 fn text_marks_silent_hops_and_states_the_cost() {
     let t = path(
-        vec![hop(1, Some("10.0.1.1")), hop(2, None), hop(3, Some("10.0.9.2"))],
+        vec![
+            hop(1, Some("10.0.1.1")),
+            hop(2, None),
+            hop(3, Some("10.0.9.2")),
+        ],
         Stop::Reached,
     );
     let text = t.text();

@@ -32,6 +32,7 @@ mod rr;
 mod rules;
 mod serve;
 mod serve_process;
+mod trace_lab;
 mod udp_rr;
 mod web;
 mod wire_compat;

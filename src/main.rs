@@ -136,7 +136,7 @@ async fn run_trace(args: &ProbeArgs, req: cli::TraceRequest) -> ExitCode {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let addrs = tokio::net::lookup_host((target.host.as_str(), target.port)).await?;
         let dst = addrs
-            .filter(|a| !(req.ipv4 && a.is_ipv6()) && !(req.ipv6 && a.is_ipv4()))
+            .filter(|a| if a.is_ipv4() { !req.ipv6 } else { !req.ipv4 })
             .find(|a| req.bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4()))
             .ok_or_else(|| anyhow::anyhow!("{target}: no address of the family asked for"))?;
         let source = match (req.bind, req.cport) {

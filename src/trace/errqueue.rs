@@ -186,46 +186,30 @@ pub(super) fn tcp_probe(
     }
     // After connect: an ephemeral port is only chosen by connect.
     let local = local_of(&sock).or(local);
-    let deadline = sent + timeout;
     let fd = sock.as_raw_fd();
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok((Answer::Silent, matched, local));
-        }
-        if !wait(fd, libc::POLLOUT | libc::POLLERR, deadline - now)? {
-            return Ok((Answer::Silent, matched, local));
-        }
-        let rtt = sent.elapsed();
-        if let Some(a) = read_error(fd, dst, rtt)? {
-            return Ok((a, matched, local));
-        }
-        match sock.take_error()? {
-            None => {
-                return Ok((
-                    Answer::Reached {
-                        from: dst.ip(),
-                        rtt,
-                    },
-                    matched,
-                    local,
-                ))
-            }
-            Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                return Ok((
-                    Answer::Reached {
-                        from: dst.ip(),
-                        rtt,
-                    },
-                    matched,
-                    local,
-                ))
-            }
-            // An error without an ICMP in the queue (e.g. a timeout of the
-            // kernel's own): nothing learnt from this probe.
-            Some(_) => return Ok((Answer::Silent, matched, local)),
-        }
+    // One wait: the socket becomes writable (connected), or errs (an ICMP
+    // or a RST), or the timeout passes.
+    if !wait(fd, libc::POLLOUT | libc::POLLERR, timeout)? {
+        return Ok((Answer::Silent, matched, local));
     }
+    let rtt = sent.elapsed();
+    if let Some(a) = read_error(fd, dst, rtt)? {
+        return Ok((a, matched, local));
+    }
+    let answer = match sock.take_error()? {
+        None => Answer::Reached {
+            from: dst.ip(),
+            rtt,
+        },
+        Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Answer::Reached {
+            from: dst.ip(),
+            rtt,
+        },
+        // An error without an ICMP in the queue (e.g. a timeout of the
+        // kernel's own): nothing learnt from this probe.
+        Some(_) => Answer::Silent,
+    };
+    Ok((answer, matched, local))
 }
 
 /// Polls `fd` for `events`; false on timeout.

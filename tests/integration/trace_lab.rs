@@ -1,6 +1,7 @@
 //! The path tracer in namespaces (root): a chain a -- r1 == r2 -- b, where
 //! r1 and r2 are joined by two equal-cost links (x and y) that r1 and r2
-//! choose between by a layer-4 hash of the 5-tuple (`fib_multipath_hash_policy=3`, see `Chain::up` for why not 1 over veth).
+//! choose between by a layer-4 hash of the 5-tuple
+//! (`fib_multipath_hash_policy=3`; `Chain::up` says why not 1 over veth).
 //!
 //! r2 answers from the address of the link a packet came in on
 //! (`icmp_errors_use_inbound_ifaddr`), so hop 2's address names the link

@@ -188,8 +188,23 @@ pub struct ProbeArgs {
     /// is isochronous UDP round trips (irtt's): a -l byte request every
     /// --interval (default 64 bytes every 10ms), RTT, IPDV and loss each
     /// way.
+    ///
+    /// trace is no probe: it traces the path to TARGET with the flow a
+    /// probe would use (TCP SYNs to the responder port, or UDP with
+    /// --trace-protocol udp; --cport fixes the source port), hop by hop,
+    /// with -J or -v as usual. See docs/TRACE.md.
     #[arg(long, value_name = "KIND", value_parser = mode_names(), conflicts_with = "udp")]
     mode: Option<String>,
+    /// --mode trace: the source port of the traced flow (iperf3's
+    /// --cport), so that the trace takes a given flow's ECMP member.
+    #[arg(long, value_name = "PORT")]
+    cport: Option<u16>,
+    /// --mode trace: the transport of the traced flow, tcp or udp.
+    #[arg(long, value_name = "PROTO", value_parser = ["tcp", "udp"], default_value = "tcp")]
+    trace_protocol: String,
+    /// --mode trace: the highest TTL tried (at most 64).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    max_hops: u8,
     /// tcp_rr and tcp_crr: request and response sizes in bytes, REQ,RESP
     /// (netperf's -r; k/m suffixes; one size for both). Default 1,1.
     #[arg(short = 'r', long = "rr-size", value_name = "REQ,RESP", value_parser = parse_rr_sizes)]
@@ -536,7 +551,41 @@ impl RespondArgs {
     }
 }
 
+/// What `--mode trace` asks for, before the target is resolved.
+pub struct TraceRequest {
+    pub proto: pathprobe::trace::Proto,
+    pub cport: Option<u16>,
+    pub bind: Option<IpAddr>,
+    pub ipv4: bool,
+    pub ipv6: bool,
+    pub limits: pathprobe::trace::TraceLimits,
+}
+
 impl ProbeArgs {
+    /// `Some` with `--mode trace`.
+    pub fn trace_request(&self) -> Option<TraceRequest> {
+        if self.mode.as_deref() != Some("trace") {
+            return None;
+        }
+        let proto = if self.trace_protocol == "udp" {
+            pathprobe::trace::Proto::Udp
+        } else {
+            pathprobe::trace::Proto::Tcp
+        };
+        Some(TraceRequest {
+            proto,
+            cport: self.cport,
+            bind: self.bind,
+            ipv4: self.ipv4,
+            ipv6: self.ipv6,
+            limits: pathprobe::trace::TraceLimits {
+                max_hops: self.max_hops,
+                ..Default::default()
+            }
+            .clamped(),
+        })
+    }
+
     /// The host to probe: the argument, or iperf3's `-c HOST`.
     pub fn target(&self) -> Option<&str> {
         self.target
@@ -758,7 +807,13 @@ const MIN_UDP_RR_SAMPLES: u64 = 100;
 
 /// The `--mode` values: every kind of the registry.
 fn mode_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(registry::KINDS.iter().map(|k| k.kind().as_str()))
+    // `trace` is no probe kind: it traces the path a probe's flow takes.
+    clap::builder::PossibleValuesParser::new(
+        registry::KINDS
+            .iter()
+            .map(|k| k.kind().as_str())
+            .chain(["trace"]),
+    )
 }
 
 /// `REQ,RESP` or one size for both, as netperf's `-r`.

@@ -32,6 +32,8 @@
 //! - [`service`]: `pathprobe serve`, wiring responder, scheduler, discovery and HTTP.
 //! - [`slot`]: the host's one test slot, shared by the responder and the
 //!   host's own probes, so that a host is never in two tests at once.
+//! - [`trace`]: the path tracer bound to a probe's flow (TTL-limited
+//!   packets on the probe's 5-tuple, ICMP from the socket's error queue).
 //! - [`units`]: parsing of rates, sizes and durations as users write them.
 
 pub mod analysis;
@@ -57,4 +59,5 @@ pub mod responder;
 pub mod scheduler;
 pub mod service;
 pub mod slot;
+pub mod trace;
 pub mod units;

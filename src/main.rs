@@ -128,7 +128,61 @@ where
 /// other failure.
 const USAGE: u8 = 2;
 
+/// `pathprobe probe --mode trace HOST`: the hops of the flow a probe of
+/// HOST would use, as text (`-v` adds nothing: every hop is shown) or -J.
+async fn run_trace(args: &ProbeArgs, req: cli::TraceRequest) -> ExitCode {
+    let outcome = async {
+        let target = Target::parse(args.target().unwrap_or_default(), args.port())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let addrs = tokio::net::lookup_host((target.host.as_str(), target.port)).await?;
+        let dst = addrs
+            .filter(|a| if a.is_ipv4() { !req.ipv6 } else { !req.ipv4 })
+            .find(|a| req.bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4()))
+            .ok_or_else(|| anyhow::anyhow!("{target}: no address of the family asked for"))?;
+        let source = match (req.bind, req.cport) {
+            (None, None) => None,
+            (b, p) => Some(SocketAddr::new(
+                b.unwrap_or(if dst.is_ipv4() {
+                    Ipv4Addr::UNSPECIFIED.into()
+                } else {
+                    Ipv6Addr::UNSPECIFIED.into()
+                }),
+                p.unwrap_or(0),
+            )),
+        };
+        let spec = pathprobe::trace::TraceSpec {
+            proto: req.proto,
+            destination: dst,
+            source,
+            limits: req.limits,
+        };
+        Ok::<_, anyhow::Error>(pathprobe::trace::trace(spec).await?)
+    }
+    .await;
+    match outcome {
+        Ok(t) => {
+            if args.json {
+                report::print_line(&serde_json::json!({ "trace": t }).to_string());
+            } else {
+                report::print_text(&t.text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if args.json {
+                report::print_line(&serde_json::json!({ "error": format!("{e:#}") }).to_string());
+            } else {
+                eprintln!("pathprobe: trace: {e:#}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
 async fn run_probe(args: ProbeArgs) -> ExitCode {
+    if let Some(req) = args.trace_request() {
+        return run_trace(&args, req).await;
+    }
     for note in args.notes() {
         eprintln!("{note}");
     }

@@ -5,5 +5,6 @@
 pub mod cross;
 pub mod diagnosis;
 pub mod result;
+pub mod step;
 
 pub use result::ProbeResult;

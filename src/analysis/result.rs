@@ -419,6 +419,11 @@ pub struct SideSummary {
     /// bytes (cross traffic); absent on loopback and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_traffic: Option<crate::protocol::model::InterfaceBytes>,
+    /// The side's settings (issue 24): kernel, TCP buffer sysctls,
+    /// congestion control, qdisc, interface, CPU quota, version. Absent
+    /// from older peers and stock iperf3 servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<crate::protocol::fingerprint::HostFingerprint>,
 }
 
 impl SideSummary {
@@ -433,6 +438,7 @@ impl SideSummary {
         self.softirq_net_tx = None;
         self.interface = None;
         self.kernel_release = String::new();
+        self.fingerprint = None;
     }
 }
 
@@ -465,6 +471,7 @@ fn side_summary(side: &SideStats) -> SideSummary {
         softirq_net_tx: Some(side.host.softirq_net_tx),
         kernel_release: side.kernel_release.clone(),
         cross_traffic: side.host.interface_bytes,
+        fingerprint: side.fingerprint.clone(),
     }
 }
 

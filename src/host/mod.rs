@@ -3,7 +3,8 @@
 //! (/proc/softirqs), TCP/UDP counters (/proc/net/snmp), the interface and
 //! IRQs that carry a peer's traffic (and whether an address is this
 //! host's own), per-thread CPU usage, the CPU cgroup's quota and
-//! throttling, and kernel identity.
+//! throttling, kernel identity, and the host's fingerprint (the settings
+//! that change what a path delivers).
 //!
 //! Each /proc file has a `parse_*` function that takes the file's text and
 //! is tested on fixtures under `tests/fixtures/proc/`, and a thin `read_*`
@@ -13,6 +14,7 @@
 mod cgroup;
 mod cpus;
 mod error;
+mod fingerprint;
 mod iface;
 mod interrupts;
 mod netdev;
@@ -28,6 +30,9 @@ mod uname;
 pub use cgroup::{cpu_cgroup_dir, parse_cpu_stat, parse_quota, read_cpu_cgroup, CpuStat};
 pub use cpus::{allowed_cpus, format_cpu_list, parse_per_cpu_stat, read_per_cpu_stat};
 pub use error::HostError;
+pub use fingerprint::{
+    build_fingerprint, read_fingerprint, read_sources, FingerprintSources, SYSCTLS,
+};
 pub use iface::{interface_for_peer, interface_irqs, is_local_address};
 pub use interrupts::{parse_interrupts, read_interrupts, total_interrupts, IrqRow};
 pub use netdev::{parse_net_dev, read_net_dev, NetDevCounters};

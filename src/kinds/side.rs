@@ -283,6 +283,7 @@ impl RunningSide {
             streams,
             host,
             kernel_release: crate::host::kernel_release(),
+            fingerprint: Some(crate::host::read_fingerprint(self.interface.as_deref())),
             interface: self.interface,
             warnings,
         })

@@ -120,6 +120,7 @@ fn side(release: &str, user: f64, system: f64) -> SideSummary {
         softirq_net_rx: Some(800),
         softirq_net_tx: Some(300),
         kernel_release: release.into(),
+        fingerprint: None,
         cross_traffic: Some(crate::protocol::model::InterfaceBytes {
             received: 2_000_000,
             sent: 60_000_000,

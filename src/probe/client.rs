@@ -90,6 +90,7 @@ struct Handshake {
 async fn handshake(
     control: &mut Control<TcpStream>,
     spec: &ProbeSpec,
+    peer: SocketAddr,
 ) -> Result<Handshake, ProbeError> {
     let t = spec.connect_timeout;
     let client_nonce = match &spec.secret {
@@ -100,6 +101,11 @@ async fn handshake(
         auth: client_nonce.map(|n| HelloAuth {
             method: auth::METHOD.into(),
             client_nonce: n.to_hex(),
+        }),
+        // A version 2 responder reads only the fields it knows; ours goes
+        // only with version 3, so the version 2 hello stays the old one.
+        fingerprint: (spec.max_protocol_version >= 3).then(|| {
+            crate::host::read_fingerprint(crate::host::interface_for_peer(peer.ip()).as_deref())
         }),
         ..Hello::speaking(spec.max_protocol_version)
     };
@@ -199,7 +205,7 @@ async fn run_test(
         limits,
         version,
         clock,
-    } = handshake(&mut control, spec).await?;
+    } = handshake(&mut control, spec, addr).await?;
     tracing::debug!(target = %target, version, clock_offset = ?clock, "handshake done");
     let asked = spec.to_request();
     control.send(&Message::Request(asked.clone()), t).await?;

@@ -238,6 +238,10 @@ pub fn check_results(
     if remote.kernel_release.len() > 256 {
         return Err("the responder's kernel release is not a kernel release".into());
     }
+    if let Some(f) = &remote.fingerprint {
+        f.check()
+            .map_err(|e| format!("the responder's host fingerprint: {e}"))?;
+    }
     Ok(())
 }
 
@@ -1016,6 +1020,15 @@ mod tests {
         assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 11, 0.1)).is_err());
         assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 9, f64::NAN)).is_err());
         assert!(forge(&|r| r.host.cpu_throttle = throttle(10, 9, -1.0)).is_err());
+        // A host fingerprint is shown and kept: a forged one is refused.
+        let fp = |name: &str, value: &str| {
+            Some(crate::protocol::fingerprint::HostFingerprint {
+                settings: [(name.to_string(), value.to_string())].into(),
+            })
+        };
+        assert!(forge(&|r| r.fingerprint = fp("kernel", "6.18.44")).is_ok());
+        assert!(forge(&|r| r.fingerprint = fp("kernel", "6\x1b[2J")).is_err());
+        assert!(forge(&|r| r.fingerprint = fp("kernel", &"9".repeat(10_000))).is_err());
         assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
     }
 

@@ -122,6 +122,10 @@ pub struct Hello {
     /// Present when the prober holds a secret: its method and challenge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<HelloAuth>,
+    /// The prober's settings (issue 24), so that the responder knows both
+    /// ends too; older probers send none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<super::fingerprint::HostFingerprint>,
 }
 
 /// The prober's half of the challenge.
@@ -161,6 +165,7 @@ impl Hello {
             max_version: v3.then_some(newest),
             time_us: if v3 { Some(now_us()) } else { None },
             auth: None,
+            fingerprint: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! iperf3's, can drive the same data path.
 
 pub mod crr;
+pub mod fingerprint;
 pub mod frame;
 pub mod iperf3;
 #[cfg(test)]

@@ -290,6 +290,9 @@ prop_compose! {
                 tcp_wmem_max: None,
                 cpu_throttle: None,
             },
+            fingerprint: interface.as_ref().map(|i| crate::protocol::fingerprint::HostFingerprint {
+                settings: [("interface".to_string(), i.clone()), ("kernel".to_string(), kernel_release.clone())].into(),
+            }),
             kernel_release,
             interface,
             warnings,
@@ -318,6 +321,7 @@ fn message() -> impl Strategy<Value = Message> {
                         max_version,
                         time_us,
                         auth,
+                        fingerprint: None,
                     })
                 }
             ),

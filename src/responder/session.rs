@@ -53,6 +53,13 @@ pub(super) async fn run(
             return;
         }
     };
+    // The prober's settings are its word only, and hostile until checked:
+    // a forged map is dropped whole, and only its short hash is logged.
+    let prober_fingerprint = hello.fingerprint.as_ref().filter(|f| f.check().is_ok());
+    if hello.fingerprint.is_some() && prober_fingerprint.is_none() {
+        limited_info!(shared.log, "fingerprint", %peer, "prober's fingerprint ignored: not one a pathprobe sends");
+    }
+    tracing::debug!(%peer, fingerprint = prober_fingerprint.map(|f| f.hash()), "prober's host fingerprint");
     // At version 2 the Welcome is the previous release's, field for field.
     let welcome = Welcome {
         version,

@@ -18,9 +18,9 @@ use ipnet::IpNet;
 
 use pathprobe::auth::Secret;
 use pathprobe::config::ResponderSection;
+use pathprobe::engine::zerocopy::ZeroCopy;
 use pathprobe::kinds::kind::{RrShape, Transport};
 use pathprobe::kinds::registry;
-use pathprobe::engine::zerocopy::ZeroCopy;
 use pathprobe::probe::spec::IpFamily;
 use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
 use pathprobe::protocol::DEFAULT_PORT;

@@ -123,7 +123,10 @@ pub struct ProbeSpec {
 /// Receives the limits the responder applied to a test, once, when it
 /// accepts it (see [`ProbeSpec::clamp_notes`]).
 #[derive(Clone)]
-pub struct ClampNotes(pub std::sync::Arc<dyn Fn(&[String]) + Send + Sync>);
+pub struct ClampNotes(pub std::sync::Arc<ClampNoteSink>);
+
+/// What [`ClampNotes`] calls with the responder's notes.
+pub type ClampNoteSink = dyn Fn(&[String]) + Send + Sync;
 
 impl std::fmt::Debug for ClampNotes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::Proto;
+use super::proto::Proto;
 
 /// What one probe packet earned.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -17,6 +17,7 @@
 //! interval between traces to one host and a cap on traces at once.
 
 pub mod errqueue;
+mod proto;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -28,23 +29,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use errqueue::Answer;
-
-/// The transport a trace's packets use: the probe's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Proto {
-    Tcp,
-    Udp,
-}
-
-impl Proto {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        }
-    }
-}
+pub use proto::Proto;
 
 /// What bounds one trace. [`TraceLimits::clamped`] holds every field
 /// within [`TraceLimits::MAX`], whatever config or flags asked.

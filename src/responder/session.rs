@@ -260,6 +260,12 @@ pub(super) async fn run(
                     "test done"
                 );
             }
+            let mut stats = stats;
+            // A version 2 prober reads the previous release's results, field
+            // for field: the fingerprint is version 3's.
+            if version < 3 {
+                stats.fingerprint = None;
+            }
             let results = Message::Results(Box::new(stats));
             match control.send(&results, timeout).await {
                 Ok(()) => true,

@@ -401,7 +401,9 @@ pub fn trace_blocking(spec: &TraceSpec) -> Result<Trace, TraceError> {
                 None => {
                     let (a, matched, local) = errqueue::tcp_probe(source, dst, ttl, timeout)?;
                     flow_matched &= matched;
-                    if source.is_none_or(|s| s.port() == 0 || !matched) {
+                    // An unspecified address or port is filled in by the kernel at
+                    // connect: report the source the packets really left from.
+                    if source.is_none_or(|s| s.port() == 0 || s.ip().is_unspecified() || !matched) {
                         source = local;
                     }
                     a

@@ -39,7 +39,10 @@ impl Chain {
 
     fn up(name: &str) -> Result<Chain> {
         let turn = turn::shared();
-        let prefix = format!("pt{}-", std::process::id());
+        // The tests run at once: each chain's namespaces need names of
+        // their own (the first letter of each test's chain tells them apart).
+        let tag = name.chars().next().unwrap_or('x');
+        let prefix = format!("pt{}{tag}-", std::process::id());
         let chain = Chain {
             prefix,
             _turn: turn,

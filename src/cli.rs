@@ -903,7 +903,12 @@ mod tests {
         assert_eq!(a.target(), Some("db.example"));
         assert!(a.verbose);
         assert_eq!(a.spec().unwrap().family, Some(IpFamily::V4));
-        assert_eq!(a.notes().len(), 2);
+        // -Z is taken (zero copy on); -N is noted as ignored.
+        assert_eq!(
+            a.notes(),
+            ["note: -N is ignored: pathprobe does not set TCP_NODELAY on data sockets"]
+        );
+        assert_eq!(a.zerocopy_mode(), ZeroCopy::On);
         assert_eq!(
             probe(&["-6", "h"]).spec().unwrap().family,
             Some(IpFamily::V6)

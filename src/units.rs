@@ -217,6 +217,20 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The divisor and unit a bit rate reads best in, for a person: 474.5e6
+/// is 474.5 Mbit/s. One rule for every place that prints a rate.
+pub fn bit_rate_unit(bits_per_second: f64) -> (f64, &'static str) {
+    if bits_per_second >= 1e9 {
+        (1e9, "Gbit/s")
+    } else if bits_per_second >= 1e6 {
+        (1e6, "Mbit/s")
+    } else if bits_per_second >= 1e3 {
+        (1e3, "kbit/s")
+    } else {
+        (1.0, "bit/s")
+    }
+}
+
 /// Formats a rate in bits per second with a decimal suffix (`500M`).
 pub fn format_rate(bits_per_second: u64) -> String {
     for (div, suffix) in [

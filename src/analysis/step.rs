@@ -108,15 +108,7 @@ impl Figure {
     pub fn format(self, v: f64) -> String {
         match self {
             Figure::Throughput => {
-                let (d, u) = if v >= 1e9 {
-                    (1e9, "Gbit/s")
-                } else if v >= 1e6 {
-                    (1e6, "Mbit/s")
-                } else if v >= 1e3 {
-                    (1e3, "kbit/s")
-                } else {
-                    (1.0, "bit/s")
-                };
+                let (d, u) = crate::units::bit_rate_unit(v);
                 format!("{:.1} {u}", v / d)
             }
             Figure::Loss => format!("{:.2}%", v * 100.0),

@@ -253,15 +253,7 @@ pub fn fmt_bps(v: f64) -> String {
     if !v.is_finite() {
         return "–".into();
     }
-    let (div, unit) = if v >= 1e9 {
-        (1e9, "Gbit/s")
-    } else if v >= 1e6 {
-        (1e6, "Mbit/s")
-    } else if v >= 1e3 {
-        (1e3, "kbit/s")
-    } else {
-        (1.0, "bit/s")
-    };
+    let (div, unit) = crate::units::bit_rate_unit(v);
     let x = v / div;
     if x >= 100.0 {
         format!("{x:.0} {unit}")

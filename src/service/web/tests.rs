@@ -348,7 +348,10 @@ fn peer_controlled_markup_is_escaped_on_every_page() {
         p.send = 1e9;
         p.local_kernel = Some(if i < 6 { HOSTILE } else { "6.1" }.into());
         p.remote_kernel = Some(if i < 6 { "6.1" } else { HOSTILE }.into());
-        p.verdict = Some(HOSTILE.into());
+        p.verdict = Some(std::sync::Arc::new(crate::service::history::Verdict {
+            verdict: HOSTILE.into(),
+            advice: Some(HOSTILE.into()),
+        }));
         f.history.record_point(&ok, "tcp", p, at(t));
         let mut d = point(t, Direction::Send);
         d.failures = 1;

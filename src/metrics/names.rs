@@ -940,7 +940,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 78);
+        assert_eq!(ALL.len(), 83);
     }
 
     #[test]
@@ -1009,7 +1009,9 @@ pub(crate) mod tests {
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), must not be \
+             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`, \
+             `hash`, `kernel_release`, `figure`, `from_release`, `to_release`, `before`, `after`, \
+             `verdict`, `advice`, `changes`), must not be \
              `instance` or `job`, which Prometheus sets when it scrapes, and must not be `le` or `quantile`, \
              which the exposition format gives a meaning to (histogram buckets, summary quantiles)."
         );

@@ -472,6 +472,15 @@ fn bounded(s: &str) -> &str {
     &s[..end]
 }
 
+/// The part of an advice that lasts from probe to probe: the diagnosis
+/// writes "the send buffer limited 46% of the time: raise …", whose share
+/// changes at every probe and would make a new series each time; what
+/// to do (after the colon) does not.
+fn lasting(advice: Option<&str>) -> &str {
+    let a = advice.unwrap_or("");
+    a.split_once(": ").map_or(a, |(_, todo)| todo)
+}
+
 /// The longest free-text label value (advice, changed settings).
 pub(crate) const MAX_TEXT_LABEL: usize = 200;
 
@@ -519,7 +528,7 @@ fn render_steps(
                 (BEFORE, &before),
                 (AFTER, &after),
                 (VERDICT, step.verdict.as_deref().unwrap_or("")),
-                (ADVICE, bounded(step.advice.as_deref().unwrap_or(""))),
+                (ADVICE, bounded(lasting(step.advice.as_deref()))),
                 (CHANGES, bounded(&changes)),
             ],
             step.ratio,
@@ -535,7 +544,7 @@ fn render_steps(
             &names::PROBE_STABLE_VERDICT,
             &[
                 (CAUSE, &verdict),
-                (ADVICE, bounded(advice.as_deref().unwrap_or(""))),
+                (ADVICE, bounded(lasting(advice.as_deref()))),
             ],
             1.0,
         );

@@ -37,8 +37,8 @@ impl PathSteps {
     /// The state of a path of module kind `kind` (`tcp`, `loopback_udp`,
     /// `iperf3_tcp`, …), every figure's counter at 0.
     pub fn new(kind: &str) -> Self {
-        let figures = crate::kinds::registry::by_module_name(kind)
-            .map_or(&[][..], |(k, _)| k.step_figures());
+        let figures =
+            crate::kinds::registry::by_module_name(kind).map_or(&[][..], |(k, _)| k.step_figures());
         PathSteps {
             figures,
             detected: figures.iter().map(|f| (*f, 0)).collect(),

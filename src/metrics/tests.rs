@@ -2139,7 +2139,11 @@ fn a_fingerprint_change_without_a_move_is_no_step_but_a_new_hash() {
     let tput = with(&TCP_KEY, &[("figure", "throughput")]);
     assert_eq!(value(&s, "pathprobe_step_detected_total", &tput), 0.0);
     assert!(find(&s, "pathprobe_step_last_ratio", &[]).is_empty());
-    let fp = find(&s, "pathprobe_probe_fingerprint_info", &[("side", "remote")]);
+    let fp = find(
+        &s,
+        "pathprobe_probe_fingerprint_info",
+        &[("side", "remote")],
+    );
     assert_eq!(fp.len(), 1, "only the latest: {fp:?}");
     assert_eq!(fp[0].labels["hash"], new.hash());
     assert_ne!(old.hash(), new.hash());
@@ -2165,10 +2169,7 @@ fn the_stable_verdict_does_not_follow_one_outlier() {
                 ..Default::default()
             },
         ));
-        assert_eq!(
-            r.diagnosis.as_ref().unwrap().limit.as_str(),
-            "send_buffer"
-        );
+        assert_eq!(r.diagnosis.as_ref().unwrap().limit.as_str(), "send_buffer");
     }
     store.record(key.clone(), odd);
     let (v, _) = store.stable_verdict(&key, Direction::Send).unwrap();

@@ -98,7 +98,7 @@ const MAX_SUMMARY: usize = 1024;
 /// Records one finished probe: in the store (which feeds the path's step
 /// detector), then in the history with the path's stable verdict; a step
 /// it completes is logged and kept in the history.
-fn record(
+pub(crate) fn record(
     store: &ResultStore,
     history: &super::history::History,
     key: &ProbeKey,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::analysis::step::{Detector, Figure, Observation, Step};
 use crate::protocol::fingerprint::HostFingerprint;
 
-use super::store::ProbeOutcome;
+use crate::analysis::result::ProbeResult;
 
 /// The detector and what it found on one path.
 #[derive(Debug, Clone, Default)]
@@ -46,11 +46,16 @@ impl PathSteps {
         }
     }
 
-    /// Feeds one finished probe; returns the steps it completes. A failed
-    /// probe has no figures and is not fed: a path that fails is the
-    /// failure alerts' business, not a step of its figures.
-    pub fn observe(&mut self, o: &ProbeOutcome) -> Vec<Step> {
-        let Ok(r) = &o.result else {
+    /// Feeds one finished probe that started at `started`, with its
+    /// result (`None` when it failed); returns the steps it completes. A
+    /// failed probe has no figures and is not fed: a path that fails is
+    /// the failure alerts' business, not a step of its figures.
+    pub fn observe(
+        &mut self,
+        started: std::time::SystemTime,
+        result: Option<&ProbeResult>,
+    ) -> Vec<Step> {
+        let Some(r) = result else {
             return Vec::new();
         };
         // One copy per distinct fingerprint, not one per probe.
@@ -82,7 +87,11 @@ impl PathSteps {
         }
         let diagnosis = r.diagnosis.as_ref();
         let obs = Observation {
-            time: super::probe::unix_seconds(o.started),
+            // Seconds since the epoch (0 for a clock before it), here
+            // rather than from the rendering code, which reads this file.
+            time: started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             figures,
             local,
             remote,

@@ -328,7 +328,9 @@ impl TargetState {
             // changed at a reload: the figures follow the kind.
             series.steps = super::steps::PathSteps::new(&series.kind);
         }
-        let steps = series.steps.observe(&outcome);
+        let steps = series
+            .steps
+            .observe(outcome.started, outcome.result.as_ref().ok());
         let latest = series.latest.insert(outcome);
         if latest.result.is_ok() {
             series.newest_success = Some(latest.ended());

@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::fingerprint::{setting, HostFingerprint, SettingChange};
 
@@ -48,7 +48,7 @@ pub const MIN_LOSS: f64 = 0.01;
 pub const VERDICT_PROBES: usize = 5;
 
 /// A figure the detector watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Figure {
     /// Receiver goodput, bit/s.
@@ -124,7 +124,7 @@ impl Figure {
 }
 
 /// Which end a setting changed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum End {
     Local,
@@ -145,7 +145,7 @@ pub struct Observation {
 }
 
 /// A detected step, with what changed around it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub figure: Figure,
     /// Unix seconds of the first probe after the step.

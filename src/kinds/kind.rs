@@ -362,6 +362,19 @@ pub trait ProbeKind: Sync {
         }
     }
 
+    /// The figures the step detector (`crate::analysis::step`) watches on
+    /// its paths: a throughput kind's goodput and its transport's own
+    /// figure (TCP's RTT, UDP's loss); a latency kind's median latency
+    /// only (its throughput is its transactions' bytes, not a capacity).
+    fn step_figures(&self) -> &'static [crate::analysis::step::Figure] {
+        use crate::analysis::step::Figure;
+        match (self.family(), self.transport()) {
+            (Family::Throughput, Transport::Tcp) => &[Figure::Throughput, Figure::Rtt],
+            (Family::Throughput, Transport::Udp) => &[Figure::Throughput, Figure::Loss],
+            (Family::Latency, _) => &[Figure::Latency],
+        }
+    }
+
     /// How cross traffic accounts for its own packets.
     fn own_traffic(&self) -> OwnTraffic {
         OwnTraffic::Bulk

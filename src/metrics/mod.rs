@@ -22,6 +22,7 @@ pub mod store;
 
 mod expo;
 mod probe;
+mod steps;
 
 use prometheus::proto::MetricFamily;
 

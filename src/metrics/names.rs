@@ -30,6 +30,15 @@ pub mod label {
     pub const COLLECTOR: &str = "collector";
     pub const CAUSE: &str = "cause";
     pub const PROTOCOL: &str = "protocol";
+    pub const FIGURE: &str = "figure";
+    pub const HASH: &str = "hash";
+    pub const FROM_RELEASE: &str = "from_release";
+    pub const TO_RELEASE: &str = "to_release";
+    pub const BEFORE: &str = "before";
+    pub const AFTER: &str = "after";
+    pub const VERDICT: &str = "verdict";
+    pub const ADVICE: &str = "advice";
+    pub const CHANGES: &str = "changes";
 }
 
 use label::*;
@@ -420,6 +429,42 @@ pub static PROBE_LIMIT_STRENGTH: MetricDef = def(
     "Strength of each candidate cause of the latest probe's verdict, 0 to 1: the fraction of the window it held (the cap reached, for rate_limit); absent where the evidence is unknown, and for the request/response kinds (docs/DIAGNOSIS.md).",
 );
 
+pub static PROBE_FINGERPRINT_INFO: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_fingerprint_info",
+    &[SIDE, HASH, KERNEL_RELEASE],
+    "Always 1; each side's host fingerprint in the latest probe that carried one (kernel release, TCP buffer sysctls, congestion control, qdisc, interface, CPU quota, pathprobe version): hash is 8 hex digits of the whole set, so the series changes exactly when a setting does; the settings themselves are on the status page and in the probe JSON. Absent for peers that do not send one.",
+);
+pub static STEP_DETECTED: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_step_detected_total",
+    &[FIGURE],
+    "Steps the detector found in this path's own recent probes since serve started, per figure the kind has (throughput, and rtt for TCP, loss for UDP; latency for the request/response kinds), each at 0 from the start: the last 5 probes against up to 12 before them, by an exact rank test and the medians' move (docs/DIAGNOSIS.md, \"Steps\").",
+);
+pub static STEP_LAST_RATIO: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_step_last_ratio",
+    &[FIGURE, FROM_RELEASE, TO_RELEASE, BEFORE, AFTER, VERDICT, ADVICE, CHANGES],
+    "The newest step of each figure of this path: median after over median before (0.55 is -45%). Its labels say what it was: the kernel release before and after (of the end whose kernel changed, the peer's when none did), both medians in their unit (bit/s for throughput), the verdict and advice most probes after it gave, and the settings that changed on either end between the last probe before it and the first after (at most 200 characters). One series per figure and path, replaced at the next step; absent before the first.",
+);
+pub static STEP_LAST_TIME: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_step_last_timestamp_seconds",
+    &[FIGURE],
+    "Unix time of the probe that made the newest step of each figure significant (not of the step itself, which the first probe after it started); absent before the first step.",
+);
+pub static PROBE_STABLE_VERDICT: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_probe_stable_verdict_info",
+    &[CAUSE, ADVICE],
+    "Always 1; the verdict most of this path's last 5 successful probes gave (one outlier of a loaded host does not flip it), and the advice that came with it (empty when none; at most 200 characters). Absent for the kinds with no verdict and before the first probe.",
+);
+
 // ---- Host ---------------------------------------------------------------
 
 pub static HOST_INFO: MetricDef = def(
@@ -716,6 +761,11 @@ pub static ALL: &[&MetricDef] = &[
     &PROBE_KERNEL_INFO,
     &PROBE_LIMITED_BY,
     &PROBE_LIMIT_STRENGTH,
+    &PROBE_FINGERPRINT_INFO,
+    &STEP_DETECTED,
+    &STEP_LAST_RATIO,
+    &STEP_LAST_TIME,
+    &PROBE_STABLE_VERDICT,
     &HOST_INFO,
     &HOST_CPU_SECONDS,
     &HOST_INTERRUPTS,
@@ -890,7 +940,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 78);
+        assert_eq!(ALL.len(), 83);
     }
 
     #[test]
@@ -959,7 +1009,9 @@ pub(crate) mod tests {
             label_rule_text(),
             "Names must match [a-zA-Z_][a-zA-Z0-9_]*, must not start with __ (Prometheus' own), \
              must not be a label pathprobe sets (`target`, `module`, `kind`, `direction`, \
-             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`), must not be \
+             `result`, `reason`, `flow`, `percentile`, `side`, `mode`, `type`, `release`, `cause`, \
+             `hash`, `kernel_release`, `figure`, `from_release`, `to_release`, `before`, `after`, \
+             `verdict`, `advice`, `changes`), must not be \
              `instance` or `job`, which Prometheus sets when it scrapes, and must not be `le` or `quantile`, \
              which the exposition format gives a meaning to (histogram buckets, summary quantiles)."
         );

@@ -251,6 +251,7 @@ fn render_series(
             );
         }
     }
+    render_steps(&mut add, series, counters);
     // Before its first probe a series has only its counters and the
     // clamped flag, at 0: no measurement is not a measurement of 0.
     let Some(o) = &series.latest else { return };
@@ -457,5 +458,95 @@ fn render_series(
                 1.0,
             );
         }
+    }
+}
+
+/// Free text from a peer or the advice as a label value: at most
+/// [`MAX_TEXT_LABEL`] bytes, cut at a character boundary, so that one
+/// series' labels stay bounded whatever a peer sends.
+fn bounded(s: &str) -> &str {
+    let mut end = s.len().min(MAX_TEXT_LABEL);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The part of an advice that lasts from probe to probe: the diagnosis
+/// writes "the send buffer limited 46% of the time: raise …", whose share
+/// changes at every probe and would make a new series each time; what
+/// to do (after the colon) does not.
+fn lasting(advice: Option<&str>) -> &str {
+    let a = advice.unwrap_or("");
+    a.split_once(": ").map_or(a, |(_, todo)| todo)
+}
+
+/// The longest free-text label value (advice, changed settings).
+pub(crate) const MAX_TEXT_LABEL: usize = 200;
+
+/// The step detector's series of one path (issue 24): each side's
+/// fingerprint, the steps found per figure (at 0 from the start), the
+/// newest step of each figure, and the stable verdict.
+fn render_steps(
+    add: &mut impl FnMut(&'static names::MetricDef, &[(&str, &str)], f64),
+    series: &SeriesState,
+    counters: Counters,
+) {
+    let st = &series.steps;
+    for (side, f) in [("local", &st.local), ("remote", &st.remote)] {
+        if let Some(f) = f {
+            let hash = f.hash();
+            let kernel = f
+                .get(crate::protocol::fingerprint::setting::KERNEL)
+                .unwrap_or("");
+            add(
+                &names::PROBE_FINGERPRINT_INFO,
+                &[(SIDE, side), (HASH, &hash), (KERNEL_RELEASE, kernel)],
+                1.0,
+            );
+        }
+    }
+    if counters == Counters::Include {
+        for (figure, n) in &st.detected {
+            add(
+                &names::STEP_DETECTED,
+                &[(FIGURE, figure.as_str())],
+                *n as f64,
+            );
+        }
+    }
+    for (figure, step) in &st.last {
+        let before = figure.format(step.before);
+        let after = figure.format(step.after);
+        let changes = step.changes_text("local", "remote");
+        add(
+            &names::STEP_LAST_RATIO,
+            &[
+                (FIGURE, figure.as_str()),
+                (FROM_RELEASE, step.release_before.as_deref().unwrap_or("")),
+                (TO_RELEASE, step.release_after.as_deref().unwrap_or("")),
+                (BEFORE, &before),
+                (AFTER, &after),
+                (VERDICT, step.verdict.as_deref().unwrap_or("")),
+                (ADVICE, bounded(lasting(step.advice.as_deref()))),
+                (CHANGES, bounded(&changes)),
+            ],
+            step.ratio,
+        );
+        add(
+            &names::STEP_LAST_TIME,
+            &[(FIGURE, figure.as_str())],
+            step.detected_seconds,
+        );
+    }
+    if let Some((verdict, advice)) = st.stable_verdict() {
+        add(
+            &names::PROBE_STABLE_VERDICT,
+            &[
+                (CAUSE, &verdict),
+                (ADVICE, bounded(lasting(advice.as_deref()))),
+            ],
+            1.0,
+        );
     }
 }

@@ -180,6 +180,9 @@ pub(crate) struct SeriesState {
     /// tcp_crr: failed transactions by reason over every probe; every
     /// reason at 0 from the start.
     pub crr_failures: BTreeMap<CrrFailure, u64>,
+    /// The step detector on this path's probes and what it found
+    /// (issue 24).
+    pub steps: super::steps::PathSteps,
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
@@ -265,6 +268,7 @@ impl SeriesState {
             } else {
                 BTreeMap::new()
             },
+            steps: super::steps::PathSteps::new(kind),
         }
     }
 }
@@ -302,7 +306,8 @@ pub(crate) struct TargetState {
 }
 
 impl TargetState {
-    pub fn record(&mut self, mut outcome: ProbeOutcome) {
+    /// Records a finished probe; returns the steps it completes on its path.
+    pub fn record(&mut self, mut outcome: ProbeOutcome) -> Vec<crate::analysis::step::Step> {
         outcome.labels = usable_labels(&outcome.labels, true);
         let series = self
             .directions
@@ -318,6 +323,14 @@ impl TargetState {
         series.kind.clone_from(&outcome.kind);
         series.labels.clone_from(&outcome.labels);
         series.direction = outcome.direction;
+        if series.steps.figures.is_empty() {
+            // Registered before its kind was known, or the module's kind
+            // changed at a reload: the figures follow the kind.
+            series.steps = super::steps::PathSteps::new(&series.kind);
+        }
+        let steps = series
+            .steps
+            .observe(outcome.started, outcome.result.as_ref().ok());
         let latest = series.latest.insert(outcome);
         if latest.result.is_ok() {
             series.newest_success = Some(latest.ended());
@@ -376,6 +389,7 @@ impl TargetState {
                 }
             }
         }
+        steps
     }
 }
 
@@ -416,12 +430,28 @@ impl ResultStore {
     }
 
     /// Stores a finished probe: it becomes the latest for its key and
-    /// direction, and its figures are added to the counters.
-    pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) {
+    /// direction, and its figures are added to the counters. Returns the
+    /// steps it completes on its path (see [`crate::analysis::step`]).
+    pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) -> Vec<crate::analysis::step::Step> {
         let mut targets = self.lock();
         let target = targets.entry(key).or_default();
         target.touched = Some(tokio::time::Instant::now());
-        target.record(outcome);
+        target.record(outcome)
+    }
+
+    /// The stable verdict and its advice of `key`'s path in `direction`
+    /// (the mode of its recent probes' verdicts), if any.
+    pub fn stable_verdict(
+        &self,
+        key: &ProbeKey,
+        direction: crate::probe::Direction,
+    ) -> Option<(std::sync::Arc<str>, Option<std::sync::Arc<str>>)> {
+        self.lock()
+            .get(key)?
+            .directions
+            .get(direction.as_str())?
+            .steps
+            .stable_verdict()
     }
 
     /// Sets `metrics.detail` for the scrapes from now on.

@@ -1155,6 +1155,7 @@ fn rich_scrape() -> String {
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
     store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
     store.record(ProbeKey::new("g", "crr"), crr_outcome());
+    seed_story(&store, &ProbeKey::new("h", "tcp_send"), 6);
     let counters = crate::responder::ResponderCounters::default();
     let service = ServiceState::new(at(T0));
     service.observe_scheduler_lag(Duration::from_millis(3));
@@ -1260,6 +1261,8 @@ fn direct_text_matches_prometheus_text_encoder() {
     store.record(ProbeKey::new("e", "rr"), rr_outcome());
     store.record(ProbeKey::new("f", "irtt"), udp_rr_outcome());
     store.record(ProbeKey::new("g", "crr"), crr_outcome());
+    // A step's labels: arrows, spaces and the advice's free text.
+    seed_story(&store, &ProbeKey::new("h", "tcp_send"), 6);
     let counters = crate::responder::ResponderCounters::default();
     counters.bytes.store(u64::MAX, Ordering::Relaxed);
     let service = ServiceState::new(at(T0));
@@ -1956,5 +1959,235 @@ fn fleet_detail_keeps_the_budget_per_path() {
             "pathprobe_probes_total{module=\"tcp\",kind=\"tcp\",direction=\"send\",result=\"success\"} 2"
         ),
         "{fleet}"
+    );
+}
+
+// ---- step detection (issue 24) ---------------------------------------------
+
+fn fingerprint(kernel: &str, wmem: &str) -> crate::protocol::fingerprint::HostFingerprint {
+    crate::protocol::fingerprint::HostFingerprint {
+        settings: [
+            ("kernel".to_string(), kernel.to_string()),
+            ("net.ipv4.tcp_wmem".to_string(), wmem.to_string()),
+        ]
+        .into(),
+    }
+}
+
+/// A TCP probe at `bits` bit/s, `minute` minutes after T0, with the
+/// peer's fingerprint `remote` and the direction's verdict as the probe's.
+fn tcp_at(
+    minute: u64,
+    bits: f64,
+    remote: &crate::protocol::fingerprint::HostFingerprint,
+) -> ProbeOutcome {
+    let mut o = tcp_send_ok(T0 + 60 * minute);
+    if let Ok(r) = &mut o.result {
+        r.throughput_bits_per_second = bits;
+        r.directions[0].throughput_bits_per_second = bits;
+        r.diagnosis = r.directions[0].diagnosis.clone();
+        r.local.fingerprint = Some(fingerprint("6.1.0", "4096 16384 4194304"));
+        r.remote.fingerprint = Some(remote.clone());
+    }
+    o
+}
+
+/// The first seed's story on `key`: 6 probes at 474 Mbit/s on kernel
+/// 2.6.78, then `after` at 260 Mbit/s on 6.18.44 with a lower tcp_wmem
+/// max. Returns, per probe after the change, the steps it completed.
+fn seed_story(
+    store: &ResultStore,
+    key: &ProbeKey,
+    after: u64,
+) -> Vec<Vec<crate::analysis::step::Step>> {
+    let old = fingerprint("2.6.78", "4096 16384 4194304");
+    let new = fingerprint("6.18.44", "4096 16384 196608");
+    for (m, v) in [474e6, 470e6, 478e6, 471e6, 476e6, 473e6]
+        .iter()
+        .enumerate()
+    {
+        let steps = store.record(key.clone(), tcp_at(m as u64, *v, &old));
+        assert!(steps.is_empty(), "a step in the steady part: {steps:?}");
+    }
+    (0..after)
+        .map(|m| {
+            store.record(
+                key.clone(),
+                tcp_at(6 + m, 260e6 + (m % 3) as f64 * 1e6, &new),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_step_is_found_within_five_probes_attributed_and_exported() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    let labels = BTreeMap::from([("site".to_string(), "lab".to_string())]);
+    store.register(
+        key.clone(),
+        SeriesPlan {
+            kind: "tcp",
+            tcp: true,
+            directions: vec![Direction::Send],
+            labels: &labels,
+            skip_reasons: &[],
+        },
+    );
+    // The kind's figures exist at 0 from the start; UDP's loss does not.
+    let s = store_text(&store);
+    let k = &TCP_KEY;
+    for figure in ["throughput", "rtt"] {
+        let f = with(k, &[("figure", figure)]);
+        assert_eq!(value(&s, "pathprobe_step_detected_total", &f), 0.0);
+    }
+    assert!(find(&s, "pathprobe_step_detected_total", &[("figure", "loss")]).is_empty());
+    assert!(find(&s, "pathprobe_step_last_ratio", &[]).is_empty());
+
+    let found = seed_story(&store, &key, 6);
+    let at: Vec<usize> = found
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(at, vec![5], "found at these probes after the change");
+    let step = &found[4][0];
+    assert_eq!(step.release_before.as_deref(), Some("2.6.78"));
+    assert_eq!(step.release_after.as_deref(), Some("6.18.44"));
+    assert_eq!(step.verdict.as_deref(), Some("receive_window"));
+
+    let s = store_text(&store);
+    let tput = with(k, &[("figure", "throughput")]);
+    assert_eq!(value(&s, "pathprobe_step_detected_total", &tput), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_step_detected_total",
+            &with(k, &[("figure", "rtt")])
+        ),
+        0.0
+    );
+    let last = find(&s, "pathprobe_step_last_ratio", &tput);
+    assert_eq!(last.len(), 1, "{last:?}");
+    let l = &last[0].labels;
+    assert!(
+        (last[0].value - 261e6 / 473.5e6).abs() < 0.001,
+        "{}",
+        last[0].value
+    );
+    assert_eq!(l["from_release"], "2.6.78");
+    assert_eq!(l["to_release"], "6.18.44");
+    assert_eq!(l["before"], "473.5 Mbit/s");
+    assert_eq!(l["after"], "261.0 Mbit/s");
+    assert_eq!(l["verdict"], "receive_window");
+    assert_eq!(
+        l["changes"],
+        "remote: kernel 2.6.78 → 6.18.44, net.ipv4.tcp_wmem 4096 16384 4194304 → 4096 16384 196608"
+    );
+    assert_eq!(
+        value(&s, "pathprobe_step_last_timestamp_seconds", &tput),
+        (T0 + 60 * 10) as f64
+    );
+    // Each side's fingerprint, by hash and release.
+    let new = fingerprint("6.18.44", "4096 16384 196608");
+    let remote = with(k, &[("side", "remote"), ("kernel_release", "6.18.44")]);
+    let fp = find(&s, "pathprobe_probe_fingerprint_info", &remote);
+    assert_eq!(fp.len(), 1, "{fp:?}");
+    assert_eq!(fp[0].labels["hash"], new.hash());
+    assert_eq!(
+        find(
+            &s,
+            "pathprobe_probe_fingerprint_info",
+            &with(k, &[("side", "local")])
+        )
+        .len(),
+        1
+    );
+    assert_eq!(
+        find(
+            &s,
+            "pathprobe_probe_stable_verdict_info",
+            &with(k, &[("cause", "receive_window")])
+        )
+        .len(),
+        1
+    );
+    // Reported once: the next probes at the new level find nothing more.
+    for m in 0..10 {
+        assert!(store
+            .record(key.clone(), tcp_at(20 + m, 260e6, &new))
+            .is_empty());
+    }
+}
+
+#[test]
+fn a_fingerprint_change_without_a_move_is_no_step_but_a_new_hash() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    let old = fingerprint("6.1.0", "a");
+    let new = fingerprint("6.8.0", "b");
+    for m in 0..20 {
+        let f = if m < 10 { &old } else { &new };
+        let v = 500e6 * (1.0 + 0.03 * ((m * 7 % 5) as f64 - 2.0));
+        assert!(
+            store.record(key.clone(), tcp_at(m, v, f)).is_empty(),
+            "probe {m}"
+        );
+    }
+    let s = store_text(&store);
+    let tput = with(&TCP_KEY, &[("figure", "throughput")]);
+    assert_eq!(value(&s, "pathprobe_step_detected_total", &tput), 0.0);
+    assert!(find(&s, "pathprobe_step_last_ratio", &[]).is_empty());
+    let fp = find(
+        &s,
+        "pathprobe_probe_fingerprint_info",
+        &[("side", "remote")],
+    );
+    assert_eq!(fp.len(), 1, "only the latest: {fp:?}");
+    assert_eq!(fp[0].labels["hash"], new.hash());
+    assert_ne!(old.hash(), new.hash());
+}
+
+#[test]
+fn the_stable_verdict_does_not_follow_one_outlier() {
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    let f = fingerprint("6.1.0", "a");
+    for m in 0..4 {
+        store.record(key.clone(), tcp_at(m, 500e6, &f));
+    }
+    // One probe on a loaded host blames the send buffer.
+    let mut odd = tcp_at(4, 500e6, &f);
+    if let Ok(r) = &mut odd.result {
+        r.diagnosis = Some(crate::analysis::diagnosis::diagnose(
+            &crate::analysis::diagnosis::Evidence {
+                kind: Some(Kind::Tcp),
+                busy: Some(1.0),
+                rwnd_limited: Some(0.0),
+                sndbuf_limited: Some(0.8),
+                ..Default::default()
+            },
+        ));
+        assert_eq!(r.diagnosis.as_ref().unwrap().limit.as_str(), "send_buffer");
+    }
+    store.record(key.clone(), odd);
+    let (v, _) = store.stable_verdict(&key, Direction::Send).unwrap();
+    assert_eq!(&*v, "receive_window");
+    let s = store_text(&store);
+    assert!(find(
+        &s,
+        "pathprobe_probe_stable_verdict_info",
+        &[("cause", "send_buffer")]
+    )
+    .is_empty());
+    assert_eq!(
+        find(
+            &s,
+            "pathprobe_probe_stable_verdict_info",
+            &[("cause", "receive_window")]
+        )
+        .len(),
+        1
     );
 }

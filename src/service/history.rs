@@ -119,7 +119,32 @@ pub struct Point {
     pub reason: Option<Arc<str>>,
     pub local_kernel: Option<Arc<str>>,
     pub remote_kernel: Option<Arc<str>>,
-    pub verdict: Option<Arc<str>>,
+    /// The path's stable verdict when the probe ended, and its advice:
+    /// one pointer, shared by consecutive entries with the same verdict.
+    pub verdict: Option<Arc<Verdict>>,
+}
+
+/// A path's stable verdict (the mode of its recent probes' verdicts,
+/// `crate::analysis::step::Detector::stable_verdict`) and its advice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub verdict: Arc<str>,
+    pub advice: Option<Arc<str>>,
+}
+
+/// The most steps one job keeps, newest last: a step is rare (a kernel
+/// or setting change, a path change), so this many are days of them.
+pub const MAX_STEPS: usize = 16;
+
+/// A step the detector found on one of the job's directions, as history
+/// and the API keep it: the step and its sentence for a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub direction: Direction,
+    #[serde(flatten)]
+    pub step: crate::analysis::step::Step,
+    /// "throughput 474.5 Mbit/s → 259.9 Mbit/s (−45%); b: kernel …".
+    pub summary: String,
 }
 
 /// One history entry as JSON (the API and the file), with the probe
@@ -178,9 +203,14 @@ pub struct Sample {
     pub local_kernel_release: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_kernel_release: Option<Arc<str>>,
-    /// The bottleneck verdict, where the probe gave one.
+    /// The path's stable bottleneck verdict when the probe ended: the
+    /// verdict most of its last 5 probes gave, so that one outlier does
+    /// not flip it; absent for the kinds without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Arc<str>>,
+    /// The advice that came with that verdict, where there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<Arc<str>>,
 }
 
 fn opt(x: f64) -> Option<f64> {
@@ -365,7 +395,8 @@ impl Point {
             remote_cpu_utilization: opt(self.remote_cpu),
             local_kernel_release: self.local_kernel.clone(),
             remote_kernel_release: self.remote_kernel.clone(),
-            verdict: self.verdict.clone(),
+            verdict: self.verdict.as_ref().map(|v| v.verdict.clone()),
+            advice: self.verdict.as_ref().and_then(|v| v.advice.clone()),
         }
     }
 
@@ -398,7 +429,12 @@ impl Point {
         p.reason = t(&s.reason);
         p.local_kernel = t(&s.local_kernel_release);
         p.remote_kernel = t(&s.remote_kernel_release);
-        p.verdict = t(&s.verdict);
+        p.verdict = t(&s.verdict).map(|verdict| {
+            Arc::new(Verdict {
+                verdict,
+                advice: t(&s.advice),
+            })
+        });
         Some(p)
     }
 }
@@ -454,6 +490,8 @@ pub struct JobHistory {
     buckets: VecDeque<Point>,
     /// Recent entries, one per probe, oldest first.
     recent: VecDeque<Point>,
+    /// Steps found on its directions, oldest first, at most [`MAX_STEPS`].
+    pub steps: VecDeque<StepRecord>,
 }
 
 impl JobHistory {
@@ -510,6 +548,13 @@ impl JobHistory {
         }
         let keep_from = now - r.retention.as_secs_f64();
         while self
+            .steps
+            .front()
+            .is_some_and(|s| s.step.detected_seconds < keep_from)
+        {
+            self.steps.pop_front();
+        }
+        while self
             .buckets
             .front()
             .is_some_and(|b| b.timestamp < keep_from)
@@ -563,6 +608,9 @@ struct FileJob {
     module: String,
     kind: String,
     samples: Vec<Sample>,
+    /// Absent from files written before steps were kept.
+    #[serde(default)]
+    steps: Vec<StepRecord>,
 }
 
 /// Why a history file was not read.
@@ -638,22 +686,51 @@ impl History {
         g.strings.share(&mut p.reason);
         g.strings.share(&mut p.local_kernel);
         g.strings.share(&mut p.remote_kernel);
-        g.strings.share(&mut p.verdict);
+        if let Some(v) = p.verdict.take() {
+            let mut v = Arc::unwrap_or_clone(v);
+            g.strings.share(&mut v.advice);
+            if let Some(s) = g.strings.get(&v.verdict) {
+                v.verdict = s;
+            }
+            p.verdict = Some(Arc::new(v));
+        }
         let r = g.retention;
         let job = g.jobs.entry(key.clone()).or_default();
         if job.kind != kind {
             job.kind = kind.to_string();
         }
+        // Consecutive entries share one verdict rather than one each.
+        if let (Some(v), Some(prev)) = (
+            &mut p.verdict,
+            job.recent.iter().rev().find_map(|q| q.verdict.as_ref()),
+        ) {
+            if *v == *prev {
+                *v = prev.clone();
+            }
+        }
         job.push(p, &r, unix(now));
     }
 
-    /// Sets the bottleneck verdict of `key`'s newest entry.
-    pub fn set_verdict(&self, key: &ProbeKey, verdict: &str) {
+    /// Keeps a step found on one of `key`'s directions (at most
+    /// [`MAX_STEPS`] a job, the oldest dropped).
+    pub fn record_step(&self, key: &ProbeKey, step: StepRecord) {
         let g = &mut *self.lock();
-        let v = g.strings.get(verdict);
-        if let Some(p) = g.jobs.get_mut(key).and_then(|j| j.recent.back_mut()) {
-            p.verdict = v;
+        let job = g.jobs.entry(key.clone()).or_default();
+        job.steps.push_back(step);
+        while job.steps.len() > MAX_STEPS {
+            job.steps.pop_front();
         }
+    }
+
+    /// `key`'s steps from `since` (Unix seconds) on, oldest first.
+    pub fn steps(&self, key: &ProbeKey, since: f64) -> Vec<StepRecord> {
+        self.lock().jobs.get(key).map_or_else(Vec::new, |j| {
+            j.steps
+                .iter()
+                .filter(|s| s.step.detected_seconds >= since)
+                .cloned()
+                .collect()
+        })
     }
 
     /// Keeps only the keys for which `keep` holds (the configured jobs).
@@ -735,6 +812,7 @@ impl History {
                         module: k.module.clone(),
                         kind: j.kind.clone(),
                         samples: j.points().map(Point::sample).collect(),
+                        steps: j.steps.iter().cloned().collect(),
                     })
                     .collect(),
             }
@@ -817,6 +895,17 @@ impl History {
                 .entry(ProbeKey::new(job.target, job.module))
                 .or_default();
             j.kind = job.kind.chars().take(32).collect();
+            // The file is ours, but read it as any input: bounded.
+            j.steps = job
+                .steps
+                .into_iter()
+                .filter(|s| s.summary.len() <= 4096 && s.step.changes.len() <= 64)
+                .rev()
+                .take(MAX_STEPS)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             for p in points {
                 // Entries that were buckets stay buckets, as they were.
                 if p.is_bucket() {

@@ -92,6 +92,62 @@ pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
     (outcomes, None)
 }
 
+/// The longest step sentence logged and kept.
+const MAX_SUMMARY: usize = 1024;
+
+/// Records one finished probe: in the store (which feeds the path's step
+/// detector), then in the history with the path's stable verdict; a step
+/// it completes is logged and kept in the history.
+pub(crate) fn record(
+    store: &ResultStore,
+    history: &super::history::History,
+    key: &ProbeKey,
+    store_key: &ProbeKey,
+    o: ProbeOutcome,
+) {
+    let mut point = super::history::Point::from_outcome(&o);
+    let (kind, direction) = (o.kind.clone(), o.direction);
+    let steps = store.record(store_key.clone(), o);
+    point.verdict = store
+        .stable_verdict(store_key, direction)
+        .map(|(verdict, advice)| Arc::new(super::history::Verdict { verdict, advice }));
+    history.record_point(key, &kind, point, SystemTime::now());
+    for step in steps {
+        // Bounded: the changed settings come from the peer (checked, but
+        // up to 32 of them).
+        let mut summary = step.describe("this host", &key.target);
+        if summary.len() > MAX_SUMMARY {
+            let mut end = MAX_SUMMARY;
+            while !summary.is_char_boundary(end) {
+                end -= 1;
+            }
+            summary.truncate(end);
+            summary.push('…');
+        }
+        // Warn: a step is what an operator wants to hear of without -v.
+        tracing::warn!(
+            target = %key.target,
+            module = %key.module,
+            direction = %direction,
+            figure = step.figure.as_str(),
+            ratio = step.ratio,
+            since = step.since_seconds,
+            from_release = step.release_before.as_deref().unwrap_or(""),
+            to_release = step.release_after.as_deref().unwrap_or(""),
+            verdict = step.verdict.as_deref().unwrap_or(""),
+            "step detected: {summary}"
+        );
+        history.record_step(
+            key,
+            super::history::StepRecord {
+                direction,
+                step,
+                summary,
+            },
+        );
+    }
+}
+
 /// The scheduler's runner for `pathprobe serve`.
 pub struct ProbeRunner {
     /// Where results go.
@@ -131,8 +187,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                         tracing::info!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
                     }
                 }
-                history.record(&key, &o, SystemTime::now());
-                store.record(store_key.clone(), payload.for_store(o));
+                record(&store, &history, &key, &store_key, payload.for_store(o));
             }
             match busy {
                 Some(hint) => Attempt::Busy(hint),
@@ -172,9 +227,13 @@ impl Runner<ProbeJob> for ProbeRunner {
                         message: message.clone(),
                     }),
                 };
-                self.history.record(&key, &outcome, SystemTime::now());
-                self.store
-                    .record(store_key.clone(), job.payload.for_store(outcome));
+                record(
+                    &self.store,
+                    &self.history,
+                    &key,
+                    &store_key,
+                    job.payload.for_store(outcome),
+                );
             }
         }
     }

@@ -30,6 +30,7 @@ mod reload;
 mod responder;
 mod rr;
 mod rules;
+mod seed_lab;
 mod series_budget;
 mod serve;
 mod serve_process;

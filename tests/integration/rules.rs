@@ -496,7 +496,11 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
             }
             // Only a serve in mesh mode has these, and the failure reason
             // only after a failed probe; they must be defined.
-            if metric.starts_with("pathprobe_mesh_") || metric == "pathprobe_probe_failure_info" {
+            // and a path's last step only once one was found.
+            if metric.starts_with("pathprobe_mesh_")
+                || metric == "pathprobe_probe_failure_info"
+                || metric.starts_with("pathprobe_step_last_")
+            {
                 assert!(
                     pathprobe::metrics::names::find(&metric).is_some(),
                     "{name} reads {metric}, which pathprobe does not define"
@@ -826,6 +830,27 @@ struct Naive {
 }
 
 const NAIVE: &[Naive] = &[
+    // Any step of the throughput fires on one that went up.
+    Naive {
+        alert: "PathprobeThroughputStep",
+        quiet_test: "throughput step stays quiet on noise, an unchanged path and steps that are no incident",
+        expr: Some("pathprobe_step_last_ratio{figure=\"throughput\"}"),
+        for_: None,
+    },
+    // Any figure's drop fires on an RTT that fell (got better).
+    Naive {
+        alert: "PathprobeThroughputStep",
+        quiet_test: "throughput step stays quiet on noise, an unchanged path and steps that are no incident",
+        expr: Some("pathprobe_step_last_ratio < 0.8"),
+        for_: None,
+    },
+    // Without the age guard, an old step stays an incident for ever.
+    Naive {
+        alert: "PathprobeThroughputStep",
+        quiet_test: "a throughput step is an incident for 6 hours, not for ever",
+        expr: Some("pathprobe_step_last_ratio{figure=\"throughput\"} < 0.8"),
+        for_: None,
+    },
     // Without the mesh condition, busy answers outside mesh mode fire it.
     Naive {
         alert: "PathprobeMeshTestsFailing",

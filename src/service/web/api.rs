@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::{get, unix, Reply, View};
-use crate::service::history::Sample;
+use crate::service::history::{Sample, StepRecord};
 
 /// Jobs in one answer unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -36,6 +36,11 @@ struct Job<'a> {
     module: &'a str,
     kind: String,
     samples: Vec<Sample>,
+    /// The steps the detector found on the job's paths from `since` on,
+    /// oldest first (at most `history::MAX_STEPS`); on the job's first
+    /// page only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    steps: Vec<StepRecord>,
 }
 
 /// `since`: Unix seconds, or a duration back from now (`90s`, `6h`, `1d`).
@@ -126,6 +131,11 @@ pub(super) fn history(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply,
             module: &k.module,
             kind,
             samples,
+            steps: if after.is_none() {
+                view.history.steps(k, from)
+            } else {
+                Vec::new()
+            },
         });
         if more {
             break;

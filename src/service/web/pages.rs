@@ -11,7 +11,7 @@ use super::{
     JobInfo, Reply, View,
 };
 use crate::metrics::ProbeKey;
-use crate::service::history::{JobHistory, Point};
+use crate::service::history::{JobHistory, Point, StepRecord};
 
 fn matches(info: &JobInfo, q: &str) -> bool {
     q.is_empty() || info.key.target.contains(q) || info.key.module.contains(q)
@@ -132,6 +132,9 @@ fn change_tag(change: f64, what: &str, higher_is_better: bool) -> Markup {
     html! { span class=(class) { (format!("{:+.0} % vs {what}", change * 100.0)) } }
 }
 
+/// Steps listed under "What changed" on the overview.
+const WHAT_CHANGED: usize = 10;
+
 pub(super) fn overview(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Reply> {
     let (q, page_no) = paging(ps)?;
     let now = unix(view.now);
@@ -152,9 +155,32 @@ pub(super) fn overview(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply
         rows.sort_by_key(|r| !r.2);
         let failing = rows.iter().filter(|r| r.2).count();
         let (start, end, pages) = slice(rows.len(), page_no, view.config.web.page_size)?;
+        // "What changed": the newest steps over every path shown, newest
+        // first, so that an upgrade's effect is the first thing read.
+        let mut changed: Vec<(&JobInfo, &StepRecord)> = rows
+            .iter()
+            .filter_map(|(i, j, _)| Some((*i, (*j)?)))
+            .flat_map(|(i, j)| j.steps.iter().map(move |s| (i, s)))
+            .filter(|(_, s)| s.step.detected_seconds >= now - retention)
+            .collect();
+        changed.sort_by(|a, b| b.1.step.detected_seconds.total_cmp(&a.1.step.detected_seconds));
+        changed.truncate(WHAT_CHANGED);
         Ok(html! {
             h1 { "Paths " small { (view.jobs.len()) " · " (failing) " failing" } }
             "\n"
+            @if !changed.is_empty() {
+                h2 { "What changed" }
+                ul class="changed" {
+                    @for (info, s) in &changed {
+                        li {
+                            (time_tag(s.step.since_seconds, now)) " "
+                            a href=(path_link(&info.key)) { (info.key.target) " " (info.key.module) }
+                            " " (s.direction.to_string()) ": " (s.summary)
+                        }
+                    }
+                }
+                "\n"
+            }
             (pager("/", &q, page_no, pages, (start, end), rows.len()))
             div class="cards" {
                 "\n"
@@ -228,7 +254,7 @@ fn card(
                 @if let Some(p) = j.latest() {
                     div class="when" {
                         "latest " (time_tag(p.timestamp, now))
-                        @if let Some(v) = &p.verdict { " · " (v.as_ref()) }
+                        @if let Some(v) = &p.verdict { " · " (v.verdict.as_ref()) }
                     }
                 }
                 @for o in &outcomes {
@@ -278,7 +304,14 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
             };
         };
         let from = window_start(j, now, retention);
-        let markers = kernel_changes(j.points());
+        let kernels = kernel_changes(j.points());
+        let mut markers = kernels.clone();
+        // A step is marked where it began, beside the kernel changes.
+        markers.extend(j.steps.iter().map(|s| Marker {
+            at: s.step.since_seconds,
+            label: format!("step: {} {}", s.direction, s.step.figure.as_str()),
+        }));
+        markers.sort_by(|a, b| a.at.total_cmp(&b.at));
         let fails = failures_of(j, from);
         let classes = ["s0", "s1", "s2", "s3"];
         let drawn: Vec<Markup> = kv
@@ -344,10 +377,22 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
         html! {
             @for c in &drawn { (c) }
             (cpu)
-            @if !markers.is_empty() {
+            @if !j.steps.is_empty() {
+                h2 { "What changed" }
+                ul class="changed" {
+                    @for s in j.steps.iter().rev() {
+                        li {
+                            (time_tag(s.step.since_seconds, now)) " " (s.direction.to_string()) ": "
+                            (s.summary) " (found " (time_tag(s.step.detected_seconds, now)) ", "
+                            (s.step.probes_after) " probes after it, p = " (format!("{:.3}", s.step.p_value)) ")"
+                        }
+                    }
+                }
+            }
+            @if !kernels.is_empty() {
                 h2 { "Kernel release changes" }
                 ul class="kchanges" {
-                    @for m in &markers { li { (time_tag(m.at, now)) " " (m.label) } }
+                    @for m in &kernels { li { (time_tag(m.at, now)) " " (m.label) } }
                 }
             }
             @if !failed.is_empty() {

@@ -13,6 +13,7 @@ pub struct Series<'a> {
 }
 
 /// A vertical marker: where a kernel release changed.
+#[derive(Clone)]
 pub struct Marker {
     pub at: f64,
     pub label: String,

@@ -348,7 +348,10 @@ fn peer_controlled_markup_is_escaped_on_every_page() {
         p.send = 1e9;
         p.local_kernel = Some(if i < 6 { HOSTILE } else { "6.1" }.into());
         p.remote_kernel = Some(if i < 6 { "6.1" } else { HOSTILE }.into());
-        p.verdict = Some(HOSTILE.into());
+        p.verdict = Some(std::sync::Arc::new(crate::service::history::Verdict {
+            verdict: HOSTILE.into(),
+            advice: Some(HOSTILE.into()),
+        }));
         f.history.record_point(&ok, "tcp", p, at(t));
         let mut d = point(t, Direction::Send);
         d.failures = 1;
@@ -698,4 +701,95 @@ fn a_card_names_the_kind_once() {
     );
     let path = f.get("/path", Some("target=down&module=tcp")).body;
     assert!(path.contains("<small>tcp · every"), "{path}");
+}
+
+/// Issue 24: probes fed as the runner records them (store, then history)
+/// make a step that the API, both pages and a saved history show, and
+/// every entry carries the path's stable verdict and its advice.
+#[test]
+fn a_step_shows_in_the_api_the_pages_and_a_saved_history() {
+    use crate::analysis::diagnosis::{diagnose, Evidence};
+    use crate::protocol::fingerprint::HostFingerprint;
+    let fp = |kernel: &str, wmem: &str| HostFingerprint {
+        settings: [
+            ("kernel".to_string(), kernel.to_string()),
+            (
+                "net.ipv4.tcp_wmem".to_string(),
+                format!("4096 16384 {wmem}"),
+            ),
+        ]
+        .into(),
+    };
+    let mut f = fixture();
+    f.jobs.push(job("b", "tcp", "tcp", Some("10.0.0.2")));
+    let key = ProbeKey::new("b", "tcp");
+    let t0 = 2e9 - 20.0 * 60.0;
+    for i in 0..12 {
+        let changed = i >= 6;
+        let mut r = result_with(crate::probe::Kind::Tcp, "b");
+        r.throughput_bits_per_second = if changed { 260e6 } else { 474e6 } + (i % 3) as f64 * 1e6;
+        r.remote.fingerprint = Some(if changed {
+            fp("6.18.44", "196608")
+        } else {
+            fp("2.6.78", "4194304")
+        });
+        r.remote.kernel_release = r.remote.fingerprint.as_ref().unwrap().settings["kernel"].clone();
+        r.diagnosis = Some(diagnose(&Evidence {
+            kind: Some(crate::probe::Kind::Tcp),
+            busy: Some(1.0),
+            rwnd_limited: Some(0.0),
+            sndbuf_limited: Some(if changed { 0.46 } else { 0.0 }),
+            sender_tcp_wmem_max: Some(if changed { 196608 } else { 4194304 }),
+            ..Default::default()
+        }));
+        let o = outcome(t0 + 60.0 * i as f64, Ok(r));
+        crate::service::runner::record(&f.store, &f.history, &key, &key, o);
+    }
+    let api: serde_json::Value =
+        serde_json::from_str(&f.get("/api/v1/history", Some("target=b&module=tcp")).body).unwrap();
+    let job = &api["jobs"][0];
+    let steps = job["steps"].as_array().expect("steps in the API");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let s = &steps[0];
+    assert_eq!(s["figure"], "throughput");
+    assert_eq!(s["since_seconds"], t0 + 360.0);
+    // Found at the 5th probe after the change (the 11th in all).
+    assert_eq!(s["detected_seconds"], t0 + 600.0);
+    assert_eq!(s["release_before"], "2.6.78");
+    assert_eq!(s["release_after"], "6.18.44");
+    assert_eq!(s["verdict"], "send_buffer");
+    let summary = s["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("throughput 475.0 Mbit/s → 261.0 Mbit/s (−45%); b: kernel 2.6.78 → 6.18.44, net.ipv4.tcp_wmem 4096 16384 4194304 → 4096 16384 196608; verdict send_buffer; advice: the send buffer limited 46% of the time: raise -w, or net.ipv4.tcp_wmem max on the sender (now 196608)"),
+        "{summary}"
+    );
+    // Every entry has the stable verdict: after the change it follows
+    // the new verdict only once most of the last 5 probes gave it.
+    let samples = job["samples"].as_array().unwrap();
+    let verdicts: Vec<&str> = samples
+        .iter()
+        .map(|s| s["verdict"].as_str().unwrap_or("-"))
+        .collect();
+    let first_sb = verdicts.iter().position(|v| *v == "send_buffer");
+    assert_eq!(first_sb, Some(8), "{verdicts:?}");
+    assert!(samples[11]["advice"]
+        .as_str()
+        .is_some_and(|a| a.contains("net.ipv4.tcp_wmem max on the sender (now 196608)")));
+
+    let page = f.get("/path", Some("target=b&module=tcp")).body;
+    assert!(page.contains("<h2>What changed</h2>"), "{page}");
+    assert!(page.contains("b: kernel 2.6.78 → 6.18.44"), "{page}");
+    assert!(page.contains("step: send throughput"), "{page}");
+    let home = f.get("/", None).body;
+    assert!(home.contains("<h2>What changed</h2>"), "{home}");
+    assert!(home.contains("(−45%)"), "{home}");
+
+    // The step outlives a restart with the history file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.json");
+    f.history.save(&path, f.now).unwrap();
+    let back = History::new(Retention::default());
+    back.load(&path, f.now).unwrap();
+    assert_eq!(back.steps(&key, 0.0), f.history.steps(&key, 0.0));
+    assert_eq!(back.samples(&key, 0.0), f.history.samples(&key, 0.0));
 }

@@ -1,0 +1,115 @@
+//! One path's step state (issue 24): the detector of
+//! [`crate::analysis::step`] fed with each successful probe of one
+//! (target, module, direction), the steps it found (counted per figure,
+//! the newest kept for the `pathprobe_step_last_*` series), each end's
+//! latest fingerprint and the path's stable verdict.
+//!
+//! It lives in the path's `SeriesState`, so that removing the path removes
+//! it with its series. Memory is bounded per path: the detector keeps at
+//! most 17 probes, consecutive probes share one copy of an unchanged
+//! fingerprint, and one step is kept per figure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::analysis::step::{Detector, Figure, Observation, Step};
+use crate::protocol::fingerprint::HostFingerprint;
+
+use crate::analysis::result::ProbeResult;
+
+/// The detector and what it found on one path.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PathSteps {
+    /// The figures the kind has (`ProbeKind::step_figures`): their
+    /// counters exist at 0 from the start.
+    pub figures: &'static [Figure],
+    detector: Detector,
+    /// Steps found, per figure, since serve started.
+    pub detected: BTreeMap<Figure, u64>,
+    /// The newest step of each figure.
+    pub last: BTreeMap<Figure, Step>,
+    /// Each end's fingerprint in the newest probe that carried one.
+    pub local: Option<Arc<HostFingerprint>>,
+    pub remote: Option<Arc<HostFingerprint>>,
+}
+
+impl PathSteps {
+    /// The state of a path of module kind `kind` (`tcp`, `loopback_udp`,
+    /// `iperf3_tcp`, …), every figure's counter at 0.
+    pub fn new(kind: &str) -> Self {
+        let figures =
+            crate::kinds::registry::by_module_name(kind).map_or(&[][..], |(k, _)| k.step_figures());
+        PathSteps {
+            figures,
+            detected: figures.iter().map(|f| (*f, 0)).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Feeds one finished probe that started at `started`, with its
+    /// result (`None` when it failed); returns the steps it completes. A
+    /// failed probe has no figures and is not fed: a path that fails is
+    /// the failure alerts' business, not a step of its figures.
+    pub fn observe(
+        &mut self,
+        started: std::time::SystemTime,
+        result: Option<&ProbeResult>,
+    ) -> Vec<Step> {
+        let Some(r) = result else {
+            return Vec::new();
+        };
+        // One copy per distinct fingerprint, not one per probe.
+        let share = |held: &mut Option<Arc<HostFingerprint>>, new: &Option<HostFingerprint>| {
+            if let Some(f) = new {
+                if held.as_deref() != Some(f) {
+                    *held = Some(Arc::new(f.clone()));
+                }
+            }
+            new.as_ref().and(held.clone())
+        };
+        let local = share(&mut self.local, &r.local.fingerprint);
+        let remote = share(&mut self.remote, &r.remote.fingerprint);
+        let mut figures = [None; 4];
+        for f in self.figures {
+            let v = match f {
+                Figure::Throughput => Some(r.throughput_bits_per_second),
+                Figure::Loss => r.udp.as_ref().map(|u| u.loss_ratio),
+                Figure::Rtt => r.tcp.as_ref().and_then(|t| t.rtt_seconds),
+                Figure::Latency => r
+                    .rr()
+                    .and_then(|rr| rr.latency.as_ref())
+                    .or_else(|| r.udp_rr().and_then(|u| u.rtt.as_ref()))
+                    .map(|l| l.p50),
+            };
+            // A peer's figures are hostile input: only finite,
+            // non-negative ones are ranked.
+            figures[*f as usize] = v.filter(|x| x.is_finite() && *x >= 0.0);
+        }
+        let diagnosis = r.diagnosis.as_ref();
+        let obs = Observation {
+            // Seconds since the epoch (0 for a clock before it), here
+            // rather than from the rendering code, which reads this file.
+            time: started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            figures,
+            local,
+            remote,
+            verdict: diagnosis.map(|d| Arc::from(d.limit.as_str())),
+            advice: diagnosis
+                .filter(|d| !d.advice.is_empty())
+                .map(|d| Arc::from(d.advice.join("; "))),
+        };
+        let steps = self.detector.observe(obs);
+        for s in &steps {
+            *self.detected.entry(s.figure).or_insert(0) += 1;
+            self.last.insert(s.figure, s.clone());
+        }
+        steps
+    }
+
+    /// The verdict most of the path's recent probes gave, with its advice.
+    pub fn stable_verdict(&self) -> Option<(Arc<str>, Option<Arc<str>>)> {
+        self.detector.stable_verdict()
+    }
+}

@@ -59,6 +59,16 @@ impl MeshPlan {
         }
     }
 
+    /// When this plan, replacing `old` at Unix time `now`, takes over: at
+    /// its own first cycle boundary after `old`'s cycle in progress ends,
+    /// so that hosts that learn of a change at slightly different times
+    /// switch together. The scheduler switches then, and the responder
+    /// lets in the new plan's probers only from then on.
+    pub fn takes_over_at(&self, old: &MeshPlan, now: Duration) -> Duration {
+        let end = old.cycle_start(old.slot_at(now).cycle + 1);
+        self.cycle_start(self.first_cycle_from(end))
+    }
+
     /// Every member, sorted.
     pub fn members(&self) -> &[String] {
         match self {

@@ -288,20 +288,18 @@ impl ResponderHandle {
     }
 
     /// In mesh mode, the plan whose turns probers must keep (`None`: any
-    /// time). The plan before it is kept too, so that members switching to
-    /// a new plan at slightly different times are not refused.
+    /// time), in force when this host's scheduler switches to it. The plan
+    /// before it is kept too, so that members switching to a new plan at
+    /// slightly different times are not refused (see [`turns::TurnBook`]).
     pub fn set_turns(&self, turns: Option<turns::Turns>) {
-        let mut t = self.0.turns.lock().unwrap_or_else(|p| p.into_inner());
-        match turns {
-            None => t.clear(),
-            Some(new) if t.last() != Some(&new) => {
-                t.push(new);
-                if t.len() > 2 {
-                    t.remove(0);
-                }
-            }
-            Some(_) => {}
-        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.0
+            .turns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set(turns, now);
     }
 
     /// Who counts as a known peer now.
@@ -350,8 +348,8 @@ pub(crate) struct ResponderState {
     /// proved the secret: they have capacity of their own below.
     pub(crate) known: Arc<KnownPeers>,
     /// Mesh plans whose turns probers must keep: the current and the one
-    /// before it; empty outside mesh mode.
-    turns: Mutex<Vec<turns::Turns>>,
+    /// before it, or one not yet in force; empty outside mesh mode.
+    turns: Mutex<turns::TurnBook>,
     /// Connections waiting for their first message, per client and in
     /// all ([`MAX_PENDING_CONNECTIONS`]).
     pub(crate) pending_clients: Arc<PerClient>,
@@ -432,15 +430,7 @@ impl ResponderState {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let mut why = Ok(());
-        for t in turns.iter().rev() {
-            match t.check(ip, now) {
-                Ok(()) => return Ok(()),
-                Err(e) if why.is_ok() => why = Err(e),
-                Err(_) => {}
-            }
-        }
-        why
+        turns.check(ip, now)
     }
 
     /// Records a test for `ip` against the per-client allowance.

@@ -70,6 +70,74 @@ impl Turns {
     }
 }
 
+/// The plans the responder checks probers against: the one in force and
+/// the one before it (members switching at slightly different times are
+/// not refused), or a new one not yet in force.
+///
+/// A new plan is in force from the moment this host's own mesh scheduler
+/// switches to it ([`MeshPlan::takes_over_at`]), not from when it is
+/// learnt: until then this host still runs the old plan's tests, and a
+/// prober that only the new plan sends (a host that just joined, starting
+/// on the new plan at once) would take the host slot from one of them and
+/// turn it `busy` (issue 22's join lab: a member's planned test in the
+/// cycle of a join). It is refused out of turn instead, which costs only
+/// the newcomer's own pairs, for that one cycle.
+#[derive(Debug, Default)]
+pub struct TurnBook {
+    /// Each plan with the Unix time it takes over, oldest first.
+    plans: Vec<(Turns, Duration)>,
+}
+
+impl TurnBook {
+    /// A new plan learnt at `now` (`None`: not in mesh mode any more, no
+    /// turns to keep); the same plan again changes nothing.
+    pub fn set(&mut self, turns: Option<Turns>, now: Duration) {
+        let Some(new) = turns else {
+            self.plans.clear();
+            return;
+        };
+        if self.plans.last().is_some_and(|(t, _)| *t == new) {
+            return;
+        }
+        // A plan still waiting for its cycle is replaced, as the scheduler
+        // replaces its pending plan.
+        self.plans.retain(|(_, from)| *from <= now);
+        let from = match self.plans.last() {
+            Some((current, _)) => new.plan.takes_over_at(&current.plan, now),
+            // Nothing to switch from: the scheduler starts at once too.
+            None => now,
+        };
+        self.plans.push((new, from));
+        if self.plans.len() > 2 {
+            self.plans.remove(0);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.plans.is_empty()
+    }
+
+    /// Whether `ip` may probe this host at Unix time `now` by a plan in
+    /// force (the newest first); if not, why (the newest plan's reason).
+    pub fn check(&self, ip: IpAddr, now: Duration) -> Result<(), String> {
+        let mut why = None;
+        for (t, from) in self.plans.iter().rev() {
+            if *from > now {
+                continue;
+            }
+            match t.check(ip, now) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    why.get_or_insert(e);
+                }
+            }
+        }
+        Err(why.unwrap_or_else(|| {
+            format!("out of turn: {ip}: this host's mesh plan is not in force yet")
+        }))
+    }
+}
+
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -99,6 +167,66 @@ mod tests {
             members: (1..=3).map(|i| Some(IpAddr::from([10, 0, 0, i]))).collect(),
             guard: Duration::from_secs(1),
         }
+    }
+
+    /// Issue 22's join: host d joins a, b and c. Host a learns of it
+    /// mid-cycle and keeps running the old plan to the cycle's end; d,
+    /// starting fresh, follows the new plan at once. Until a switches, d's
+    /// planned probes of a are out of turn (they would take a's slot from
+    /// an old-plan test); from the takeover they get in.
+    #[test]
+    fn a_new_plan_lets_its_probers_in_only_once_this_host_follows_it() {
+        let old = turns(0);
+        let mut new = turns(0);
+        new.plan = MeshPlan::Full(Plan::new(
+            ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
+            old.plan.params().clone(),
+        ));
+        new.members.push(Some(IpAddr::from([10, 0, 0, 4])));
+        let d = IpAddr::from([10, 0, 0, 4]);
+        let mut book = TurnBook::default();
+        let start = old.plan.cycle_start(7);
+        book.set(Some(old.clone()), start);
+        let learnt = start + old.plan.period() * 2 + old.plan.period() / 2;
+        book.set(Some(new.clone()), learnt);
+        let takeover = new.plan.takes_over_at(&old.plan, learnt);
+        assert!(takeover >= old.plan.cycle_start(8), "{takeover:?}");
+        // The middle of d's slot on a in the new plan's cycle `c`.
+        let d_on_a = |c: u64| {
+            (0..new.plan.slots())
+                .find(|&k| {
+                    new.plan
+                        .tests(c, k)
+                        .iter()
+                        .any(|t| t.prober == 3 && t.target == 0)
+                })
+                .map(|k| {
+                    new.plan.cycle_start(c) + new.plan.period() * k as u32 + new.plan.period() / 2
+                })
+                .expect("d probes a once a cycle")
+        };
+        let before = d_on_a(new.plan.slot_at(learnt).cycle);
+        assert!(before < takeover);
+        // The new plan alone would let d in: the case is real.
+        assert_eq!(new.check(d, before), Ok(()));
+        let e = book.check(d, before).unwrap_err();
+        assert!(e.contains("out of turn"), "{e}");
+        let after = d_on_a(new.plan.first_cycle_from(takeover));
+        assert_eq!(book.check(d, after), Ok(()));
+        // b's old-plan slots on a stay open up to the takeover.
+        let b = IpAddr::from([10, 0, 0, 2]);
+        let c = old.plan.slot_at(learnt).cycle;
+        let open = (0..old.plan.slots())
+            .map(|k| old.plan.cycle_start(c) + old.plan.period() * k as u32 + old.plan.period() / 2)
+            .filter(|&t| book.check(b, t).is_ok())
+            .count();
+        assert_eq!(open, 1);
+        // The same plan again changes nothing; no plan at all lets anyone in
+        // (the responder checks turns only while it has some).
+        book.set(Some(new.clone()), after);
+        assert_eq!(book.check(d, after), Ok(()));
+        book.set(None, after);
+        assert!(book.is_empty());
     }
 
     #[test]

@@ -215,9 +215,7 @@ async fn run<P, R: Runner<P>>(
                     (Some(old), Some(n)) => {
                         // After the cycle in progress, at the new plan's
                         // first boundary.
-                        let cur = old.plan.slot_at(now).cycle;
-                        let end = old.plan.cycle_start(cur + 1);
-                        (new.clone(), n.plan.cycle_start(n.plan.first_cycle_from(end)))
+                        (new.clone(), n.plan.takes_over_at(&old.plan, now))
                     }
                     // Nothing to switch from (a fresh service): the slot
                     // of the moment is the same on every host, so start now.

@@ -1037,3 +1037,105 @@ fn fleet_matrices_name_a_host_the_same_way_on_both_axes() {
         &tests,
     );
 }
+
+/// What a panel's description says when it works at `metrics.detail:
+/// fleet`, and when it needs `full`.
+const WORKS_AT_FLEET: &str = "Works at metrics.detail: fleet.";
+const NEEDS_FULL: &str = "Needs metrics.detail: full";
+
+/// Issue 22: the Path overview and Kernel and host dashboards at either
+/// detail level. Every panel says which it works at; a panel that says
+/// fleet reads only what a fleet-detail host exports (the families
+/// `metrics::budget::FLEET_FAMILIES` keeps per path, the probe counters
+/// summed per module, host and service series), only the percentiles and
+/// kernel side it keeps, and reads the summed counters in their fleet form
+/// too (`target=""`: no target label), since a `target=~"$target"` of one
+/// target finds none of them. A panel that says full must really read
+/// something fleet drops, so that no panel is hidden at fleet for
+/// nothing. The variables work at both.
+#[test]
+fn every_panel_reads_only_what_its_stated_detail_exports() {
+    use pathprobe::metrics::budget::{FLEET_FAMILIES, FLEET_PERCENTILES};
+    use pathprobe::metrics::names::{self, Scope};
+    const SUMMED: [&str; 3] = [
+        "pathprobe_probes_total",
+        "pathprobe_scheduler_runs_skipped_total",
+        "pathprobe_scheduler_busy_retries_total",
+    ];
+    // Why a query needs full detail, if it does.
+    let needs_full = |expr: &str| -> Vec<String> {
+        let mut why = Vec::new();
+        for metric in metric_names(expr).unwrap_or_else(|e| panic!("{expr}: {e}")) {
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| metric.strip_suffix(s))
+                .unwrap_or(&metric);
+            match names::find(base) {
+                Some(d) if d.scope == Scope::Probe => {
+                    let kept = FLEET_FAMILIES.iter().any(|f| f.name == d.name);
+                    if !kept && !SUMMED.contains(&d.name) {
+                        why.push(metric.clone());
+                    }
+                    if SUMMED.contains(&d.name) && !expr.contains("target=\"\"") {
+                        why.push(format!("{metric} without its fleet form"));
+                    }
+                }
+                Some(_) => {}
+                None => panic!("{metric} is not a pathprobe metric: {expr}"),
+            }
+        }
+        for (at, _) in expr.match_indices("percentile=\"") {
+            let p: String = expr[at + 12..].chars().take_while(|c| *c != '"').collect();
+            if !FLEET_PERCENTILES.contains(&p.as_str()) {
+                why.push(format!("percentile {p}"));
+            }
+        }
+        if expr.contains("pathprobe_probe_kernel_info") && expr.contains("side=\"remote\"") {
+            why.push("the peer's kernel release".into());
+        }
+        why
+    };
+    let values = default_values();
+    for file in ["path-overview.json", "kernel-host.json"] {
+        let d = load(&crate::common::dashboards::dashboards_dir().join(file)).unwrap();
+        let (mut fleet, mut full) = (0, 0);
+        for panel in panels(&d) {
+            let title = panel["title"].as_str().unwrap_or_default();
+            let desc = panel["description"].as_str().unwrap_or_default();
+            let says_fleet = desc.contains(WORKS_AT_FLEET);
+            assert!(
+                says_fleet != desc.contains(NEEDS_FULL),
+                "{file}: {title:?} must say either {WORKS_AT_FLEET:?} or {NEEDS_FULL:?}"
+            );
+            let why: Vec<String> = panel["targets"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .filter_map(|t| t["expr"].as_str())
+                .flat_map(|e| needs_full(&substitute_variables(e, &values)))
+                .collect();
+            if says_fleet {
+                assert!(
+                    why.is_empty(),
+                    "{file}: {title:?} says it works at fleet, but reads {why:?}"
+                );
+                fleet += 1;
+            } else {
+                assert!(
+                    !why.is_empty(),
+                    "{file}: {title:?} says it needs full, but reads only what fleet exports"
+                );
+                full += 1;
+            }
+        }
+        for (name, expr) in panel_queries(&d)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("variable "))
+        {
+            let why = needs_full(&substitute_variables(&expr, &values));
+            assert!(why.is_empty(), "{file}: {name} needs {why:?}");
+        }
+        eprintln!("{file}: {fleet} panels work at fleet, {full} need full");
+        assert!(fleet >= 5 && full >= 3, "{file}: {fleet} / {full}");
+    }
+}

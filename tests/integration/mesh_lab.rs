@@ -22,6 +22,10 @@
 //! the target of fail with a labelled reason, every other pair keeps its
 //! slot, and once restarted it is back in its pairs' next slots.
 //!
+//! `a_host_joining_a_running_mesh_costs_no_other_pair_a_cycle` (issue 22):
+//! a fourth host joins three through their file_sd file, and no pair of
+//! the three misses its cycle.
+//!
 //! `five_host_figures` (ignored; run by hand) measures the 5-host
 //! experiment of the issue, before (the plain random-phase scheduler, or an
 //! older binary through `PATHPROBE_MESH_BEFORE_BIN`) and after (the plan).
@@ -781,4 +785,236 @@ fn five_host_figures() {
         m.overlap_examples
     );
     assert!(attempts > 0.0);
+}
+
+/// The file_sd target file of the join test: every member's address.
+fn write_members(path: &std::path::Path, names: &[String]) {
+    let list: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    // Written beside and renamed over, so that no host reads half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("[{{\"targets\": [{}]}}]\n", list.join(", "))).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+// The join test's mesh: short slots (TCP 1 s + 1.5 s set-up + 0.5 s
+// guard), back to back. 3 and 4 members both make 2 × 3 rounds of one
+// module, so the plan before and after the join has the same 6-slot cycle.
+const JOIN_SLOT: Duration = Duration::from_millis(3000);
+const JOIN_SLOTS: usize = 6;
+
+/// Issue 22: a host joins a running mesh through its file_sd file. Three
+/// hosts run `pathprobe serve` in mesh mode with discovery from one target
+/// file (re-read every second); two cycles in, the file gains a fourth
+/// host, which is started then. The newcomer's address sorts between the
+/// others', so the circle plan numbers the members anew: every old pair
+/// changes its slot, and in the cycle of the join the newcomer (on the new
+/// plan from its start) meets hosts still on the old one. Every host's
+/// results are read off its /metrics (each result by its end time,
+/// attributed to its plan's slot), and its counters at the end:
+///
+/// - the three hosts keep every directed pair among them once per cycle,
+///   in its slot, in the cycle of the join too: none misses a cycle, no
+///   run of theirs is skipped, none fails;
+/// - from the next cycle boundary every directed pair of the four,
+///   the newcomer's both ways, has its one success per cycle;
+/// - only the newcomer's own pairs may fail, in the cycle it came in.
+///
+/// Five cycles of 18 s: about two minutes with the lab set-up.
+#[test]
+fn a_host_joining_a_running_mesh_costs_no_other_pair_a_cycle() {
+    if !require_root() {
+        return;
+    }
+    const HOSTS: usize = 4;
+    // Host 2 (index 1) joins: its address sorts between hosts 1 and 3.
+    const NEW: usize = 1;
+    let natural = JOIN_SLOT * JOIN_SLOTS as u32;
+    let interval = interval_aligned(natural, unix_now() + Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let sd = dir.path().join("members.json");
+    let scheduler = format!(
+        "{{default_interval: {}ms, mesh: {{budget: 1.0, setup: {SETUP}, guard: {GUARD}}}}}",
+        interval.as_millis()
+    );
+    let sd_path = sd.display().to_string();
+    let mut m = Mesh::new(HOSTS, 100, |_| {
+        format!(
+            "responder: {{listen: \"0.0.0.0:{PORT}\"}}\n\
+             modules:\n  tcp: {{kind: tcp, duration: 1s, congestion: cubic}}\n\
+             scheduler: {scheduler}\n\
+             discovery:\n  mesh: true\n  file_sd:\n    - {{files: [\"{sd_path}\"], modules: [tcp], refresh_interval: 1s}}\n"
+        )
+    });
+    let params = MeshParams {
+        slot: JOIN_SLOT,
+        modules: 1,
+        budget: 1.0,
+        min_cycle: interval,
+    };
+    let old_names: Vec<String> = (0..HOSTS)
+        .filter(|&i| i != NEW)
+        .map(|i| m.names[i].clone())
+        .collect();
+    let old = Plan::new(old_names.clone(), params.clone());
+    let new = Plan::new(m.names.clone(), params);
+    assert_eq!(
+        old.cycle(),
+        new.cycle(),
+        "{} / {}",
+        old.describe(),
+        new.describe()
+    );
+    assert_eq!((old.slots(), new.slots()), (JOIN_SLOTS, JOIN_SLOTS));
+    assert_eq!(new.members(), &m.names[..], "members sort as addresses");
+    assert_eq!(old.members(), &old_names[..]);
+    // Each plan's slot of each directed pair, by host index (m.names).
+    let slot_of = |plan: &Plan| {
+        let host = |k: usize| {
+            m.names
+                .iter()
+                .position(|n| *n == plan.members()[k])
+                .unwrap()
+        };
+        let mut s = BTreeMap::new();
+        for k in 0..plan.slots() {
+            for t in plan.tests(k) {
+                s.insert((host(t.prober), host(t.target)), k);
+            }
+        }
+        s
+    };
+    let (old_slots, new_slots) = (slot_of(&old), slot_of(&new));
+    assert_eq!((old_slots.len(), new_slots.len()), (6, 12));
+    // The renumbering moves old pairs, and puts some of the newcomer's
+    // tests where its partner has an old-plan test: the slots where a
+    // newcomer that disturbed others would show it.
+    let moved = old_slots
+        .iter()
+        .filter(|(p, k)| new_slots[p] != **k)
+        .count();
+    let clashes: Vec<(usize, usize, usize)> = new_slots
+        .iter()
+        .filter(|((p, t), _)| *p == NEW || *t == NEW)
+        .filter(|((p, t), k)| {
+            let other = if *p == NEW { *t } else { *p };
+            old_slots
+                .iter()
+                .any(|((a, b), j)| j == *k && (*a == other || *b == other))
+        })
+        .map(|(&(p, t), &k)| (p, t, k))
+        .collect();
+    write_members(&sd, &old_names);
+    for i in (0..HOSTS).filter(|&i| i != NEW) {
+        m.start(i);
+    }
+    let c0 = old.first_cycle_from(unix_now());
+    eprintln!(
+        "join lab: {} then {}; the join moves {moved} of the 6 old pairs to another slot; \
+         the newcomer's tests (prober, target, slot) that fall on an old test of its partner: \
+         {clashes:?}; first checked cycle starts in {:.1} s",
+        old.describe(),
+        new.describe(),
+        old.cycle_start(c0).saturating_sub(unix_now()).as_secs_f64()
+    );
+    // Two cycles of three hosts.
+    m.observe(old.cycle_start(c0 + 2) + Duration::from_millis(200));
+    // The join, at the start of the third: the file first, so that the
+    // newcomer finds itself among the members, then its serve, which
+    // follows the new plan from its first slot while the others finish
+    // this cycle on the old one.
+    let joined_at = unix_now();
+    write_members(&sd, &m.names);
+    m.start(NEW);
+    let j = old.slot_at(joined_at).cycle;
+    assert_eq!(j, c0 + 2, "the join fell in the cycle it was meant for");
+    // The old members switch at the boundary after the cycle of the join;
+    // two cycles of four follow.
+    m.observe(new.cycle_start(j + 3) + Duration::from_millis(500));
+    let logs = m.logs();
+
+    let mut by_cycle: BTreeMap<(u64, usize, usize), Vec<&Res>> = BTreeMap::new();
+    for r in &m.results {
+        let at = new.slot_at(Duration::from_secs_f64(r.end));
+        by_cycle
+            .entry((at.cycle, r.prober, r.target))
+            .or_default()
+            .push(r);
+    }
+    let end_slot = |r: &Res| new.slot_at(Duration::from_secs_f64(r.end)).index;
+    let mut checked = 0;
+    for c in c0..j + 3 {
+        let slots = if c <= j { &old_slots } else { &new_slots };
+        for (&(p, t), &k) in slots {
+            let got = by_cycle.get(&(c, p, t)).cloned().unwrap_or_default();
+            assert!(
+                got.len() == 1 && got[0].success && end_slot(got[0]) == k,
+                "cycle {} ({} the join), pair {p}->{t}, slot {k}: {got:?}\nall: {:?}\n{logs}",
+                c - c0,
+                if c <= j { "up to" } else { "after" },
+                m.results
+            );
+            checked += 1;
+        }
+    }
+    // Whatever the newcomer met in the cycle it came in, only its own
+    // pairs may have failed.
+    let failed: Vec<&Res> = m.results.iter().filter(|r| !r.success).collect();
+    assert!(
+        failed.iter().all(|r| r.prober == NEW || r.target == NEW),
+        "a pair of the old members failed: {failed:?}\n{logs}"
+    );
+
+    // The hosts' own counters say the same: the old members skipped no
+    // run and failed none; per path, their successes are the results
+    // seen (so the scrapes above missed none).
+    let mut newcomer = BTreeMap::new();
+    for (i, h) in m.hosts.iter().enumerate() {
+        let body = h.as_ref().unwrap().metrics();
+        let skipped =
+            crate::common::metrics::sum(&body, "pathprobe_scheduler_runs_skipped_total", &[]);
+        let failures: f64 = samples(&body, "pathprobe_probes_total", &[])
+            .filter(|(l, _)| label(l, "result") != Some("success"))
+            .map(|(_, v)| v)
+            .sum();
+        if i == NEW {
+            for (l, v) in samples(&body, "pathprobe_probes_total", &[]) {
+                if v > 0.0 {
+                    *newcomer
+                        .entry(label(l, "result").unwrap_or("").to_string())
+                        .or_insert(0.0) += v;
+                }
+            }
+            continue;
+        }
+        assert_eq!(skipped, 0.0, "host {} skipped runs\n{body}", i + 1);
+        assert_eq!(failures, 0.0, "host {} had failures\n{body}", i + 1);
+        for t in (0..HOSTS).filter(|&t| t != i) {
+            let tl = format!("target=\"{}\"", m.names[t]);
+            let successes = crate::common::metrics::sum(
+                &body,
+                "pathprobe_probes_total",
+                &[tl.as_str(), "result=\"success\""],
+            );
+            let seen = m
+                .results
+                .iter()
+                .filter(|r| r.prober == i && r.target == t && r.success)
+                .count();
+            assert_eq!(successes, seen as f64, "host {} to {}", i + 1, t + 1);
+        }
+    }
+    let refused: f64 = m
+        .totals()
+        .iter()
+        .filter(|(k, _)| k.starts_with("pathprobe_responder_rejections_total"))
+        .map(|(_, v)| v)
+        .sum();
+    eprintln!(
+        "join lab: {checked} planned results checked over {} cycles, every one a success in its \
+         slot; the newcomer's probes by result: {newcomer:?}; probers refused by responders: \
+         {refused}; {} of {} socket samples had a host in two tests",
+        j + 3 - c0,
+        m.overlaps,
+        m.samples
+    );
 }

@@ -299,8 +299,19 @@ fn alert_test_counts() -> BTreeMap<String, (usize, usize)> {
                     "{}: input series {name} is not a pathprobe metric",
                     file.display()
                 );
+                // At metrics.detail: fleet the probe counters are summed
+                // over targets (tests/rules/fleet.yml feeds them so).
+                let summed = matches!(
+                    name,
+                    "pathprobe_probes_total"
+                        | "pathprobe_scheduler_runs_skipped_total"
+                        | "pathprobe_scheduler_busy_retries_total"
+                ) && !series.contains("target=\"");
                 if let Some(d) = names::find(name) {
                     for l in names::PROBE_LABELS.iter().chain(d.labels) {
+                        if summed && (*l == "target" || !d.labels.contains(l)) {
+                            continue;
+                        }
                         if d.scope == names::Scope::Probe || d.labels.contains(l) {
                             assert!(
                                 series.contains(&format!("{l}=\"")),
@@ -1358,4 +1369,161 @@ fn alerts_and_fleet_dashboard_read_only_what_fleet_detail_keeps() {
         "metrics.detail: fleet drops series these read:\n  {}",
         dropped.join("\n  ")
     );
+}
+
+/// `name{a="b",...}` split into the name and its label pairs (values as
+/// written; the rule tests' values hold no escaped quotes).
+fn split_series(series: &str) -> (String, Vec<(String, String)>) {
+    let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
+    let mut labels = Vec::new();
+    let mut rest = rest.trim_end_matches('}');
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let end = after.find('"').expect("a closing quote");
+        labels.push((
+            key.trim_start_matches(',').to_string(),
+            after[..end].to_string(),
+        ));
+        rest = &after[end + 1..];
+    }
+    (name.trim().to_string(), labels)
+}
+
+/// The label keys of a per-path sample, the target's own labels (site,
+/// rack, ...) written as `<target label>` and the ones Prometheus adds
+/// left out: the shape to compare between a scrape and a rule test.
+fn shape(labels: &[(String, String)]) -> BTreeSet<String> {
+    const OWN: &[&str] = &[
+        "target",
+        "module",
+        "kind",
+        "direction",
+        "flow",
+        "percentile",
+        "reason",
+        "side",
+        "release",
+        "result",
+    ];
+    labels
+        .iter()
+        .filter(|(k, _)| k != "instance" && k != "job")
+        .map(|(k, _)| {
+            if OWN.contains(&k.as_str()) {
+                k.clone()
+            } else {
+                "<target label>".to_string()
+            }
+        })
+        .collect()
+}
+
+/// Issue 22: tests/rules/fleet.yml holds the rules to what a host at
+/// `metrics.detail: fleet` exports. Every per-probe input series there is
+/// one fleet detail keeps, with exactly the label keys a live fleet-detail
+/// serve gives its family (the in-process scrape of `series_budget`: four
+/// kinds, a target with a label of its own), the probe counters without a
+/// target, only the percentiles and kernel side fleet keeps; the grouped
+/// plan's `target="rack=r2"` with the group's label as the only target
+/// label is `service::jobs::tests::between_group_results_are_exported_per_group_at_fleet`'s
+/// shape. And the file exercises every rule: each alert is expected
+/// firing on some path, each recording rule evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_rule_tests_read_series_shaped_as_a_fleet_detail_host_exports_them() {
+    use pathprobe::metrics::budget::{FLEET_FAMILIES, FLEET_PERCENTILES};
+    use pathprobe::metrics::names::Scope;
+    let live = crate::series_budget::scrape("fleet").await;
+    let mut live_shapes: BTreeMap<String, BTreeSet<BTreeSet<String>>> = BTreeMap::new();
+    for line in live.lines() {
+        let Some((name, labels, _)) = parse_sample(line) else {
+            continue;
+        };
+        let (_, pairs) = split_series(&format!("{name}{labels}"));
+        live_shapes
+            .entry(name.to_string())
+            .or_default()
+            .insert(shape(&pairs));
+    }
+    let summed = [
+        "pathprobe_probes_total",
+        "pathprobe_scheduler_runs_skipped_total",
+        "pathprobe_scheduler_busy_retries_total",
+    ];
+    let file = root().join("tests/rules/fleet.yml");
+    let doc = load(&file);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut per_path = 0;
+    let mut groups = BTreeSet::new();
+    for test in doc["tests"].as_sequence().expect("tests") {
+        for s in test["input_series"].as_sequence().expect("input_series") {
+            let (name, pairs) = split_series(s["series"].as_str().expect("series"));
+            let Some(def) = names::find(&name) else {
+                assert!(PROMETHEUS_SERIES.contains(&name.as_str()), "{name}");
+                continue;
+            };
+            if def.scope != Scope::Probe {
+                continue;
+            }
+            assert!(
+                FLEET_FAMILIES.iter().any(|f| f.name == def.name) || summed.contains(&def.name),
+                "fleet.yml feeds {name}, which metrics.detail: fleet does not export per path"
+            );
+            let got = shape(&pairs);
+            // A family only a failing probe exports (the failure reason)
+            // is not on the scrape of succeeding ones: its catalogue labels.
+            let declared: BTreeSet<BTreeSet<String>> = [names::PROBE_LABELS
+                .iter()
+                .chain(def.labels)
+                .map(|l| l.to_string())
+                .chain(["<target label>".to_string()])
+                .collect()]
+            .into();
+            let want = match live_shapes.get(&name) {
+                Some(w) => w,
+                None if name == "pathprobe_probe_failure_info" => &declared,
+                None => panic!("{name} is not on the live fleet-detail /metrics:\n{live}"),
+            };
+            assert!(
+                want.contains(&got),
+                "fleet.yml's {name} has labels {got:?}; a fleet-detail host exports {want:?}"
+            );
+            let get = |k: &str| pairs.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str());
+            if summed.contains(&def.name) {
+                assert!(get("target").is_none(), "{name} summed over targets");
+                continue;
+            }
+            per_path += 1;
+            if let Some(p) = get("percentile") {
+                assert!(FLEET_PERCENTILES.contains(&p), "percentile {p}");
+            }
+            if name == "pathprobe_probe_kernel_info" {
+                assert_eq!(get("side"), Some("local"));
+            }
+            // A group path: target LABEL=VALUE, that label its only one.
+            let target = get("target").expect("a target");
+            if let Some((label, value)) = target.split_once('=') {
+                let own: Vec<_> = pairs
+                    .iter()
+                    .filter(|(k, _)| {
+                        shape(&[(k.clone(), String::new())]).contains("<target label>")
+                    })
+                    .collect();
+                assert_eq!(own, [&(label.to_string(), value.to_string())], "{target}");
+                groups.insert(target.to_string());
+            }
+        }
+    }
+    assert!(per_path > 50, "{per_path} per-path series");
+    assert!(groups.len() >= 3, "group paths: {groups:?}");
+    // Every rule is exercised: each alert expected firing, each recording
+    // evaluated.
+    for (name, rule) in rules() {
+        let needle = if rule["alert"].is_string() {
+            format!("alertname=\"{name}\",alertstate=\"firing\"")
+        } else {
+            format!("'{name}{{")
+        };
+        let found = text.contains(&needle)
+            || (rule["record"].is_string() && text.contains(&format!("({name}{{")));
+        assert!(found, "tests/rules/fleet.yml does not exercise {name}");
+    }
 }

@@ -58,7 +58,7 @@ fn count(body: &str) -> (BTreeMap<(String, String), usize>, usize) {
 
 /// Starts a serve at `detail`, waits until every (target, module) has a
 /// successful latest probe in every direction, and returns that scrape.
-async fn scrape(detail: &str) -> String {
+pub(crate) async fn scrape(detail: &str) -> String {
     let run = InProcess::start(&config(detail)).await;
     let body = run
         .wait_for(Duration::from_secs(90), |b| {

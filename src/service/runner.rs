@@ -100,6 +100,8 @@ pub struct ProbeRunner {
     pub state: Arc<ServiceState>,
     /// Every job's recent results, for the status page.
     pub history: Arc<super::history::History>,
+    /// Traces the probed paths after their probes (`trace:`).
+    pub tracer: Arc<super::tracer::PathTracer>,
 }
 
 impl Runner<ProbeJob> for ProbeRunner {
@@ -109,6 +111,7 @@ impl Runner<ProbeJob> for ProbeRunner {
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
         let store_key = job.payload.store_key(&job.key);
         let payload = job.payload.clone();
+        let tracer = self.tracer.clone();
         Box::pin(async move {
             let (outcomes, busy) = run_job(&payload).await;
             for o in outcomes {
@@ -132,6 +135,15 @@ impl Runner<ProbeJob> for ProbeRunner {
                     }
                 }
                 history.record(&key, &o, SystemTime::now());
+                // A between-group result stands for a whole group: no
+                // one path to trace.
+                if payload.metrics_as.is_none() {
+                    let fallback = payload.endpoint.as_ref().and_then(|e| {
+                        let ip = e.host.parse::<std::net::IpAddr>().ok()?;
+                        Some(std::net::SocketAddr::new(ip, e.port))
+                    });
+                    tracer.after_probe(&key.target, &key.module, &o, fallback);
+                }
                 store.record(store_key.clone(), payload.for_store(o));
             }
             match busy {

@@ -33,6 +33,7 @@ mod rules;
 mod series_budget;
 mod serve;
 mod serve_process;
+mod serve_trace;
 mod trace_lab;
 mod udp_rr;
 mod web;

@@ -496,7 +496,11 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
             }
             // Only a serve in mesh mode has these, and the failure reason
             // only after a failed probe; they must be defined.
-            if metric.starts_with("pathprobe_mesh_") || metric == "pathprobe_probe_failure_info" {
+            // Only a serve that traces (trace.enabled) has the path series.
+            if metric.starts_with("pathprobe_mesh_")
+                || metric.starts_with("pathprobe_path_")
+                || metric == "pathprobe_probe_failure_info"
+            {
                 assert!(
                     pathprobe::metrics::names::find(&metric).is_some(),
                     "{name} reads {metric}, which pathprobe does not define"

@@ -197,7 +197,7 @@ pub(crate) fn render_paths(out: &mut Exposition, table: &PathTable, tracing: boo
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::{Hop, Proto, Stop};
     use std::net::IpAddr;

@@ -830,6 +830,16 @@ struct Naive {
 }
 
 const NAIVE: &[Naive] = &[
+    // 007's vote alone, top-ranked with no floor: in a healthy mesh every
+    // hop ties at 0 and is named.
+    Naive {
+        alert: "PathprobeSuspectHop",
+        quiet_test: "a healthy mesh names no suspect",
+        expr: Some(
+            "pathprobe_hop:path_vote:degraded == scalar(max(pathprobe_hop:path_vote:degraded))",
+        ),
+        for_: None,
+    },
     // Without the mesh condition, busy answers outside mesh mode fire it.
     Naive {
         alert: "PathprobeMeshTestsFailing",

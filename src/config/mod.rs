@@ -37,13 +37,13 @@ pub use discovery::{
     FileSdGroup,
 };
 pub use error::ConfigError;
-pub use trace::TraceSection;
 pub use module::{Module, ModuleDirection, ModuleKind};
 pub use sections::{
     HostMetricsConfig, HttpSection, IrqPattern, MeshScheduleConfig, ResponderSection,
     SchedulerConfig,
 };
 pub use target::{check_label_name, TargetConfig, LOOPBACK_TARGET_NAME};
+pub use trace::TraceSection;
 pub use web::WebSection;
 
 /// The configuration used when `--config.file` is not given: the responder,

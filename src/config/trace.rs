@@ -90,7 +90,10 @@ impl TraceSection {
             return Err(("max_concurrent", "must be 1 to 64".into()));
         }
         if !self.change_ratio.is_finite() || self.change_ratio <= 0.0 {
-            return Err(("change_ratio", "must be a fraction above 0 (0.3: 30%)".into()));
+            return Err((
+                "change_ratio",
+                "must be a fraction above 0 (0.3: 30%)".into(),
+            ));
         }
         Ok(())
     }
@@ -155,7 +158,10 @@ mod tests {
         assert_eq!(bad(|t| t.interval = Duration::from_secs(10)), "interval");
         assert_eq!(bad(|t| t.max_concurrent = 0), "max_concurrent");
         assert_eq!(bad(|t| t.change_ratio = f64::NAN), "change_ratio");
-        assert_eq!(bad(|t| t.time_limit = Duration::from_secs(61)), "time_limit");
+        assert_eq!(
+            bad(|t| t.time_limit = Duration::from_secs(61)),
+            "time_limit"
+        );
     }
 
     #[test]

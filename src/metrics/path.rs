@@ -244,7 +244,10 @@ pub(crate) mod tests {
         );
         assert!(!table.record("b", "tcp", &first, SystemTime::now()));
         let body = render(&table);
-        assert!(body.contains("pathprobe_path_hops{target=\"b\",module=\"tcp\"} 4"), "{body}");
+        assert!(
+            body.contains("pathprobe_path_hops{target=\"b\",module=\"tcp\"} 4"),
+            "{body}"
+        );
         assert!(body.contains(
             "pathprobe_path_hop_info{target=\"b\",module=\"tcp\",hop=\"1\",address=\"10.0.1.2\"} 1"
         ));
@@ -258,7 +261,12 @@ pub(crate) mod tests {
         // Hop 3 now answers from another router: a change, and the old
         // address is gone.
         let second = trace_of(
-            &[Some("10.0.1.2"), Some("10.0.2.2"), Some("10.0.4.2"), Some("10.0.9.2")],
+            &[
+                Some("10.0.1.2"),
+                Some("10.0.2.2"),
+                Some("10.0.4.2"),
+                Some("10.0.9.2"),
+            ],
             Stop::Reached,
         );
         assert!(table.record("b", "tcp", &second, SystemTime::now()));

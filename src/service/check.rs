@@ -257,7 +257,11 @@ mod tests {
         let base = "modules:\n  tcp: {kind: tcp, duration: 1s}\ntargets:\n  \
                     - {name: a, address: '192.0.2.1', modules: [tcp]}\n  \
                     - {name: b, address: '192.0.2.2', modules: [tcp]}\n";
-        std::fs::write(&path, format!("{base}trace: {{enabled: true, max_hops: 10}}\n")).unwrap();
+        std::fs::write(
+            &path,
+            format!("{base}trace: {{enabled: true, max_hops: 10}}\n"),
+        )
+        .unwrap();
         let report = check_config(&path);
         assert!(report.stderr.is_empty(), "{:?}", report.stderr);
         let note = report
@@ -265,12 +269,23 @@ mod tests {
             .iter()
             .find(|l| l.starts_with("trace: "))
             .unwrap_or_else(|| panic!("{:?}", report.stdout));
-        assert!(note.contains("at most 20 packets per trace (10 hops x 2 probes)"), "{note}");
+        assert!(
+            note.contains("at most 20 packets per trace (10 hops x 2 probes)"),
+            "{note}"
+        );
         assert!(note.contains("each of 2 paths"), "{note}");
         std::fs::write(&path, base).unwrap();
         let report = check_config(&path);
-        assert!(!report.stdout.iter().any(|l| l.starts_with("trace: ")), "{:?}", report.stdout);
-        std::fs::write(&path, format!("{base}trace: {{enabled: true, max_hops: 100}}\n")).unwrap();
+        assert!(
+            !report.stdout.iter().any(|l| l.starts_with("trace: ")),
+            "{:?}",
+            report.stdout
+        );
+        std::fs::write(
+            &path,
+            format!("{base}trace: {{enabled: true, max_hops: 100}}\n"),
+        )
+        .unwrap();
         let report = check_config(&path);
         assert!(
             report.stderr.iter().any(|l| l.contains("trace.max_hops")),

@@ -61,7 +61,12 @@ pub struct PathState {
 
 /// Whether the path in `state` is to be traced after a probe at `now`
 /// whose headline figure is `figure` (`None`: the probe failed).
-pub fn due(cfg: &TraceSection, state: &PathState, now: Instant, figure: Option<f64>) -> Option<Why> {
+pub fn due(
+    cfg: &TraceSection,
+    state: &PathState,
+    now: Instant,
+    figure: Option<f64>,
+) -> Option<Why> {
     if state.running {
         return None;
     }
@@ -141,7 +146,11 @@ impl PathTracer {
         outcome: &ProbeOutcome,
         fallback_destination: Option<SocketAddr>,
     ) -> Option<Why> {
-        let (cfg, admission) = self.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let (cfg, admission) = self
+            .config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if !cfg.enabled {
             return None;
         }
@@ -189,7 +198,13 @@ impl PathTracer {
         Some(why)
     }
 
-    async fn run(&self, key: (String, String), spec: TraceSpec, why: Why, admission: Arc<Admission>) {
+    async fn run(
+        &self,
+        key: (String, String),
+        spec: TraceSpec,
+        why: Why,
+        admission: Arc<Admission>,
+    ) {
         // The path may be traced again once this one is over, however it
         // ends (a panic in the trace included).
         struct Done<'a>(&'a PathTracer, &'a (String, String));

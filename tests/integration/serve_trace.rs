@@ -76,24 +76,35 @@ async fn serve_traces_the_paths_it_probes_and_a_refused_trace_harms_no_probe() {
         let m = format!("module=\"{module}\"");
         assert_eq!(sample(&body, "pathprobe_path_hops", &[&t, &m]), Some(1.0));
         assert_eq!(
-            sample(
-                &body,
-                "pathprobe_path_hop_info",
-                &[&t, &m, "hop=\"1\"", &a]
-            ),
+            sample(&body, "pathprobe_path_hop_info", &[&t, &m, "hop=\"1\"", &a]),
             Some(1.0),
             "{body}"
         );
-        assert_eq!(sample(&body, "pathprobe_path_changes_total", &[&t, &m]), Some(0.0));
-        assert!(sample(&body, "pathprobe_path_last_trace_timestamp_seconds", &[&t, &m]).is_some());
+        assert_eq!(
+            sample(&body, "pathprobe_path_changes_total", &[&t, &m]),
+            Some(0.0)
+        );
+        assert!(sample(
+            &body,
+            "pathprobe_path_last_trace_timestamp_seconds",
+            &[&t, &m]
+        )
+        .is_some());
     }
     // The path whose trace was refused exists at 0 changes, with no hops.
     let o = format!("module=\"{other}\"");
     assert_eq!(
-        sample(&body, "pathprobe_path_changes_total", &["target=\"peer\"", &o]),
+        sample(
+            &body,
+            "pathprobe_path_changes_total",
+            &["target=\"peer\"", &o]
+        ),
         Some(0.0)
     );
-    assert_eq!(sample(&body, "pathprobe_path_hops", &["target=\"peer\"", &o]), None);
+    assert_eq!(
+        sample(&body, "pathprobe_path_hops", &["target=\"peer\"", &o]),
+        None
+    );
     // Both probes to the peer succeeded: the refused trace cost them nothing.
     for m in ["tcp", "tcp_b"] {
         assert_eq!(
@@ -108,8 +119,17 @@ async fn serve_traces_the_paths_it_probes_and_a_refused_trace_harms_no_probe() {
     }
     // Two reached traces of one hop: a SYN each (one packet at the
     // destination's TTL), so 2 packets in all.
-    assert_eq!(sample(&body, "pathprobe_traces_total", &["result=\"reached\""]), Some(2.0));
-    assert_eq!(sample(&body, "pathprobe_trace_packets_total", &[]), Some(2.0));
-    assert_eq!(sample(&body, "pathprobe_traces_total", &["result=\"failed\""]), Some(0.0));
+    assert_eq!(
+        sample(&body, "pathprobe_traces_total", &["result=\"reached\""]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&body, "pathprobe_trace_packets_total", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&body, "pathprobe_traces_total", &["result=\"failed\""]),
+        Some(0.0)
+    );
     run.shutdown().await;
 }

@@ -22,7 +22,7 @@ use super::{
 };
 
 /// The top-level keys of a configuration file.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "responder",
     "scheduler",
     "modules",
@@ -31,6 +31,7 @@ pub const SECTIONS: [&str; 8] = [
     "host_metrics",
     "http",
     "web",
+    "trace",
 ];
 
 /// Reads, parses and validates `path` as [`Config::load`] does, but on
@@ -97,6 +98,7 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
             "host_metrics" => push(read_at::<HostMetricsConfig>(text, &[Seg::Key(key)])),
             "http" => push(read_at::<HttpSection>(text, &[Seg::Key(key)])),
             "web" => push(read_at::<WebSection>(text, &[Seg::Key(key)])),
+            "trace" => push(read_at::<super::TraceSection>(text, &[Seg::Key(key)])),
             "modules" => match value {
                 serde_yaml::Value::Mapping(m) => {
                     for name in m.keys().filter_map(|k| k.as_str()) {

@@ -20,6 +20,7 @@ pub mod module;
 mod quantity;
 pub mod sections;
 pub mod target;
+pub mod trace;
 pub mod web;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,6 +43,7 @@ pub use sections::{
     SchedulerConfig,
 };
 pub use target::{check_label_name, TargetConfig, LOOPBACK_TARGET_NAME};
+pub use trace::TraceSection;
 pub use web::WebSection;
 
 /// The configuration used when `--config.file` is not given: the responder,
@@ -68,6 +70,8 @@ pub struct Config {
     pub web: WebSection,
     /// `metrics:` the detail level of /metrics and when series expire.
     pub metrics: MetricsSection,
+    /// `trace:` path tracing from serve (docs/TRACE.md).
+    pub trace: TraceSection,
     /// The directory relative file_sd paths are taken from: the config
     /// file's own, or the working directory for text without a file.
     #[serde(skip)]
@@ -184,6 +188,7 @@ impl Config {
         out.extend(self.http.check().err().map(|e| at("http", e)));
         out.extend(self.web.check().err().map(|e| at("web", e)));
         out.extend(self.metrics.check().err().map(|e| at("metrics", e)));
+        out.extend(self.trace.check().err().map(|e| at("trace", e)));
         for (name, module) in &self.modules {
             if !valid_module_name(name) {
                 out.push(ConfigError::invalid(

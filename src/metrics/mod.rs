@@ -5,6 +5,7 @@
 //! - [`store`]: [`ResultStore`], where the scheduler records finished
 //!   probes and skipped runs, and from which scrapes read.
 //! - [`host`]: host metrics read from /proc at scrape time.
+//! - [`path`]: the paths serve traced (`trace:`) and the tracer's counters.
 //! - [`service`]: reload, scheduler-lag and build metrics, and the
 //!   responder's counters.
 //!
@@ -17,6 +18,7 @@
 pub mod budget;
 pub mod host;
 pub mod names;
+pub mod path;
 pub mod service;
 pub mod store;
 
@@ -66,6 +68,7 @@ fn collect(
         service::render_responder(out, counters);
     }
     service::render_service(out, service);
+    path::render_paths(out, &service.paths(), service.tracing());
 }
 
 /// The body of a /metrics response, in text format 0.0.4 ([`CONTENT_TYPE`]):

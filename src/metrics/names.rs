@@ -39,6 +39,8 @@ pub mod label {
     pub const VERDICT: &str = "verdict";
     pub const ADVICE: &str = "advice";
     pub const CHANGES: &str = "changes";
+    pub const HOP: &str = "hop";
+    pub const ADDRESS: &str = "address";
 }
 
 use label::*;
@@ -70,6 +72,10 @@ pub enum Scope {
     Host,
     Responder,
     Service,
+    /// From the traces of `pathprobe serve` (`trace:`): labelled with
+    /// `target` and `module` only, so that PromQL joins them with the
+    /// per-probe series `on (instance, target, module)`.
+    Path,
 }
 
 impl Scope {
@@ -79,6 +85,7 @@ impl Scope {
             Scope::Host => "Host (read from /proc at scrape time)",
             Scope::Responder => "Responder",
             Scope::Service => "Service and scheduler",
+            Scope::Path => "Per path (traces, `trace.enabled: true`)",
         }
     }
 }
@@ -116,7 +123,7 @@ const fn def(
 }
 
 use MetricType::{Counter, Gauge, Histogram};
-use Scope::{Host, Probe, Responder, Service};
+use Scope::{Host, Path, Probe, Responder, Service};
 
 // ---- Per probe ----------------------------------------------------------
 
@@ -715,6 +722,51 @@ pub static PROBE_CROSS_TRAFFIC: MetricDef = def(
     "Bytes the interface carrying the latest probe received (type=\"received\") or sent (type=\"sent\") during its measured window beyond the probe's own, on this host (side=\"local\") or the responder's (side=\"remote\"): other traffic sharing the NIC, which makes the figure suspect. The probe's own packets are allowed for with their headers, kind by kind (a TCP throughput probe's segments and an ACK per segment; tcp_rr's requests and responses; udp_rr's datagrams both ways; a whole connection per tcp_crr transaction), so a quiet interface reads 0. Absent on loopback and from responders that do not report it.",
 );
 
+// ---- Per path (traces) -------------------------------------------------
+
+pub static PATH_HOPS: MetricDef = def(
+    Path,
+    Gauge,
+    "pathprobe_path_hops",
+    &[TARGET, MODULE],
+    "Hops from this host to the target on the probe's flow (the TTL at which the target answered), from the latest trace that reached it. Absent before the first such trace.",
+);
+pub static PATH_HOP_INFO: MetricDef = def(
+    Path,
+    Gauge,
+    "pathprobe_path_hop_info",
+    &[TARGET, MODULE, HOP, ADDRESS],
+    "1 for each hop of the path that answered in its latest trace that reached the target (hop is the TTL, address who answered; the target itself is the last hop). A silent hop has no series. Replaced whole when the path changes: no stale hop stays.",
+);
+pub static PATH_CHANGES: MetricDef = def(
+    Path,
+    Counter,
+    "pathprobe_path_changes_total",
+    &[TARGET, MODULE],
+    "Times a trace of this path found another hop count or another answering address at some hop than the trace before (a hop silent in either is no change).",
+);
+pub static PATH_LAST_TRACE: MetricDef = def(
+    Path,
+    Gauge,
+    "pathprobe_path_last_trace_timestamp_seconds",
+    &[TARGET, MODULE],
+    "Unix time at which the latest trace of this path ended, whether it reached the target or not.",
+);
+pub static TRACES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_traces_total",
+    &[RESULT],
+    "Path traces by result: reached, not_reached (the target did not answer within the bounds), failed (no socket, or another error), rate_limited (the host was traced less than trace.min_interval ago), busy (trace.max_concurrent traces were running).",
+);
+pub static TRACE_PACKETS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_trace_packets_total",
+    &[],
+    "Packets the path traces sent: what tracing costs the network.",
+);
+
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
@@ -800,6 +852,12 @@ pub static ALL: &[&MetricDef] = &[
     &MESH_MEMBERS,
     &PROBE_LAST_SUCCESS,
     &PROBE_CROSS_TRAFFIC,
+    &TRACES,
+    &TRACE_PACKETS,
+    &PATH_HOPS,
+    &PATH_HOP_INFO,
+    &PATH_CHANGES,
+    &PATH_LAST_TRACE,
 ];
 
 /// Looks a metric up by its full name.
@@ -881,7 +939,7 @@ pub fn label_rule_text() -> String {
 /// The metric reference of docs/METRICS.md: one table per scope.
 pub fn markdown_reference() -> String {
     let mut out = String::new();
-    for scope in [Probe, Host, Responder, Service] {
+    for scope in [Probe, Host, Responder, Service, Path] {
         out.push_str(&format!("### {}\n\n", scope.title()));
         if scope == Probe {
             out.push_str(
@@ -940,7 +998,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 83);
+        assert_eq!(ALL.len(), 89);
     }
 
     #[test]

@@ -55,6 +55,11 @@ pub struct ServiceState {
     /// scheduler; its counters are shown here.
     slot: Arc<HostSlot>,
     mesh: Mutex<Option<MeshFigures>>,
+    /// The traced paths and the tracer's counters (`trace:`).
+    paths: Arc<super::path::PathTable>,
+    /// Whether `trace.enabled` is in force: the tracer's counters exist
+    /// from the start then.
+    tracing: std::sync::atomic::AtomicBool,
 }
 
 /// Why the HTTP server turned a connection or a `/probe` request away.
@@ -97,6 +102,8 @@ impl ServiceState {
             http_refusals: Default::default(),
             slot: HostSlot::new(),
             mesh: Mutex::new(None),
+            paths: Arc::new(super::path::PathTable::new()),
+            tracing: Default::default(),
         }
     }
 
@@ -108,6 +115,21 @@ impl ServiceState {
     /// Refusals so far for `why`.
     pub fn http_refusals(&self, why: HttpRefusal) -> u64 {
         self.http_refusals[why as usize].load(Ordering::Relaxed)
+    }
+
+    /// The traced paths (`trace:`).
+    pub fn paths(&self) -> Arc<super::path::PathTable> {
+        self.paths.clone()
+    }
+
+    /// Whether the service traces paths now (`trace.enabled`).
+    pub fn set_tracing(&self, on: bool) {
+        self.tracing.store(on, Ordering::Relaxed);
+    }
+
+    /// See [`ServiceState::set_tracing`].
+    pub fn tracing(&self) -> bool {
+        self.tracing.load(Ordering::Relaxed)
     }
 
     /// The host's test slot.

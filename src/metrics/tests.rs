@@ -1165,7 +1165,18 @@ fn rich_scrape() -> String {
         guard: Duration::from_secs(1),
         members: 10,
     }));
+    traced(&service);
     render(&store, &HostMetrics::default(), Some(&counters), &service).unwrap()
+}
+
+/// A service that traces, with one path traced (a silent hop on it).
+fn traced(service: &ServiceState) {
+    service.set_tracing(true);
+    let trace = super::path::tests::trace_of(
+        &[Some("10.0.1.2"), None, Some("10.0.0.2")],
+        crate::trace::Stop::Reached,
+    );
+    service.paths().record("b", "tcp_send", &trace, at(T0));
 }
 
 #[test]
@@ -1273,6 +1284,7 @@ fn direct_text_matches_prometheus_text_encoder() {
         guard: Duration::from_secs(1),
         members: 10,
     }));
+    traced(&service);
     let readings = fixture_readings();
     let host = HostMetrics::default();
     let mut text = Exposition::default();

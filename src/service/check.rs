@@ -64,7 +64,21 @@ pub fn check_config(path: &Path) -> CheckReport {
     report.stdout.push(format!("{name}: OK ({summary})"));
     report.stdout.extend(schedule_notes(&config));
     report.stdout.push(series_note(&config, &[]));
+    if config.trace.enabled {
+        report.stdout.push(trace_note(&config, &[]));
+    }
     report
+}
+
+/// What tracing costs over the paths of the static targets and
+/// `discovered` (the startup log says the same over the schedule).
+fn trace_note(config: &Config, discovered: &[DiscoveredTarget]) -> String {
+    let jobs = super::jobs::build(config, discovered, super::jobs::is_local_target);
+    let traced = jobs
+        .iter()
+        .filter(|j| j.payload.endpoint.is_some() && j.payload.metrics_as.is_none())
+        .count();
+    config.trace.cost_sentence(traced)
 }
 
 /// What /metrics will hold, from the static targets and `discovered`.
@@ -232,5 +246,51 @@ mod tests {
             .unwrap()
             .contains("server configuration"));
         assert_eq!(prometheus_file("modules: {}\n"), None);
+    }
+
+    /// check-config states what tracing costs when it is on, and says
+    /// nothing of it when it is off; a bad trace key is named.
+    #[test]
+    fn check_config_states_the_trace_cost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yml");
+        let base = "modules:\n  tcp: {kind: tcp, duration: 1s}\ntargets:\n  \
+                    - {name: a, address: '192.0.2.1', modules: [tcp]}\n  \
+                    - {name: b, address: '192.0.2.2', modules: [tcp]}\n";
+        std::fs::write(
+            &path,
+            format!("{base}trace: {{enabled: true, max_hops: 10}}\n"),
+        )
+        .unwrap();
+        let report = check_config(&path);
+        assert!(report.stderr.is_empty(), "{:?}", report.stderr);
+        let note = report
+            .stdout
+            .iter()
+            .find(|l| l.starts_with("trace: "))
+            .unwrap_or_else(|| panic!("{:?}", report.stdout));
+        assert!(
+            note.contains("at most 20 packets per trace (10 hops x 2 probes)"),
+            "{note}"
+        );
+        assert!(note.contains("each of 2 paths"), "{note}");
+        std::fs::write(&path, base).unwrap();
+        let report = check_config(&path);
+        assert!(
+            !report.stdout.iter().any(|l| l.starts_with("trace: ")),
+            "{:?}",
+            report.stdout
+        );
+        std::fs::write(
+            &path,
+            format!("{base}trace: {{enabled: true, max_hops: 100}}\n"),
+        )
+        .unwrap();
+        let report = check_config(&path);
+        assert!(
+            report.stderr.iter().any(|l| l.contains("trace.max_hops")),
+            "{:?}",
+            report.stderr
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod mesh;
 mod probe_access;
 pub mod runner;
+pub mod tracer;
 pub mod web;
 
 use std::future::Future;
@@ -255,10 +256,12 @@ pub async fn run(
 
     let (reload_tx, mut reload_rx) = mpsc::channel::<ReloadReply>(4);
     let sched_cfg = scheduler_config(&config);
+    let tracer = Arc::new(tracer::PathTracer::new(&config.trace, state.paths()));
     let runner = Arc::new(ProbeRunner {
         store: store.clone(),
         state: state.clone(),
         history: history.clone(),
+        tracer: tracer.clone(),
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
@@ -311,6 +314,7 @@ pub async fn run(
         &current.base_dir,
     );
     let mut last_notes = Vec::new();
+    let mut last_trace_note = String::new();
     let mut last_series = None;
     // How long a key no longer probed keeps its series; set by `apply`.
     let expire = std::sync::atomic::AtomicU64::new(current.metrics.expire_after.as_secs());
@@ -390,6 +394,21 @@ pub async fn run(
                 series.sentence()
             );
             last_series = Some(series);
+        }
+        // Tracing: the paths to remote targets this host's own series
+        // name (a grouped plan's between-group results stand for many
+        // hosts, whose hops would mix), and the cost, said once per change.
+        let traced: Vec<(String, String)> = jobs
+            .iter()
+            .filter(|j| j.payload.endpoint.is_some() && j.payload.metrics_as.is_none())
+            .map(|j| (j.key.target.clone(), j.key.module.clone()))
+            .collect();
+        tracer.update(&cfg.trace, &traced);
+        state.set_tracing(cfg.trace.enabled);
+        let note = cfg.trace.cost_sentence(traced.len());
+        if note != last_trace_note {
+            tracing::info!(enabled = cfg.trace.enabled, paths = traced.len(), "{note}");
+            last_trace_note = note;
         }
         history.set_retention(history::Retention::from(&cfg.web), SystemTime::now());
         *shared.web_jobs.write().unwrap_or_else(|p| p.into_inner()) =

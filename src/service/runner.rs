@@ -156,6 +156,8 @@ pub struct ProbeRunner {
     pub state: Arc<ServiceState>,
     /// Every job's recent results, for the status page.
     pub history: Arc<super::history::History>,
+    /// Traces the probed paths after their probes (`trace:`).
+    pub tracer: Arc<super::tracer::PathTracer>,
 }
 
 impl Runner<ProbeJob> for ProbeRunner {
@@ -165,6 +167,7 @@ impl Runner<ProbeJob> for ProbeRunner {
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
         let store_key = job.payload.store_key(&job.key);
         let payload = job.payload.clone();
+        let tracer = self.tracer.clone();
         Box::pin(async move {
             let (outcomes, busy) = run_job(&payload).await;
             for o in outcomes {
@@ -186,6 +189,15 @@ impl Runner<ProbeJob> for ProbeRunner {
                     Err(f) => {
                         tracing::info!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
                     }
+                }
+                // A between-group result stands for a whole group: no
+                // one path to trace.
+                if payload.metrics_as.is_none() {
+                    let fallback = payload.endpoint.as_ref().and_then(|e| {
+                        let ip = e.host.parse::<std::net::IpAddr>().ok()?;
+                        Some(std::net::SocketAddr::new(ip, e.port))
+                    });
+                    tracer.after_probe(&key.target, &key.module, &o, fallback);
                 }
                 record(&store, &history, &key, &store_key, payload.for_store(o));
             }

@@ -34,6 +34,7 @@ mod seed_lab;
 mod series_budget;
 mod serve;
 mod serve_process;
+mod serve_trace;
 mod trace_lab;
 mod udp_rr;
 mod web;

@@ -507,8 +507,10 @@ fn rules_read_only_metrics_a_live_pathprobe_exposes() {
             }
             // Only a serve in mesh mode has these, and the failure reason
             // only after a failed probe; they must be defined.
-            // and a path's last step only once one was found.
+            // and a path's last step only once one was found; only a serve
+            // that traces (trace.enabled) has the path series.
             if metric.starts_with("pathprobe_mesh_")
+                || metric.starts_with("pathprobe_path_")
                 || metric == "pathprobe_probe_failure_info"
                 || metric.starts_with("pathprobe_step_last_")
             {
@@ -860,6 +862,16 @@ const NAIVE: &[Naive] = &[
         alert: "PathprobeThroughputStep",
         quiet_test: "a throughput step is an incident for 6 hours, not for ever",
         expr: Some("pathprobe_step_last_ratio{figure=\"throughput\"} < 0.8"),
+        for_: None,
+    },
+    // 007's vote alone, top-ranked with no floor: in a healthy mesh every
+    // hop ties at 0 and is named.
+    Naive {
+        alert: "PathprobeSuspectHop",
+        quiet_test: "a healthy mesh names no suspect",
+        expr: Some(
+            "pathprobe_hop:path_vote:degraded == scalar(max(pathprobe_hop:path_vote:degraded))",
+        ),
         for_: None,
     },
     // Without the mesh condition, busy answers outside mesh mode fire it.

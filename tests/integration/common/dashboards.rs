@@ -222,6 +222,9 @@ pub const MAY_BE_EMPTY: &[(&str, Option<&str>)] = &[
     // Mesh mode only, and receive probes only.
     ("Mesh cycle and slot", None),
     ("Mesh: age of the newest result, destination → source", None),
+    // Needs traces (trace.enabled) and the localization rules; empty on a
+    // healthy mesh.
+    ("Suspect hops", None),
 ];
 
 /// Whether a query from [`panel_queries`] may return nothing on a healthy

@@ -242,8 +242,11 @@ fn the_byte_budget_holds_in_a_mesh_by_the_routers_counters() {
         wire_total_in / 1e6,
         nft_frames / 1e6
     );
+    // nft sees the forwarded packets as GRO merged them (9,588 packets for
+    // 35.5 MB in one run), tbf the segments it splits them into, each with
+    // its headers: 3.7% more in that run.
     assert!(
-        (tbf - nft_frames).abs() <= nft_frames * 0.01 + 100_000.0,
+        (tbf - nft_frames).abs() <= nft_frames * 0.06 + 100_000.0,
         "tbf {tbf} vs nft {nft_frames}"
     );
     // Each test counts at both of its ends: the whole mesh is within half

@@ -13,6 +13,8 @@
 //! - [`host`]: readers for /proc and per-thread resource usage, so that every
 //!   probe reports CPU, interrupts and softirqs on both ends.
 //! - [`build_info`]: the version and git commit of the build.
+//! - [`byte_budget`]: the host's bytes over the last hour, both roles,
+//!   against `scheduler.max_bytes_per_hour`.
 //! - [`auth`]: the shared secret and the HMAC challenge and response that
 //!   prove both ends hold it.
 //! - [`config`]: the YAML configuration of `pathprobe serve`, parsed and
@@ -39,6 +41,7 @@
 pub mod analysis;
 pub mod auth;
 pub mod build_info;
+pub mod byte_budget;
 pub mod config;
 pub mod control;
 pub mod discovery;

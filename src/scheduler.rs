@@ -11,12 +11,14 @@
 //! - A busy responder is retried with backoff inside the interval.
 //! - Every run has a hard deadline.
 //! - A run that cannot start before its next one is due is skipped and
-//!   counted, rather than piling up.
+//!   counted, rather than piling up; so is a run whose expected bytes do
+//!   not fit the host's byte budget (the runner decides: [`budget`]).
 //! - [`Scheduler::update`] applies a new job set: removed jobs stop, changed
 //!   ones restart, unchanged ones keep their rhythm.
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod mesh;
 
 use std::collections::HashMap;
@@ -75,11 +77,14 @@ pub enum Skip {
     Busy,
     /// The run passed its hard deadline.
     Timeout,
+    /// Its expected bytes did not fit the host's byte budget
+    /// (`scheduler.max_bytes_per_hour`).
+    Budget,
 }
 
 impl Skip {
     /// Every reason, so that the skip counters can exist at 0 from the start.
-    pub const ALL: [Skip; 3] = [Skip::Missed, Skip::Busy, Skip::Timeout];
+    pub const ALL: [Skip; 4] = [Skip::Missed, Skip::Busy, Skip::Timeout, Skip::Budget];
 
     /// The `reason` label of the skip counter.
     pub fn as_str(self) -> &'static str {
@@ -87,6 +92,7 @@ impl Skip {
             Skip::Missed => "missed",
             Skip::Busy => "busy",
             Skip::Timeout => "timeout",
+            Skip::Budget => "byte_budget",
         }
     }
 }

@@ -251,6 +251,16 @@ pub struct SchedulerConfig {
     pub busy_backoff_max: Duration,
     /// The mesh schedule's knobs (used with `discovery.mesh: true`).
     pub mesh: MeshScheduleConfig,
+    /// Payload bytes this host may move in tests in any hour, both roles
+    /// together (its own probes and the tests its responder serves); 0
+    /// for no budget (the default). A run that would break it is skipped,
+    /// and a prober is refused while it is spent (docs/MESH.md).
+    #[serde(deserialize_with = "quantity::size")]
+    pub max_bytes_per_hour: u64,
+    /// The rate an unpaced probe is assumed to reach before it has run
+    /// once, for the byte budget's estimate; bits per second.
+    #[serde(deserialize_with = "quantity::rate")]
+    pub link_rate_guess: u64,
 }
 
 /// `scheduler.mesh:` how the mesh plan sizes its slots and its cycle.
@@ -309,6 +319,8 @@ impl Default for SchedulerConfig {
             busy_backoff: Duration::from_secs(2),
             busy_backoff_max: Duration::from_secs(30),
             mesh: MeshScheduleConfig::default(),
+            max_bytes_per_hour: 0,
+            link_rate_guess: crate::scheduler::budget::DEFAULT_LINK_RATE_GUESS,
         }
     }
 }
@@ -332,6 +344,12 @@ impl SchedulerConfig {
         }
         if self.busy_backoff > self.busy_backoff_max {
             return Err(("busy_backoff", "must not exceed busy_backoff_max".into()));
+        }
+        if self.link_rate_guess == 0 {
+            return Err((
+                "link_rate_guess",
+                "must be a rate above zero: an unpaced probe's bytes are estimated from it".into(),
+            ));
         }
         let m = &self.mesh;
         if !(m.budget > 0.0 && m.budget <= 1.0) {
@@ -690,6 +708,17 @@ mod tests {
         assert_eq!(grouped.check(), Ok(()));
         grouped.mesh.group_by = Some("rack-id".into());
         assert_eq!(grouped.check().unwrap_err().0, "mesh.group_by");
+        // The byte budget: unlimited by default, written as a size.
+        assert_eq!(s.max_bytes_per_hour, 0);
+        assert_eq!(s.link_rate_guess, 10_000_000_000);
+        let c: super::super::Config =
+            serde_yaml::from_str("scheduler:\n  max_bytes_per_hour: 2G\n  link_rate_guess: 100M\n")
+                .unwrap();
+        assert_eq!(c.scheduler.max_bytes_per_hour, 2 << 30);
+        assert_eq!(c.scheduler.link_rate_guess, 100_000_000);
+        let mut zero = s.clone();
+        zero.link_rate_guess = 0;
+        assert_eq!(zero.check().unwrap_err().0, "link_rate_guess");
     }
 
     fn matching(pattern: &IrqPattern, fixture: &str) -> Vec<String> {

@@ -41,6 +41,7 @@ pub mod label {
     pub const CHANGES: &str = "changes";
     pub const HOP: &str = "hop";
     pub const ADDRESS: &str = "address";
+    pub const ROLE: &str = "role";
 }
 
 use label::*;
@@ -677,6 +678,34 @@ pub static HOST_SLOT_WAIT_SECONDS: MetricDef = def(
     &[],
     "Total time own probes spent waiting for the host's test slot.",
 );
+pub static BUDGET_MAX_BYTES_PER_HOUR: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_budget_max_bytes_per_hour",
+    &[],
+    "The host's byte budget (scheduler.max_bytes_per_hour): payload bytes it may move in tests in any hour, both roles together; 0 for none.",
+);
+pub static BUDGET_WINDOW_BYTES: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_budget_window_bytes",
+    &[],
+    "Payload bytes this host's tests moved over the last hour, both roles: what counts against scheduler.max_bytes_per_hour now.",
+);
+pub static BUDGET_BYTES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_budget_bytes_total",
+    &[ROLE],
+    "Payload bytes counted against the host's byte budget, by role: prober (this host's own probes, loopback modules left out) and responder (tests it served, native and iperf3 ports). Counted with or without a budget.",
+);
+pub static BUDGET_REFUSALS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_budget_refusals_total",
+    &[ROLE],
+    "Tests the host's byte budget kept from starting, by role: prober (scheduled runs skipped, also counted as pathprobe_scheduler_runs_skipped_total{reason=\"byte_budget\"}) and responder (probers refused with a retry hint, also counted as pathprobe_responder_rejections_total{reason=\"budget_exhausted\"}).",
+);
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,
     Gauge,
@@ -846,6 +875,10 @@ pub static ALL: &[&MetricDef] = &[
     &HOST_SLOT_WAITS,
     &HOST_SLOT_WAIT_TIMEOUTS,
     &HOST_SLOT_WAIT_SECONDS,
+    &BUDGET_MAX_BYTES_PER_HOUR,
+    &BUDGET_WINDOW_BYTES,
+    &BUDGET_BYTES,
+    &BUDGET_REFUSALS,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,
@@ -998,7 +1031,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 89);
+        assert_eq!(ALL.len(), 93);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::expo::Exposition;
 use super::names::{self, label::*};
 use super::probe::unix_seconds;
+use crate::byte_budget::{BudgetRole, HostBudget};
 use crate::responder::ResponderCounters;
 use crate::slot::{HostSlot, SlotReason};
 
@@ -54,6 +55,9 @@ pub struct ServiceState {
     /// The host's test slot, which the service gives its responder and
     /// scheduler; its counters are shown here.
     slot: Arc<HostSlot>,
+    /// The host's byte budget, shared the same way; its figures are shown
+    /// here.
+    budget: Arc<HostBudget>,
     mesh: Mutex<Option<MeshFigures>>,
     /// The traced paths and the tracer's counters (`trace:`).
     paths: Arc<super::path::PathTable>,
@@ -101,6 +105,7 @@ impl ServiceState {
             lag: Mutex::new(Lag::default()),
             http_refusals: Default::default(),
             slot: HostSlot::new(),
+            budget: Arc::new(HostBudget::default()),
             mesh: Mutex::new(None),
             paths: Arc::new(super::path::PathTable::new()),
             tracing: Default::default(),
@@ -135,6 +140,11 @@ impl ServiceState {
     /// The host's test slot.
     pub fn host_slot(&self) -> Arc<HostSlot> {
         self.slot.clone()
+    }
+
+    /// The host's byte budget (`scheduler.max_bytes_per_hour`).
+    pub fn host_budget(&self) -> Arc<HostBudget> {
+        self.budget.clone()
     }
 
     /// The mesh plan in force, or `None` when not in mesh mode.
@@ -248,6 +258,22 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
         &[],
         c.wait_time().as_secs_f64(),
     );
+    // The byte budget: its figures exist from the start, at 0 without one.
+    let b = &s.budget;
+    out.add(&names::BUDGET_MAX_BYTES_PER_HOUR, &[], b.limit() as f64);
+    out.add(&names::BUDGET_WINDOW_BYTES, &[], b.spent() as f64);
+    for role in BudgetRole::ALL {
+        out.add(
+            &names::BUDGET_BYTES,
+            &[(names::label::ROLE, role.as_str())],
+            b.charged(role) as f64,
+        );
+        out.add(
+            &names::BUDGET_REFUSALS,
+            &[(names::label::ROLE, role.as_str())],
+            b.refused(role) as f64,
+        );
+    }
     let mesh = *s.mesh.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = mesh {
         out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());

@@ -31,6 +31,7 @@ use super::{
     normalize, LimitPolicy, ResponderCounters, ResponderState, MAX_PENDING_CONNECTIONS,
     MAX_PENDING_PER_CLIENT, MAX_SESSIONS_PER_CLIENT,
 };
+use crate::byte_budget::{BudgetRole, ChargeOnDrop};
 use crate::engine::datapath::{DataSocket, UdpWire};
 use crate::kinds::kind::Transport;
 use crate::kinds::side::{End, TestSide};
@@ -861,6 +862,14 @@ async fn run(
     };
     let stop = running.stop.clone();
     let progress = running.progress.clone();
+    // What moved counts against the host's byte budget however the test
+    // ends, its warm-up included.
+    let _charge = {
+        let moved = progress.clone();
+        ChargeOnDrop::new(shared.host_budget.clone(), BudgetRole::Serving, move || {
+            moved.get()
+        })
+    };
     let stall_limit = running.stall_limit();
     if control
         .write_all(&[State::TestStart.byte(), State::TestRunning.byte()])

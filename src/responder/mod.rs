@@ -38,6 +38,8 @@ use tokio::sync::mpsc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::byte_budget::HostBudget;
+
 use self::access::{AccessList, ByteBudget, ClientRate, KnownPeers, PerClient, SlotTime};
 use self::log::LogLimiter;
 use crate::auth::Secret;
@@ -344,6 +346,9 @@ pub(crate) struct ResponderState {
     client_rate: Mutex<ClientRate>,
     slot_time: Mutex<SlotTime>,
     bytes: Mutex<ByteBudget>,
+    /// The host's byte budget (`scheduler.max_bytes_per_hour`), shared
+    /// with its own probes in `serve`: served tests count against it too.
+    pub(crate) host_budget: Arc<HostBudget>,
     /// Mesh members, static targets, allow-list entries and clients that
     /// proved the secret: they have capacity of their own below.
     pub(crate) known: Arc<KnownPeers>,
@@ -656,12 +661,24 @@ impl Responder {
     }
 
     /// A responder whose tests take `slot`, the host's test slot that its
-    /// own probes take too (`pathprobe serve`).
+    /// own probes take too, with no host byte budget.
     pub fn with_slot(
         tcp: TcpListener,
         udp: UdpSocket,
         config: ResponderConfig,
         slot: Arc<HostSlot>,
+    ) -> std::io::Result<Responder> {
+        Responder::with_slot_and_budget(tcp, udp, config, slot, Arc::default())
+    }
+
+    /// A responder whose tests take `slot` and count against `budget`,
+    /// the host's byte budget, as its own probes do (`pathprobe serve`).
+    pub fn with_slot_and_budget(
+        tcp: TcpListener,
+        udp: UdpSocket,
+        config: ResponderConfig,
+        slot: Arc<HostSlot>,
+        budget: Arc<HostBudget>,
     ) -> std::io::Result<Responder> {
         let known = Arc::new(KnownPeers::default());
         known.set_allow(config.access.allow.clone());
@@ -676,6 +693,7 @@ impl Responder {
                 client_rate: Mutex::default(),
                 slot_time: Mutex::default(),
                 bytes: Mutex::new(ByteBudget::new(Instant::now())),
+                host_budget: budget,
                 pending_clients: Arc::new(PerClient::new(
                     MAX_PENDING_CONNECTIONS,
                     KNOWN_PENDING_RESERVE,

@@ -17,6 +17,7 @@ use super::door::Door;
 use super::log::limited_info;
 use super::{refuse, PendingTest, ResponderCounters, ResponderState, SlotGuard};
 use crate::auth::{self, Challenge};
+use crate::byte_budget::{BudgetRole, ChargeOnDrop};
 use crate::control::{Control, ControlError};
 use crate::engine::connections::{Arrivals, Connections};
 use crate::engine::datapath::DataSocket;
@@ -323,6 +324,21 @@ pub(super) fn allowances(
             ),
         ));
     }
+    // The host's budget, both roles (scheduler.max_bytes_per_hour): a
+    // host spent on its own probes or on other probers serves no more
+    // until bytes age out. A served test's size is not known before it
+    // runs, so one starts while any of the budget is left.
+    if let Err(over) = shared.host_budget.admit(BudgetRole::Serving, 0) {
+        return Err((
+            RejectReason::BudgetExhausted,
+            format!(
+                "this host has moved its budget of {} bytes for the last hour (its own probes and \
+                 the tests it serves); retry in {}",
+                over.limit,
+                whole_seconds(over.retry_after.unwrap_or(crate::byte_budget::WINDOW))
+            ),
+        ));
+    }
     if let Some(wait) = shared.stall_penalty(ip) {
         return Err((
             RejectReason::RateLimited,
@@ -515,6 +531,15 @@ async fn run_test(
     let running = side.spawn(sockets)?;
     let stop = running.stop.clone();
     let progress = running.progress.clone();
+    // What moved counts against the host's byte budget however the test
+    // ends (a prober gone mid-test still used the link), its warm-up
+    // included.
+    let _charge = {
+        let moved = progress.clone();
+        ChargeOnDrop::new(shared.host_budget.clone(), BudgetRole::Serving, move || {
+            moved.get()
+        })
+    };
     let stall_limit = running.stall_limit();
     let run = running.finish();
     tokio::pin!(run);

@@ -205,6 +205,14 @@ impl App for ServiceApp {
                 let result = match run {
                     Ok(Some(Ok(r))) => {
                         debug.push_str(&crate::report::text(&r, true));
+                        // Asked for by a person, so run whatever the byte
+                        // budget holds, but counted against it.
+                        if !m.is_loopback() {
+                            shared.state.host_budget().charge(
+                                crate::byte_budget::BudgetRole::Probing,
+                                crate::scheduler::budget::moved_bytes(&r),
+                            );
+                        }
                         Ok(r)
                     }
                     Ok(Some(Err((f, _)))) => {

@@ -97,7 +97,10 @@ fn schedule_notes(config: &Config) -> Vec<String> {
         && super::mesh::plan(config, &[], local).0.members().len() < 2
         && !(config.discovery.file_sd.is_empty() && config.discovery.dns.is_empty());
     if !discovery_only {
-        return super::mesh::notes(config, &[], local);
+        let mut notes = super::mesh::notes(config, &[], local);
+        // The bytes beside the time shares (issue 27).
+        notes.push(super::budget::note(config, &[], local));
+        return notes;
     }
     let modules: Vec<String> = config
         .discovery

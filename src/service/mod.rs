@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod app;
+pub mod budget;
 pub mod check;
 pub mod history;
 pub mod jobs;
@@ -235,11 +236,16 @@ pub async fn run(
         };
         // The responder's tests and this host's own probes take one slot:
         // a host is never in two tests at once, in either role.
-        let r = Responder::with_slot(
+        // So do the bytes they move: one budget for both roles.
+        state
+            .host_budget()
+            .set_limit(config.scheduler.max_bytes_per_hour);
+        let r = Responder::with_slot_and_budget(
             tcp,
             udp,
             config.responder.to_responder_config(),
             state.host_slot(),
+            state.host_budget(),
         )?;
         tracing::info!(addr = %r.local_addr()?, "responder listening");
         if let Some(port) = config.responder.iperf3_port {
@@ -262,6 +268,7 @@ pub async fn run(
         state: state.clone(),
         history: history.clone(),
         tracer: tracer.clone(),
+        rates: Default::default(),
     });
     let mut scheduler: Scheduler<ProbeJob, ProbeRunner> =
         Scheduler::new(runner.clone(), sched_cfg.clone(), state.host_slot());
@@ -324,6 +331,19 @@ pub async fn run(
                      discovery: &mut Discovery| {
         let discovered = discovery.targets.borrow_and_update().clone();
         let jobs = jobs::build(cfg, &discovered, is_local_target);
+        // The byte budget follows the configuration in force; what the
+        // last hour holds stays.
+        state
+            .host_budget()
+            .set_limit(cfg.scheduler.max_bytes_per_hour);
+        runner
+            .rates
+            .set_link_rate_guess(cfg.scheduler.link_rate_guess);
+        {
+            let keys: std::collections::HashSet<&crate::scheduler::JobKey> =
+                jobs.iter().map(|j| &j.key).collect();
+            runner.rates.retain(|k| keys.contains(k));
+        }
         // The peers this host names (static targets, discovered members)
         // have capacity of their own at its responder: a flood from
         // unknown addresses cannot starve the mesh's own tests.
@@ -331,7 +351,9 @@ pub async fn run(
             r.set_known_peers(mesh::known_networks(cfg, &discovered));
         }
         // The cost of the schedule, said once per change of it.
-        let notes = mesh::notes(cfg, &discovered, is_local_target);
+        let mut notes = mesh::notes(cfg, &discovered, is_local_target);
+        // Its bytes beside its time shares (issue 27).
+        notes.push(budget::note(cfg, &discovered, is_local_target));
         if notes != last_notes {
             for n in &notes {
                 if n.starts_with("warning") {

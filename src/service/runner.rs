@@ -8,10 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::byte_budget::BudgetRole;
 use crate::future::BoxFuture;
 use crate::metrics::{ProbeFailure, ProbeKey, ProbeOutcome, ResultStore};
+use crate::probe::spec::Direction;
 use crate::probe::{self, ProbeError, ProbeResult, ProbeSpec};
-use crate::scheduler::{Attempt, Job, Runner, Skip};
+use crate::scheduler::budget::{expected_bytes, moved_bytes};
+use crate::scheduler::{Attempt, Job, JobKey, Runner, Skip};
 
 use super::jobs::ProbeJob;
 use crate::metrics::ServiceState;
@@ -158,6 +161,75 @@ pub struct ProbeRunner {
     pub history: Arc<super::history::History>,
     /// Traces the probed paths after their probes (`trace:`).
     pub tracer: Arc<super::tracer::PathTracer>,
+    /// What the byte budget's estimate knows of each job: the bytes per
+    /// second its last finished run of each direction moved, and the
+    /// link-rate guess for the runs that have none.
+    pub rates: Arc<LastRates>,
+}
+
+/// The bytes per second each job's last finished run of each direction
+/// moved, for the byte budget's estimate of the next
+/// ([`crate::scheduler::budget`]); one entry per job and direction of the
+/// schedule in force.
+#[derive(Debug, Default)]
+pub struct LastRates {
+    rates: std::sync::Mutex<std::collections::HashMap<(JobKey, Direction), f64>>,
+    link_rate_guess: std::sync::atomic::AtomicU64,
+}
+
+impl LastRates {
+    fn rates(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(JobKey, Direction), f64>> {
+        self.rates.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The guess for runs that have none (`scheduler.link_rate_guess`).
+    pub fn set_link_rate_guess(&self, bits_per_second: u64) {
+        self.link_rate_guess
+            .store(bits_per_second, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets the jobs no longer scheduled.
+    pub fn retain(&self, keep: impl Fn(&JobKey) -> bool) {
+        self.rates().retain(|(k, _), _| keep(k));
+    }
+
+    fn note(&self, key: &JobKey, direction: Direction, bytes_per_second: f64) {
+        self.rates()
+            .insert((key.clone(), direction), bytes_per_second);
+    }
+
+    /// The bytes `job`'s next run is expected to move.
+    pub fn expected(&self, job: &Job<ProbeJob>) -> u64 {
+        let rates = self.rates();
+        let last = |d: Direction| rates.get(&(job.key.clone(), d)).copied();
+        let guess = match self
+            .link_rate_guess
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => crate::scheduler::budget::DEFAULT_LINK_RATE_GUESS,
+            g => g,
+        };
+        expected_bytes(&job.payload.module, &last, guess)
+    }
+}
+
+/// A run's expected bytes, charged to the budget if the run is dropped
+/// before it settles (cut at its deadline, or stopped): what it moved by
+/// then is not known, and the expectation bounds it.
+struct Reserved {
+    budget: Arc<crate::byte_budget::HostBudget>,
+    expected: u64,
+    settled: bool,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.budget.charge(BudgetRole::Probing, self.expected);
+        }
+    }
 }
 
 impl Runner<ProbeJob> for ProbeRunner {
@@ -168,8 +240,52 @@ impl Runner<ProbeJob> for ProbeRunner {
         let store_key = job.payload.store_key(&job.key);
         let payload = job.payload.clone();
         let tracer = self.tracer.clone();
+        // The byte budget, asked with the slot held, just before the run:
+        // loopback modules cost the links nothing.
+        let budget = self.state.host_budget();
+        let counted = !payload.module.is_loopback();
+        let expected = if counted { self.rates.expected(job) } else { 0 };
+        if counted {
+            if let Err(over) = budget.admit(BudgetRole::Probing, expected) {
+                tracing::debug!(
+                    target = %key.target,
+                    module = %key.module,
+                    expected_bytes = expected,
+                    spent_bytes = over.spent,
+                    max_bytes_per_hour = over.limit,
+                    retry_after_seconds = over.retry_after.map(|d| d.as_secs()),
+                    "run over the byte budget"
+                );
+                self.skipped(job, Skip::Budget);
+                return Box::pin(async { Attempt::Done });
+            }
+        }
+        let job_key = job.key.clone();
+        let last_rates = self.rates.clone();
         Box::pin(async move {
+            let mut reserved = Reserved {
+                budget: budget.clone(),
+                expected,
+                settled: !counted,
+            };
             let (outcomes, busy) = run_job(&payload).await;
+            if counted {
+                // What really moved replaces the reservation. A probe that
+                // failed reports no bytes: most fail before any data flows.
+                reserved.settled = true;
+                let mut moved = 0u64;
+                for o in &outcomes {
+                    if let Ok(r) = &o.result {
+                        let bytes = moved_bytes(r);
+                        moved = moved.saturating_add(bytes);
+                        let seconds = r.omit_seconds + r.requested_seconds;
+                        if seconds > 0.0 {
+                            last_rates.note(&job_key, o.direction, bytes as f64 / seconds);
+                        }
+                    }
+                }
+                budget.charge(BudgetRole::Probing, moved);
+            }
             for o in outcomes {
                 // A busy answer is not yet a failed probe: the scheduler
                 // retries it within the interval after the responder's
@@ -223,7 +339,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                 "busy",
                 "the responder was still busy after the retries the interval allowed".to_string(),
             )),
-            Skip::Missed => None,
+            Skip::Missed | Skip::Budget => None,
         };
         if let Some((reason, message)) = failure {
             for (direction, _) in job.payload.module.specs() {

@@ -9,6 +9,7 @@
 mod common;
 
 mod access;
+mod budget_lab;
 mod cli;
 mod cross_traffic;
 mod crr;

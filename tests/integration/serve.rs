@@ -440,7 +440,7 @@ targets:
     ready(&run).await;
     let (_, body) = run.request("GET", "/metrics").await;
     for module in ["tcp", "udp_both"] {
-        for reason in ["missed", "busy", "timeout"] {
+        for reason in ["missed", "busy", "timeout", "byte_budget"] {
             let labels = [
                 "target=\"nobody\"",
                 &format!("module=\"{module}\""),

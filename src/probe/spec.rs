@@ -304,6 +304,7 @@ impl ProbeSpec {
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
             rr: crate::kinds::of(self.kind).effective_rr(self.length, self.rr),
+            adaptive: None,
         }
     }
 }

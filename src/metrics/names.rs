@@ -670,6 +670,49 @@ pub static PROBE_CROSS_TRAFFIC: MetricDef = def(
     "Bytes the interface carrying the latest probe received (type=\"received\") or sent (type=\"sent\") during its measured window beyond the probe's own, on this host (side=\"local\") or the responder's (side=\"remote\"): other traffic sharing the NIC, which makes the figure suspect. The probe's own packets are allowed for with their headers, kind by kind (a TCP throughput probe's segments and an ACK per segment; tcp_rr's requests and responses; udp_rr's datagrams both ways; a whole connection per tcp_crr transaction), so a quiet interface reads 0. Absent on loopback and from responders that do not report it.",
 );
 
+pub static ADAPTIVE_STOPS_TOTAL: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_adaptive_stops_total",
+    &[REASON],
+    "Adaptive probes (duration: auto) since the service started, by why they stopped: converged (the rate known to the module's precision), max_duration (not converged: the figure is not precise), budget (a byte budget ended it), cut (the peer or the slot ended it first). Every reason exists at 0 from the start for an adaptive module.",
+);
+pub static ADAPTIVE_CONVERGED: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_converged",
+    &[],
+    "Adaptive probes: 1 if the latest probe's estimate reached the module's precision, 0 if it did not (its throughput is then not precise).",
+);
+pub static ADAPTIVE_ESTIMATE: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_estimate_bytes_per_second",
+    &[],
+    "Adaptive probes: the latest probe's rate estimate over the span after start-up, in bytes per second, both directions' deliveries summed (docs/ADAPTIVE.md).",
+);
+pub static ADAPTIVE_UNCERTAINTY: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_uncertainty_bytes_per_second",
+    &[],
+    "Adaptive probes: half-width of the 95% interval of the latest estimate, in bytes per second.",
+);
+pub static ADAPTIVE_SECONDS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_probe_seconds",
+    &[],
+    "Adaptive probes: time from the start of the latest probe's data to the end it decided.",
+);
+pub static ADAPTIVE_BYTES: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_probe_bytes",
+    &[],
+    "Adaptive probes: bytes this host's streams moved in the latest probe, start-up included.",
+);
+
 /// Every metric, in the order of the documentation and of /metrics output.
 pub static ALL: &[&MetricDef] = &[
     &PROBE_SUCCESS,
@@ -750,6 +793,12 @@ pub static ALL: &[&MetricDef] = &[
     &MESH_MEMBERS,
     &PROBE_LAST_SUCCESS,
     &PROBE_CROSS_TRAFFIC,
+    &ADAPTIVE_STOPS_TOTAL,
+    &ADAPTIVE_CONVERGED,
+    &ADAPTIVE_ESTIMATE,
+    &ADAPTIVE_UNCERTAINTY,
+    &ADAPTIVE_SECONDS,
+    &ADAPTIVE_BYTES,
 ];
 
 /// Looks a metric up by its full name.

@@ -180,6 +180,9 @@ pub(crate) struct SeriesState {
     /// tcp_crr: failed transactions by reason over every probe; every
     /// reason at 0 from the start.
     pub crr_failures: BTreeMap<CrrFailure, u64>,
+    /// Adaptive probes by why they stopped (issue 27); every reason at 0
+    /// from the start for an adaptive module.
+    pub adaptive_stops: BTreeMap<&'static str, u64>,
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
@@ -265,6 +268,7 @@ impl SeriesState {
             } else {
                 BTreeMap::new()
             },
+            adaptive_stops: BTreeMap::new(),
         }
     }
 }
@@ -330,8 +334,13 @@ impl TargetState {
             rr_lost,
             connect,
             crr_failures,
+            adaptive_stops,
             ..
         } = series;
+        if let Some(a) = latest.result.as_ref().ok().and_then(|r| r.adaptive) {
+            let n = adaptive_stops.entry(a.stop_reason.as_str()).or_insert(0);
+            *n = n.saturating_add(1);
+        }
         if let Some(l) = latest
             .result
             .as_ref()
@@ -392,6 +401,8 @@ pub struct SeriesPlan<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// Every reason a scheduled run can be skipped for.
     pub skip_reasons: &'a [&'static str],
+    /// An adaptive module (`duration: auto`): its stop reasons exist at 0.
+    pub adaptive: bool,
 }
 
 /// Thread-safe store of the latest results, shared by the scheduler (which
@@ -472,6 +483,11 @@ impl ResultStore {
                 });
             if series.latest.is_none() {
                 series.labels.clone_from(&labels);
+            }
+            if plan.adaptive {
+                for r in crate::protocol::adaptive::StopReason::ALL {
+                    series.adaptive_stops.entry(r.as_str()).or_insert(0);
+                }
             }
         }
     }

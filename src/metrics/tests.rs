@@ -231,6 +231,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         diagnosis: Some(Default::default()),
         protocol_version: Some(3),
         peer_clock: None,
+        adaptive: None,
     }
 }
 
@@ -1371,6 +1372,7 @@ fn registered_jobs_have_their_counters_at_zero_before_any_run() {
         directions,
         labels: &labels,
         skip_reasons: &["missed", "busy", "timeout"],
+        adaptive: false,
     };
     store.register(
         ProbeKey::new("b", "tcp_send"),
@@ -1586,6 +1588,7 @@ fn registered_send_job(
             directions: vec![Direction::Send],
             labels: &labels,
             skip_reasons: &[],
+            adaptive: false,
         },
     );
     let k = [
@@ -1922,6 +1925,7 @@ async fn series_of_targets_no_longer_probed_expire() {
                 directions: vec![Direction::Send],
                 labels: &labels,
                 skip_reasons: &[],
+                adaptive: false,
             },
         );
     }

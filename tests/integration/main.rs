@@ -9,6 +9,7 @@
 mod common;
 
 mod access;
+mod adaptive_lab;
 mod cli;
 mod cross_traffic;
 mod crr;

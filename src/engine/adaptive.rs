@@ -109,6 +109,11 @@ struct Shared {
 /// What the delivered bytes were at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
+    /// When the counts were read: the middle of the reads.
+    pub at: Instant,
+    /// How long the reads took: a thread descheduled while reading (a
+    /// loaded host) makes the moment uncertain by that much.
+    pub spread: Duration,
     pub bytes: u64,
     /// Whether a TCP sender is still in its first slow start; `None`
     /// when this side sends no TCP stream it can read.
@@ -169,6 +174,7 @@ impl AdaptiveRun {
 
     /// The bytes delivered so far and the senders' slow start.
     pub fn sample(&self) -> Sample {
+        let before = Instant::now();
         let mut bytes = self.0.delivered.load(Ordering::Relaxed);
         let (mut senders, mut in_slow_start) = (0u32, 0u32);
         for (role, s) in lock(&self.0.tcp).iter() {
@@ -182,7 +188,10 @@ impl AdaptiveRun {
                 Role::Receiver => bytes += info.bytes_received.unwrap_or(0),
             }
         }
+        let spread = before.elapsed();
         Sample {
+            at: before + spread / 2,
+            spread,
             bytes,
             slow_start: (senders > 0).then_some(in_slow_start > 0),
         }

@@ -419,6 +419,9 @@ async fn run_test(
     Ok(result)
 }
 
+/// Longest the reads of one sample may take before it is skipped.
+const SAMPLE_SPREAD: Duration = Duration::from_micros(300);
+
 /// The prober's half of an adaptive test: samples the delivered bytes,
 /// runs the stopping rule, and ends the test (engine/adaptive.rs).
 struct AdaptiveControl {
@@ -457,8 +460,17 @@ impl AdaptiveControl {
         if self.run.origin().is_none() {
             return;
         }
-        let t = self.elapsed();
+        let Some(origin) = self.run.origin() else {
+            return;
+        };
         let s = self.run.sample();
+        let t = s.at.saturating_duration_since(origin).as_secs_f64();
+        // A sample whose reads were held up (this thread descheduled on a
+        // busy host) is not known to the moment: at 20 Mbit/s a
+        // millisecond is 1% of an interval's bytes. The next one will do.
+        if s.spread > SAMPLE_SPREAD && t < self.max.as_secs_f64() {
+            return;
+        }
         if let Step::Stop(reason) = self.estimator.push(t, s.bytes, s.slow_start) {
             self.decide(reason, t);
         }

@@ -939,7 +939,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 78);
+        assert_eq!(ALL.len(), 84);
     }
 
     #[test]

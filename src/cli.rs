@@ -23,6 +23,7 @@ use pathprobe::kinds::kind::{RrShape, Transport};
 use pathprobe::kinds::registry;
 use pathprobe::probe::spec::IpFamily;
 use pathprobe::probe::{Direction, Kind, ProbeError, ProbeSpec, Wire};
+use pathprobe::protocol::adaptive::AdaptiveRequest;
 use pathprobe::protocol::DEFAULT_PORT;
 use pathprobe::responder::LimitPolicy;
 use pathprobe::units;
@@ -39,6 +40,9 @@ pub struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the probe's flags (now with -t auto's) make
+// its variant the largest, and boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Answer other hosts' probes (the server side, like `iperf3 -s`).
     Respond(RespondArgs),
@@ -225,9 +229,21 @@ pub struct ProbeArgs {
     /// Parallel streams per direction.
     #[arg(short = 'P', long, default_value_t = 1)]
     parallel: u32,
-    /// Measured seconds (fractions allowed).
-    #[arg(short, long, default_value = "5", value_parser = parse_duration)]
-    time: Duration,
+    /// Measured seconds (fractions allowed), or `auto` (TCP and UDP): stop
+    /// once the rate is known to --precision, between --min-duration and
+    /// --max-duration (docs/ADAPTIVE.md).
+    #[arg(short, long, value_name = "SECS|auto", default_value = "5", value_parser = parse_time)]
+    time: ProbeTime,
+    /// -t auto: the shortest probe [default: 0.5s].
+    #[arg(long, value_name = "SECS", value_parser = parse_positive_duration)]
+    min_duration: Option<Duration>,
+    /// -t auto: the longest probe [default: 5s].
+    #[arg(long, value_name = "SECS", value_parser = parse_positive_duration)]
+    max_duration: Option<Duration>,
+    /// -t auto: the 95% interval's half-width to reach, as a share of the
+    /// rate (e.g. 1% or 0.01) [default: 1%].
+    #[arg(long, value_name = "SHARE", value_parser = parse_precision)]
+    precision: Option<f64>,
     /// Warm-up seconds excluded from every figure.
     #[arg(short = 'O', long, default_value = "0", value_parser = parse_duration)]
     omit: Duration,
@@ -679,7 +695,7 @@ impl ProbeArgs {
             let samples = if every.is_zero() {
                 0
             } else {
-                (self.time.as_secs_f64() / every.as_secs_f64()).floor() as u64
+                (self.time().as_secs_f64() / every.as_secs_f64()).floor() as u64
             };
             if samples < MIN_UDP_RR_SAMPLES {
                 notes.push(format!(
@@ -687,7 +703,7 @@ impl ProbeArgs {
                      -i {} for {} sends {samples} request{}, too few for its percentiles; \
                      leave -i out for the default 10ms, or lengthen -t",
                     units::format_duration(every),
-                    units::format_duration(self.time),
+                    units::format_duration(self.time()),
                     if samples == 1 { "" } else { "s" }
                 ));
             }
@@ -712,8 +728,9 @@ impl ProbeArgs {
             } else {
                 Direction::Send
             },
-            duration: self.time,
+            duration: self.time(),
             omit: self.omit,
+            adaptive: self.adaptive()?,
             streams: self.parallel,
             bitrate: self.bitrate,
             length: self.length,
@@ -747,6 +764,51 @@ impl ProbeArgs {
             zerocopy: self.zerocopy_mode(),
             ..ProbeSpec::default()
         })
+    }
+
+    /// The measured time: the fixed one, or an adaptive probe's maximum.
+    fn time(&self) -> Duration {
+        match self.time {
+            ProbeTime::Fixed(d) => d,
+            ProbeTime::Auto => self
+                .max_duration
+                .unwrap_or(pathprobe::engine::adaptive::DEFAULT_MAX_DURATION),
+        }
+    }
+
+    /// `-t auto`'s request; its flags without it are a usage error rather
+    /// than silently a fixed probe.
+    fn adaptive(&self) -> Result<Option<AdaptiveRequest>, ProbeError> {
+        if self.time != ProbeTime::Auto {
+            let given: Vec<&str> = [
+                ("--min-duration", self.min_duration.is_some()),
+                ("--max-duration", self.max_duration.is_some()),
+                ("--precision", self.precision.is_some()),
+            ]
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(f, _)| *f)
+            .collect();
+            if given.is_empty() {
+                return Ok(None);
+            }
+            return Err(ProbeError::BadArgument(format!(
+                "{} appl{} to -t auto only",
+                given.join(" and "),
+                if given.len() == 1 { "ies" } else { "y" }
+            )));
+        }
+        let min = self
+            .min_duration
+            .unwrap_or(pathprobe::engine::adaptive::DEFAULT_MIN_DURATION)
+            .min(self.time());
+        let precision = self
+            .precision
+            .unwrap_or(pathprobe::engine::adaptive::DEFAULT_PRECISION);
+        Ok(Some(AdaptiveRequest {
+            min_duration_ms: min.as_millis() as u64,
+            precision_ppm: (precision * 1e6).round() as u32,
+        }))
     }
 
     fn zerocopy_mode(&self) -> ZeroCopy {
@@ -820,6 +882,24 @@ fn mode_names() -> clap::builder::PossibleValuesParser {
 fn parse_rr_sizes(s: &str) -> Result<(u32, u32), String> {
     let (req, resp) = s.split_once(',').unwrap_or((s, s));
     Ok((parse_size_u32(req.trim())?, parse_size_u32(resp.trim())?))
+}
+
+/// `-t`: seconds, or `auto` for an adaptive duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeTime {
+    Fixed(Duration),
+    Auto,
+}
+
+fn parse_time(s: &str) -> Result<ProbeTime, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(ProbeTime::Auto);
+    }
+    parse_duration(s).map(ProbeTime::Fixed)
+}
+
+fn parse_precision(s: &str) -> Result<f64, String> {
+    units::parse_precision(s).map_err(|e| e.to_string())
 }
 
 // clap wants `Result<_, String>`-like errors; the library's are typed.

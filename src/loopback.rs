@@ -76,6 +76,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         };
         let a = crate::responder::check_limits(&r, &c).unwrap();
         assert_eq!(a.request.bitrate, 0);

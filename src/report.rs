@@ -282,6 +282,9 @@ fn text_without_intervals(r: &ProbeResult, verbose: bool, clamp_notes: bool) -> 
             }
         }
     }
+    if let Some(a) = &r.adaptive {
+        out.push_str(&adaptive_line(a));
+    }
     for w in &r.warnings {
         let _ = writeln!(out, "note: the responder {w}");
     }
@@ -596,6 +599,39 @@ fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
         u.one_way_delay
     );
     out
+}
+
+/// An adaptive probe's account (issue 27), always printed: a figure
+/// that did not converge must not pass for a precise one.
+fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
+    let took = format!(
+        "took {:.2} s and {:.4} MiB",
+        a.elapsed_seconds,
+        a.bytes as f64 / (1u64 << 20) as f64
+    );
+    let Some(e) = &a.estimate else {
+        return format!(
+            "adaptive: NOT converged ({}): too few samples after start-up for an estimate; {took}\n",
+            a.stop_reason
+        );
+    };
+    let figure = format!(
+        "{:.4} ± {:.4} Mbps (95%, ±{:.2}%) over {:.2} s from {:.2} s",
+        e.bits_per_second / 1e6,
+        e.half_width_bits_per_second / 1e6,
+        e.relative_half_width() * 100.0,
+        e.span_seconds,
+        e.span_start_seconds
+    );
+    if a.converged {
+        format!("adaptive: converged: {figure}; {took}\n")
+    } else {
+        format!(
+            "adaptive: NOT converged ({}): last estimate {figure}, short of the asked ±{:.2}%: not precise; {took}\n",
+            a.stop_reason,
+            a.precision * 100.0
+        )
+    }
 }
 
 /// The `-J` document for a result.

@@ -90,6 +90,29 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
     scaled(value, multiplier).ok_or_else(err)
 }
 
+/// Parses an adaptive probe's precision, a relative half-width: `1%`,
+/// `0.5%` or `0.01`; more than 0 and at most 50%.
+pub fn parse_precision(input: &str) -> Result<f64, ParseError> {
+    let err = || ParseError {
+        what: "precision",
+        input: input.to_string(),
+        expected:
+            "a share above 0 and at most 50%, as a percentage or a fraction (e.g. 1% or 0.01)",
+    };
+    let t = input.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(n) => (n.trim(), 0.01),
+        None => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| err())?;
+    let v = v * scale;
+    if v.is_finite() && v > 0.0 && v <= 0.5 {
+        Ok(v)
+    } else {
+        Err(err())
+    }
+}
+
 /// Parses a duration: `10` or `2.5` (seconds), `250ms`, `30s`, `5m`, `1h`.
 pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
     let err = || ParseError {

@@ -696,6 +696,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         };
         let token = "0123456789abcdef0123456789abcdef";
         let s = TestShape::new(&request, token, false);

@@ -76,6 +76,10 @@ pub struct ProbeResult {
     /// stamps (protocol version 3 on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_clock: Option<crate::protocol::message::ClockOffset>,
+    /// An adaptive probe's estimate, its uncertainty, time, bytes and why
+    /// it stopped (issue 27; docs/ADAPTIVE.md). Absent for a fixed one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<crate::engine::adaptive::AdaptiveOutcome>,
 }
 
 /// One interval of the test: every stream's figures and a sum per direction.
@@ -820,6 +824,7 @@ impl ProbeResult {
             diagnosis,
             protocol_version: None,
             peer_clock: None,
+            adaptive: None,
         }
     }
 

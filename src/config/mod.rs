@@ -93,6 +93,9 @@ impl Config {
         let config: Option<Config> = serde_yaml::from_str(text)
             .map_err(|e| ConfigError::from_yaml_in(source_name, &e, text))?;
         let mut config = config.unwrap_or_default();
+        for module in config.modules.values_mut() {
+            module.resolve_auto();
+        }
         config
             .validate(source_name)
             .map_err(|e| e.locate_in(text))?;

@@ -115,7 +115,12 @@ pub const TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
 #[serde(deny_unknown_fields)]
 pub struct Module {
     pub kind: ModuleKind,
-    #[serde(default = "default_duration", deserialize_with = "quantity::duration")]
+    /// The measured time; `auto` (issue 27) reads as the module's
+    /// maximum once resolved ([`Module::resolve_auto`]), with `adaptive`.
+    #[serde(
+        default = "default_duration",
+        deserialize_with = "quantity::duration_or_auto"
+    )]
     pub duration: Duration,
     #[serde(default, deserialize_with = "quantity::duration")]
     pub omit: Duration,
@@ -182,6 +187,17 @@ pub struct Module {
     /// datagram size is `length` (default 64 bytes).
     #[serde(default, deserialize_with = "quantity::opt_duration")]
     pub send_interval: Option<Duration>,
+    /// `duration: auto` only: the shortest and longest probe (default
+    /// 0.5 s and 5 s) and the precision to reach (default 1%).
+    #[serde(default, deserialize_with = "quantity::opt_duration")]
+    pub min_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "quantity::opt_duration")]
+    pub max_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "quantity::opt_precision")]
+    pub precision: Option<f64>,
+    /// Set by [`Module::resolve_auto`] for `duration: auto`.
+    #[serde(skip)]
+    pub adaptive: Option<crate::protocol::adaptive::AdaptiveRequest>,
 }
 
 fn default_duration() -> Duration {
@@ -226,7 +242,56 @@ impl Module {
             nodelay: None,
             port: None,
             send_interval: None,
+            min_duration: None,
+            max_duration: None,
+            precision: None,
+            adaptive: None,
         }
+    }
+
+    /// Turns `duration: auto` into the module's maximum and its adaptive
+    /// request, so that everything sized from `duration` (timeouts, slots,
+    /// time shares) sees the longest the probe may run.
+    pub fn resolve_auto(&mut self) {
+        if self.duration != quantity::AUTO_DURATION {
+            return;
+        }
+        let max = self
+            .max_duration
+            .unwrap_or(crate::engine::adaptive::DEFAULT_MAX_DURATION);
+        let min = self
+            .min_duration
+            .unwrap_or(crate::engine::adaptive::DEFAULT_MIN_DURATION)
+            .min(max);
+        let precision = self
+            .precision
+            .unwrap_or(crate::engine::adaptive::DEFAULT_PRECISION);
+        self.duration = max;
+        self.adaptive = Some(crate::protocol::adaptive::AdaptiveRequest {
+            min_duration_ms: min.as_millis() as u64,
+            precision_ppm: (precision * 1e6).round() as u32,
+        });
+    }
+
+    /// The longest one run of this module takes and, when its rate is
+    /// known (`bitrate`, or `path_bits_per_second` for an unpaced one),
+    /// the most bytes it moves: an adaptive module is bounded by its
+    /// maximum. For the byte budget and the mesh planner (issue 27).
+    pub fn run_bound(&self, path_bits_per_second: Option<u64>) -> (Duration, Option<u64>) {
+        let runs = self.specs();
+        let time = (self.omit + self.duration) * runs.len() as u32;
+        let rate = match self.bitrate {
+            Some(b) if b > 0 => Some(b),
+            _ => path_bits_per_second,
+        };
+        let flows: u64 = runs
+            .iter()
+            .map(|(d, _)| if *d == Direction::Bidir { 2 } else { 1 })
+            .sum();
+        let bytes = rate.map(|r| {
+            ((r as f64 / 8.0) * (self.omit + self.duration).as_secs_f64() * flows as f64) as u64
+        });
+        (time, bytes)
     }
 
     /// The request/response shape of a request/response module, its keys
@@ -309,6 +374,7 @@ impl Module {
                 .kind
                 .is_iperf3()
                 .then(|| self.port.unwrap_or(crate::protocol::iperf3::IPERF3_PORT)),
+            adaptive: self.adaptive,
             ..ProbeSpec::default()
         }
     }
@@ -335,6 +401,17 @@ impl Module {
                         fmt(needed)
                     ),
                 ));
+            }
+        }
+        if self.adaptive.is_none() {
+            for (key, set) in [
+                ("min_duration", self.min_duration.is_some()),
+                ("max_duration", self.max_duration.is_some()),
+                ("precision", self.precision.is_some()),
+            ] {
+                if set {
+                    return Err((key, "applies to duration: auto only".to_string()));
+                }
             }
         }
         if self.ipv6 && !self.is_loopback() {

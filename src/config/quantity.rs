@@ -22,6 +22,48 @@ trait Unit: Sized {
 }
 
 struct Seconds(Duration);
+/// A duration, or `auto` (an adaptive one).
+struct SecondsOrAuto(Duration);
+/// An adaptive probe's precision: `1%` or `0.01`.
+struct Precision(f64);
+
+/// What `duration: auto` reads as until the config resolves it to the
+/// module's maximum (`Module::resolve_auto`): no duration a user can
+/// write (those are at most an hour).
+pub const AUTO_DURATION: Duration = Duration::MAX;
+
+impl Unit for SecondsOrAuto {
+    const EXPECTING: &'static str = "a duration such as 250ms, 30s or 5m, or auto";
+    fn from_text(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(SecondsOrAuto(AUTO_DURATION));
+        }
+        Seconds::from_text(s).map(|d| SecondsOrAuto(d.0))
+    }
+    fn from_number(n: f64) -> Result<Self, String> {
+        Seconds::from_number(n).map(|d| SecondsOrAuto(d.0))
+    }
+}
+
+impl Unit for Precision {
+    const EXPECTING: &'static str = "a share such as 1% or 0.01";
+    fn from_text(s: &str) -> Result<Self, String> {
+        crate::units::parse_precision(s)
+            .map(Precision)
+            .map_err(|e| e.to_string())
+    }
+    fn from_number(n: f64) -> Result<Self, String> {
+        Precision::from_text(&n.to_string())
+    }
+}
+
+pub fn duration_or_auto<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    SecondsOrAuto::deserialize(d).map(|s| s.0)
+}
+
+pub fn opt_precision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Option::<Precision>::deserialize(d).map(|o| o.map(|p| p.0))
+}
 struct BitsPerSecond(u64);
 struct Bytes(u64);
 /// A size that must fit the `u32` of socket buffer and write sizes.
@@ -119,7 +161,14 @@ macro_rules! impl_deserialize {
         }
     )*};
 }
-impl_deserialize!(Seconds, BitsPerSecond, Bytes, Bytes32);
+impl_deserialize!(
+    Seconds,
+    SecondsOrAuto,
+    Precision,
+    BitsPerSecond,
+    Bytes,
+    Bytes32
+);
 
 pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     Seconds::deserialize(d).map(|s| s.0)

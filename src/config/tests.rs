@@ -474,3 +474,48 @@ fn http_section_reads_its_keys_and_rejects_unknown_ones() {
         .to_string();
     assert!(e.contains("http.probe_max_concurrent"), "{e}");
 }
+
+/// Issue 27: `duration: auto` reads as the module's maximum (what every
+/// slot and timeout is sized from) with its adaptive request; its keys
+/// without it, and on a kind that cannot stop early, are refused.
+#[test]
+fn duration_auto_is_bounded_by_its_maximum_and_refused_where_it_cannot_run() {
+    let c = Config::from_yaml(
+        "modules:\n  a: {kind: tcp, duration: auto, max_duration: 8s, precision: 0.5%}\n  \
+         d: {kind: udp, duration: auto}\n",
+        "c.yml",
+    )
+    .unwrap();
+    let a = c.module("a").unwrap();
+    assert_eq!(a.duration, Duration::from_secs(8));
+    assert_eq!(
+        a.adaptive,
+        Some(crate::protocol::adaptive::AdaptiveRequest {
+            min_duration_ms: 500,
+            precision_ppm: 5000
+        })
+    );
+    assert_eq!(a.specs()[0].1.adaptive, a.adaptive);
+    assert_eq!(
+        a.run_bound(Some(80_000_000)),
+        (Duration::from_secs(8), Some(80_000_000))
+    );
+    let d = c.module("d").unwrap();
+    assert_eq!(d.duration, Duration::from_secs(5));
+    assert_eq!(d.adaptive.unwrap().precision_ppm, 10_000);
+    let err = |yaml: &str| Config::from_yaml(yaml, "c.yml").unwrap_err().to_string();
+    let e = err("modules:\n  a: {kind: tcp, precision: 1%}\n");
+    assert!(
+        e.contains("precision") && e.contains("duration: auto"),
+        "{e}"
+    );
+    let e = err("modules:\n  a: {kind: tcp_rr, duration: auto}\n");
+    assert!(
+        e.contains("adaptive duration applies to tcp and udp"),
+        "{e}"
+    );
+    let e = err("modules:\n  a: {kind: iperf3_tcp, duration: auto}\n");
+    assert!(e.contains("pathprobe responder"), "{e}");
+    let e = err("modules:\n  a: {kind: tcp, duration: auto, precision: 80%}\n");
+    assert!(e.contains("precision"), "{e}");
+}

@@ -54,6 +54,9 @@ pub struct Plan {
     /// TCP: move bytes without copying them where the kernel allows it
     /// (this end's own setting; see [`crate::engine::zerocopy`]).
     pub zerocopy: crate::engine::zerocopy::ZeroCopy,
+    /// An adaptive test's shared state (issue 27): senders also stop when
+    /// it says the test ended, and streams log their bytes for the cut.
+    pub adaptive: Option<crate::engine::adaptive::AdaptiveRun>,
 }
 
 /// The header and end-of-stream rules of a UDP stream: pathprobe's own
@@ -407,6 +410,26 @@ pub struct StreamContext {
     pub intervals: Option<IntervalSink>,
 }
 
+impl StreamContext {
+    /// Whether an adaptive test's end was decided: senders stop as at
+    /// the planned end.
+    pub fn ended(&self) -> bool {
+        self.plan.adaptive.as_ref().is_some_and(|a| a.is_ended())
+    }
+
+    /// A log of stream `id`'s bytes for an adaptive test's cut.
+    pub fn recorder(&self, id: u32, origin: Instant) -> Option<crate::engine::adaptive::Recorder> {
+        self.plan.adaptive.as_ref().map(|a| a.recorder(id, origin))
+    }
+
+    /// Counts bytes for an adaptive test's estimate (UDP loops).
+    pub fn delivered(&self, bytes: u64) {
+        if let Some(a) = &self.plan.adaptive {
+            a.add_delivered(bytes);
+        }
+    }
+}
+
 /// A side's running count of bytes moved, shared by its stream threads.
 #[derive(Debug, Clone, Default)]
 pub struct Progress(Arc<std::sync::atomic::AtomicU64>);
@@ -578,6 +601,7 @@ mod tests {
                 wire: UdpWire::Pathprobe,
                 send_limit: None,
                 zerocopy: Default::default(),
+                adaptive: None,
             },
             gate: StartGate::default(),
             stop: StopFlag::default(),

@@ -3,12 +3,14 @@
 //! jitter accounting ([`accounting`]), TCP_INFO ([`tcpinfo`]), batched UDP
 //! I/O ([`udp_io`]), latency histograms ([`histogram`]), the figures each
 //! side measures ([`stats`]), copy-free TCP I/O ([`zerocopy`]) and why a
-//! probe failed ([`error`]).
+//! probe failed ([`error`]), and adaptive duration's stopping rule and
+//! shared state ([`adaptive`]).
 //!
 //! A kind's loops (in [`crate::kinds`]) are built from these parts; nothing
 //! here imports a kind, so that adding one never edits the engine.
 
 pub mod accounting;
+pub mod adaptive;
 pub mod connections;
 pub mod datapath;
 pub mod error;

@@ -39,12 +39,25 @@ pub struct TcpInfo {
     /// receive space autotuning aims for, bytes.
     pub rcv_rtt_us: Option<u32>,
     pub rcv_space: Option<u32>,
+    /// Slow-start threshold, segments: the kernel's "infinite" (0x7fffffff)
+    /// until the connection first leaves slow start.
+    pub snd_ssthresh: u32,
+    /// Bytes the peer acknowledged over the connection's life (4.1+).
+    pub bytes_acked: Option<u64>,
+    /// Bytes received over the connection's life (4.1+).
+    pub bytes_received: Option<u64>,
 }
+
+/// `snd_ssthresh` of a connection still in its first slow start.
+pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
 const OFF_SND_MSS: usize = 16;
 const OFF_RTT: usize = 68;
 const OFF_RTTVAR: usize = 72;
+const OFF_SND_SSTHRESH: usize = 76;
 const OFF_SND_CWND: usize = 80;
+const OFF_BYTES_ACKED: usize = 120;
+const OFF_BYTES_RECEIVED: usize = 128;
 const OFF_TOTAL_RETRANS: usize = 100;
 const OFF_MIN_RTT: usize = 148;
 /// The byte after `tcpi_snd_wscale`/`tcpi_rcv_wscale`, whose lowest bit is
@@ -89,6 +102,9 @@ impl TcpInfo {
             notsent_bytes: u32_at(buf, OFF_NOTSENT),
             rcv_rtt_us: u32_at(buf, OFF_RCV_RTT),
             rcv_space: u32_at(buf, OFF_RCV_SPACE),
+            snd_ssthresh: u32_at(buf, OFF_SND_SSTHRESH)?,
+            bytes_acked: u64_at(buf, OFF_BYTES_ACKED),
+            bytes_received: u64_at(buf, OFF_BYTES_RECEIVED),
         })
     }
 

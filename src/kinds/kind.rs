@@ -227,6 +227,13 @@ pub trait ProbeKind: Sync {
         None
     }
 
+    /// Whether it runs with an adaptive duration (`duration: auto`, `-t
+    /// auto`; engine/adaptive.rs): a bulk flow whose rate settles, ended
+    /// by the prober once its figure is known. Off unless a kind says so.
+    fn adaptive_duration(&self) -> bool {
+        false
+    }
+
     /// How its request/response shape is given (config keys, CLI flags).
     fn rr_shape(&self) -> RrShape {
         RrShape::None

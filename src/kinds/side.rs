@@ -114,6 +114,11 @@ impl TestSide {
                 wire: Default::default(),
                 send_limit: None,
                 zerocopy: Default::default(),
+                adaptive: request.adaptive.map(|_| {
+                    crate::engine::adaptive::AdaptiveRun::new(Duration::from_millis(
+                        request.duration_ms,
+                    ))
+                }),
             },
             tcp: TcpOptions {
                 window: request.window,
@@ -213,10 +218,17 @@ impl TestSide {
                     format!("stream {id} is not part of this test"),
                 )
             })?;
+            let role = self.end.role(direction);
+            // The prober's estimate reads its TCP sockets' own counts.
+            if let (Some(a), End::Prober, DataSocket::Tcp(s)) =
+                (&self.plan.adaptive, self.end, &socket)
+            {
+                a.watch_tcp(role, s);
+            }
             jobs.push(StreamJob {
                 id,
                 direction,
-                role: self.end.role(direction),
+                role,
                 socket,
             });
         }
@@ -421,6 +433,9 @@ impl SideRun {
     /// Returns the per-stream figures and the host delta over the window.
     pub async fn run(mut self, grace: Duration) -> (Vec<StreamStats>, HostDelta) {
         let start = self.gate.open();
+        if let Some(a) = &self.plan.adaptive {
+            a.set_origin(start);
+        }
         let window_start = start + self.plan.omit;
         tokio::time::sleep_until(window_start.into()).await;
         let before = HostSnapshot::take(&self.irqs).ok();
@@ -521,6 +536,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let p = TestSide::new(End::Prober, &request, "deadbeef00", None, ip);
@@ -554,6 +570,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         };
         let ip = IpAddr::from([127, 0, 0, 1]);
         let side = TestSide::new(End::Responder, &request, "00", None, ip);

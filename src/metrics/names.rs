@@ -794,6 +794,47 @@ pub static TRACE_PACKETS: MetricDef = def(
     "pathprobe_trace_packets_total",
     &[],
     "Packets the path traces sent: what tracing costs the network.",
+pub static ADAPTIVE_STOPS_TOTAL: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_adaptive_stops_total",
+    &[REASON],
+    "Adaptive probes (duration: auto) since the service started, by why they stopped: converged (the rate known to the module's precision), max_duration (not converged: the figure is not precise), budget (a byte budget ended it), cut (the peer or the slot ended it first). Every reason exists at 0 from the start for an adaptive module.",
+);
+pub static ADAPTIVE_CONVERGED: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_converged",
+    &[],
+    "Adaptive probes: 1 if the latest probe's estimate reached the module's precision, 0 if it did not (its throughput is then not precise).",
+);
+pub static ADAPTIVE_ESTIMATE: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_estimate_bytes_per_second",
+    &[],
+    "Adaptive probes: the latest probe's rate estimate over the span after start-up, in bytes per second, both directions' deliveries summed (docs/ADAPTIVE.md).",
+);
+pub static ADAPTIVE_UNCERTAINTY: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_uncertainty_bytes_per_second",
+    &[],
+    "Adaptive probes: half-width of the 95% interval of the latest estimate, in bytes per second.",
+);
+pub static ADAPTIVE_SECONDS: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_probe_seconds",
+    &[],
+    "Adaptive probes: time from the start of the latest probe's data to the end it decided.",
+);
+pub static ADAPTIVE_BYTES: MetricDef = def(
+    Probe,
+    Gauge,
+    "pathprobe_adaptive_probe_bytes",
+    &[],
+    "Adaptive probes: bytes this host's streams moved in the latest probe, start-up included.",
 );
 
 /// Every metric, in the order of the documentation and of /metrics output.
@@ -891,6 +932,12 @@ pub static ALL: &[&MetricDef] = &[
     &PATH_HOP_INFO,
     &PATH_CHANGES,
     &PATH_LAST_TRACE,
+    &ADAPTIVE_STOPS_TOTAL,
+    &ADAPTIVE_CONVERGED,
+    &ADAPTIVE_ESTIMATE,
+    &ADAPTIVE_UNCERTAINTY,
+    &ADAPTIVE_SECONDS,
+    &ADAPTIVE_BYTES,
 ];
 
 /// Looks a metric up by its full name.
@@ -1031,7 +1078,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 93);
+        assert_eq!(ALL.len(), 99);
     }
 
     #[test]

@@ -243,6 +243,9 @@ fn render_series(
         for (flow, n) in &series.rr_lost {
             add(&names::RR_LOST_TOTAL, &[(FLOW, flow.as_str())], *n as f64);
         }
+        for (reason, n) in &series.adaptive_stops {
+            add(&names::ADAPTIVE_STOPS_TOTAL, &[(REASON, reason)], *n as f64);
+        }
         for (reason, n) in &series.crr_failures {
             add(
                 &names::RR_CONNECTION_FAILURES_TOTAL,
@@ -268,6 +271,23 @@ fn render_series(
     add(&names::PROBE_LAST_RUN, &[], unix_seconds(o.ended()));
     if let Err(failure) = &o.result {
         add(&names::PROBE_FAILURE_INFO, &[(REASON, failure.reason)], 1.0);
+    }
+    if let Some(a) = result.and_then(|r| r.adaptive) {
+        add(
+            &names::ADAPTIVE_CONVERGED,
+            &[],
+            if a.converged { 1.0 } else { 0.0 },
+        );
+        add(&names::ADAPTIVE_SECONDS, &[], a.elapsed_seconds);
+        add(&names::ADAPTIVE_BYTES, &[], a.bytes as f64);
+        if let Some(e) = a.estimate {
+            add(&names::ADAPTIVE_ESTIMATE, &[], e.bits_per_second / 8.0);
+            add(
+                &names::ADAPTIVE_UNCERTAINTY,
+                &[],
+                e.half_width_bits_per_second / 8.0,
+            );
+        }
     }
     if let Some(clock) = result.and_then(|r| r.peer_clock) {
         add(&names::PEER_CLOCK_OFFSET, &[], clock.offset_seconds);

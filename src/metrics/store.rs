@@ -183,6 +183,9 @@ pub(crate) struct SeriesState {
     /// The step detector on this path's probes and what it found
     /// (issue 24).
     pub steps: super::steps::PathSteps,
+    /// Adaptive probes by why they stopped (issue 27); every reason at 0
+    /// from the start for an adaptive module.
+    pub adaptive_stops: BTreeMap<&'static str, u64>,
 }
 
 /// Transaction latencies of every probe of a series, in the buckets of
@@ -269,6 +272,7 @@ impl SeriesState {
                 BTreeMap::new()
             },
             steps: super::steps::PathSteps::new(kind),
+            adaptive_stops: BTreeMap::new(),
         }
     }
 }
@@ -343,8 +347,13 @@ impl TargetState {
             rr_lost,
             connect,
             crr_failures,
+            adaptive_stops,
             ..
         } = series;
+        if let Some(a) = latest.result.as_ref().ok().and_then(|r| r.adaptive) {
+            let n = adaptive_stops.entry(a.stop_reason.as_str()).or_insert(0);
+            *n = n.saturating_add(1);
+        }
         if let Some(l) = latest
             .result
             .as_ref()
@@ -406,6 +415,8 @@ pub struct SeriesPlan<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// Every reason a scheduled run can be skipped for.
     pub skip_reasons: &'a [&'static str],
+    /// An adaptive module (`duration: auto`): its stop reasons exist at 0.
+    pub adaptive: bool,
 }
 
 /// Thread-safe store of the latest results, shared by the scheduler (which
@@ -502,6 +513,11 @@ impl ResultStore {
                 });
             if series.latest.is_none() {
                 series.labels.clone_from(&labels);
+            }
+            if plan.adaptive {
+                for r in crate::protocol::adaptive::StopReason::ALL {
+                    series.adaptive_stops.entry(r.as_str()).or_insert(0);
+                }
             }
         }
     }

@@ -231,6 +231,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         diagnosis: Some(Default::default()),
         protocol_version: Some(3),
         peer_clock: None,
+        adaptive: None,
     }
 }
 
@@ -1139,6 +1140,26 @@ fn rich_scrape() -> String {
                     offset_seconds: -30.25,
                     uncertainty_seconds: 0.0005,
                 }),
+                // An adaptive probe's figures (issue 27).
+                adaptive: Some(crate::engine::adaptive::AdaptiveOutcome {
+                    stop_reason: crate::protocol::adaptive::StopReason::Converged,
+                    converged: true,
+                    precision: 0.01,
+                    min_duration_seconds: 0.5,
+                    max_duration_seconds: 5.0,
+                    estimate: Some(crate::engine::adaptive::Estimate {
+                        bits_per_second: 8e6,
+                        half_width_bits_per_second: 4e4,
+                        span_start_seconds: 0.2,
+                        span_seconds: 0.6,
+                        intervals: 6,
+                        batches: 6,
+                        restarts: 0,
+                    }),
+                    elapsed_seconds: 0.8,
+                    bytes: 800_000,
+                    responder_agreed: true,
+                }),
                 ..result(
                     Kind::Udp,
                     Direction::Send,
@@ -1307,8 +1328,9 @@ fn direct_text_matches_prometheus_text_encoder() {
     );
     let families = proto.into_families();
     // Everything but the eight UDP figures, which no successful UDP
-    // probe provided, and /probe's slot wait.
-    assert_eq!(families.len(), names::ALL.len() - 9);
+    // probe provided, /probe's slot wait, and the six of adaptive probes,
+    // of which there are none here.
+    assert_eq!(families.len(), names::ALL.len() - 15);
     assert_eq!(text.encode().unwrap(), expo::encode(&families).unwrap());
 }
 
@@ -1386,6 +1408,7 @@ fn registered_jobs_have_their_counters_at_zero_before_any_run() {
         directions,
         labels: &labels,
         skip_reasons: &["missed", "busy", "timeout"],
+        adaptive: false,
     };
     store.register(
         ProbeKey::new("b", "tcp_send"),
@@ -1601,6 +1624,7 @@ fn registered_send_job(
             directions: vec![Direction::Send],
             labels: &labels,
             skip_reasons: &[],
+            adaptive: false,
         },
     );
     let k = [
@@ -1937,6 +1961,7 @@ async fn series_of_targets_no_longer_probed_expire() {
                 directions: vec![Direction::Send],
                 labels: &labels,
                 skip_reasons: &[],
+                adaptive: false,
             },
         );
     }
@@ -2201,5 +2226,77 @@ fn the_stable_verdict_does_not_follow_one_outlier() {
         )
         .len(),
         1
+/// Issue 27: an adaptive module's stop reasons exist at 0 from its
+/// registration, and a probe's reason counts once; a fixed module has none.
+#[test]
+fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
+    let store = ResultStore::new();
+    let labels = BTreeMap::new();
+    let plan = |adaptive| SeriesPlan {
+        kind: "tcp",
+        tcp: true,
+        directions: vec![Direction::Send],
+        labels: &labels,
+        skip_reasons: &[],
+        adaptive,
+    };
+    store.register(ProbeKey::new("b", "tcp_send"), plan(true));
+    store.register(ProbeKey::new("c", "tcp_fixed"), plan(false));
+    let s = store_text(&store);
+    let with = |t: &'static str, m: &'static str, r: &'static str| {
+        [
+            ("target", t),
+            ("module", m),
+            ("kind", "tcp"),
+            ("direction", "send"),
+            ("reason", r),
+        ]
+    };
+    for r in ["converged", "max_duration", "budget", "cut"] {
+        assert_eq!(
+            value(
+                &s,
+                "pathprobe_adaptive_stops_total",
+                &with("b", "tcp_send", r)
+            ),
+            0.0
+        );
+    }
+    assert!(find(&s, "pathprobe_adaptive_stops_total", &[("target", "c")]).is_empty());
+    let mut probe = tcp_send_ok(T0);
+    if let Ok(r) = &mut probe.result {
+        r.adaptive = Some(crate::engine::adaptive::AdaptiveOutcome {
+            stop_reason: crate::protocol::adaptive::StopReason::MaxDuration,
+            converged: false,
+            precision: 0.01,
+            min_duration_seconds: 0.5,
+            max_duration_seconds: 5.0,
+            estimate: None,
+            elapsed_seconds: 5.0,
+            bytes: 1,
+            responder_agreed: true,
+        });
+    }
+    store.record(ProbeKey::new("b", "tcp_send"), probe);
+    let s = store_text(&store);
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_adaptive_stops_total",
+            &with("b", "tcp_send", "max_duration")
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "pathprobe_adaptive_stops_total",
+            &with("b", "tcp_send", "converged")
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(&s, "pathprobe_adaptive_converged", &[("target", "b")]),
+        0.0
     );
 }

@@ -13,11 +13,13 @@ use super::{verify, ProbeError};
 use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
+use crate::engine::adaptive::{AdaptiveOutcome, AdaptiveRun, Estimator, Step};
 use crate::engine::connections::{Connections, Dialer};
 use crate::engine::datapath::{DataSocket, DRAIN_GRACE};
 use crate::kinds::kind::Transport;
 use crate::kinds::side::{End, TestSide};
 use crate::kinds::{tcp, udp};
+use crate::protocol::adaptive::{AdaptiveRequest, StopReason, TestEnd};
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
 use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
 
@@ -220,13 +222,23 @@ async fn run_test(
     // Nothing the responder's terms ask for may exceed the request: a
     // bigger test would have this side allocate and send without bound.
     verify::check_accepted(&asked, &request).map_err(ProbeError::Protocol)?;
+    // A responder of an older release drops the adaptive request it does
+    // not know from its echo: the test then runs its whole maximum, and
+    // says so, rather than fail.
+    let mut clamped: Vec<String> = clamped.into_iter().take(16).collect();
+    let mut compared = asked.clone();
+    if asked.adaptive.is_some() && request.adaptive.is_none() {
+        compared.adaptive = None;
+        clamped.push(format!(
+            "adaptive duration: the responder does not support it; the probe ran its whole maximum of {}",
+            crate::units::format_duration(Duration::from_millis(request.duration_ms))
+        ));
+    }
     // A responder that changed the test without saying so (an older or a
     // broken one) must not pass its figures off as those asked for.
-    let clamped = if clamped.is_empty() && request != asked {
-        vec!["the responder changed the test without saying which limit applied".to_string()]
-    } else {
-        clamped.into_iter().take(16).collect()
-    };
+    if clamped.is_empty() && request != compared {
+        clamped.push("the responder changed the test without saying which limit applied".into());
+    }
     if token.is_empty() || token.len() > 64 {
         return Err(ProbeError::Protocol(
             "the responder accepted the test without a usable token, and no secret was set to derive one"
@@ -289,6 +301,10 @@ async fn run_test(
         .spawn(sockets)
         .map_err(|e| ProbeError::io("starting stream threads", e))?;
     let stop = running.stop.clone();
+    // An adaptive test: this side samples, decides the end, and tells the
+    // responder (through `end_tx`) which span the figures cover.
+    let adaptive = plan.adaptive.clone().zip(request.adaptive);
+    let (end_tx, end_rx) = tokio::sync::oneshot::channel::<TestEnd>();
     control.send(&Message::Start, t).await?;
     let started = Instant::now();
     let timestamp = SystemTime::now()
@@ -297,7 +313,26 @@ async fn run_test(
         .unwrap_or(0.0)
         + plan.omit.as_secs_f64();
     let results_timeout = plan.omit + plan.duration + DRAIN_GRACE + Duration::from_secs(5) + t;
+    let has_end = adaptive.is_some();
     let remote = async {
+        if has_end {
+            // The responder says nothing before `End` but an error; either
+            // comes first, and a peek (unlike a read) loses nothing when
+            // the other wins. (Readiness alone would not do: tokio keeps
+            // it from the handshake's last read.)
+            let mut byte = [0u8; 1];
+            tokio::select! {
+                end = end_rx => {
+                    if let Ok(end) = end {
+                        if let Err(e) = control.send(&Message::End(end), t).await {
+                            stop.stop();
+                            return Err(e);
+                        }
+                    }
+                }
+                _ = control.stream().peek(&mut byte) => {}
+            }
+        }
         let msg = control
             .recv_max(results_timeout, crate::protocol::MAX_FRAME_LEN)
             .await;
@@ -306,7 +341,36 @@ async fn run_test(
         }
         msg
     };
-    let (local, remote) = tokio::join!(running.finish(), remote);
+    let local = async {
+        let finish = running.finish();
+        let Some((run, asked)) = adaptive else {
+            return (finish.await, None);
+        };
+        tokio::pin!(finish);
+        let mut control = AdaptiveControl::new(run, &asked, plan.duration);
+        let mut tick = tokio::time::interval(crate::engine::adaptive::SAMPLE_INTERVAL);
+        let mut end_tx = Some(end_tx);
+        let local = loop {
+            tokio::select! {
+                out = &mut finish => break out,
+                _ = tick.tick(), if !control.decided() => control.sample(),
+            }
+            if let Some(end) = control.take_end() {
+                if let Some(tx) = end_tx.take() {
+                    let _ = tx.send(end);
+                }
+            }
+        };
+        // The streams ended before a decision (the peer, a failure): the
+        // responder still waits for the word.
+        if let Some(end) = control.ended_without_decision() {
+            if let Some(tx) = end_tx.take() {
+                let _ = tx.send(end);
+            }
+        }
+        (local, Some(control))
+    };
+    let ((local, adaptive), remote) = tokio::join!(local, remote);
     let local = match local {
         Ok(local) => local,
         // A responder that went away breaks the data streams and the
@@ -334,6 +398,11 @@ async fn run_test(
     };
     verify::check_results(&request, &local, &remote).map_err(ProbeError::Protocol)?;
     tracing::debug!(elapsed = ?started.elapsed(), "probe finished");
+    // Both ends' figures cover the estimate's span: the responder cut its
+    // own on `End`, this side cuts its now (after the checks, which hold
+    // each end's figures to the other's whole count).
+    let mut local = local;
+    let outcome = adaptive.map(|c| c.finish(&mut local));
     let ctx = ProbeContext {
         bitrate_clamped: request.bitrate != asked.bitrate,
         // What was asked, beside what ran (`duration_seconds`) and why
@@ -346,7 +415,125 @@ async fn run_test(
     result.clamped = clamped;
     result.protocol_version = Some(version);
     result.peer_clock = clock;
+    result.adaptive = outcome;
     Ok(result)
+}
+
+/// Longest the reads of one sample may take before it is skipped.
+const SAMPLE_SPREAD: Duration = Duration::from_micros(300);
+
+/// The prober's half of an adaptive test: samples the delivered bytes,
+/// runs the stopping rule, and ends the test (engine/adaptive.rs).
+struct AdaptiveControl {
+    run: AdaptiveRun,
+    estimator: Estimator,
+    asked: AdaptiveRequest,
+    max: Duration,
+    decided: Option<(StopReason, f64)>,
+    /// The `End` to send, once decided and not yet taken.
+    pending: Option<TestEnd>,
+    sent: bool,
+}
+
+impl AdaptiveControl {
+    fn new(run: AdaptiveRun, asked: &AdaptiveRequest, max: Duration) -> AdaptiveControl {
+        AdaptiveControl {
+            run,
+            estimator: Estimator::new(asked, max),
+            asked: *asked,
+            max,
+            decided: None,
+            pending: None,
+            sent: false,
+        }
+    }
+
+    fn decided(&self) -> bool {
+        self.decided.is_some()
+    }
+
+    fn elapsed(&self) -> f64 {
+        self.run.origin().map_or(0.0, |o| o.elapsed().as_secs_f64())
+    }
+
+    fn sample(&mut self) {
+        if self.run.origin().is_none() {
+            return;
+        }
+        let Some(origin) = self.run.origin() else {
+            return;
+        };
+        let s = self.run.sample();
+        let t = s.at.saturating_duration_since(origin).as_secs_f64();
+        // A sample whose reads were held up (this thread descheduled on a
+        // busy host) is not known to the moment: at 20 Mbit/s a
+        // millisecond is 1% of an interval's bytes. The next one will do.
+        if s.spread > SAMPLE_SPREAD && t < self.max.as_secs_f64() {
+            return;
+        }
+        if let Step::Stop(reason) = self.estimator.push(t, s.bytes, s.slow_start) {
+            self.decide(reason, t);
+        }
+    }
+
+    fn decide(&mut self, reason: StopReason, t: f64) {
+        self.run.end();
+        // The streams' own closes must not wait on this side's clones.
+        self.run.release_sockets();
+        self.decided = Some((reason, t));
+        self.pending = Some(TestEnd {
+            span_start_us: (self.span_start() * 1e6) as u64,
+            reason,
+        });
+    }
+
+    /// Where the figures' span starts: the estimate's, or the whole test
+    /// when there is none.
+    fn span_start(&self) -> f64 {
+        self.estimator
+            .estimate()
+            .map_or(0.0, |e| e.span_start_seconds)
+    }
+
+    fn take_end(&mut self) -> Option<TestEnd> {
+        let end = self.pending.take()?;
+        self.sent = true;
+        Some(end)
+    }
+
+    /// The `End` of a test whose streams ended first: at the maximum, or
+    /// cut short.
+    fn ended_without_decision(&mut self) -> Option<TestEnd> {
+        if self.sent {
+            return None;
+        }
+        let t = self.elapsed();
+        let reason = if t + 0.05 >= self.max.as_secs_f64() {
+            StopReason::MaxDuration
+        } else {
+            StopReason::Cut
+        };
+        self.decide(reason, t);
+        self.take_end()
+    }
+
+    /// Cuts this side's figures to the span and reports how it went.
+    fn finish(self, local: &mut crate::engine::stats::SideStats) -> AdaptiveOutcome {
+        let bytes = local.streams.iter().map(|s| s.bytes).sum();
+        let (reason, elapsed) = self.decided.unwrap_or((StopReason::Cut, self.elapsed()));
+        self.run.cut(local, (self.span_start() * 1e6) as u64);
+        AdaptiveOutcome {
+            stop_reason: reason,
+            converged: reason == StopReason::Converged && self.estimator.converged(),
+            precision: self.asked.precision(),
+            min_duration_seconds: self.asked.min_duration_ms as f64 / 1000.0,
+            max_duration_seconds: self.max.as_secs_f64(),
+            estimate: self.estimator.estimate(),
+            elapsed_seconds: elapsed,
+            bytes,
+            responder_agreed: true,
+        }
+    }
 }
 
 async fn expect_ready(control: &mut Control<TcpStream>, t: Duration) -> Result<(), ProbeError> {

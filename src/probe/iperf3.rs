@@ -674,6 +674,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! What a probe is asked to do: the vocabulary shared by the CLI, the
 //! scheduler, the control protocol and the data path.
 
+use crate::protocol::adaptive::AdaptiveRequest;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -118,6 +119,9 @@ pub struct ProbeSpec {
     /// any data flows, so that `-i` prints the note above the intervals it
     /// qualifies rather than after them.
     pub clamp_notes: Option<ClampNotes>,
+    /// Adaptive duration (issue 27): `duration` is then the maximum, and
+    /// the probe stops once its figure is known to the precision.
+    pub adaptive: Option<AdaptiveRequest>,
 }
 
 /// Receives the limits the responder applied to a test, once, when it
@@ -189,6 +193,7 @@ impl Default for ProbeSpec {
             max_protocol_version: crate::protocol::PROTOCOL_VERSION,
             clamp_notes: None,
             zerocopy: Default::default(),
+            adaptive: None,
         }
     }
 }
@@ -234,6 +239,9 @@ impl ProbeSpec {
                 self.duration.as_secs_f64()
             ));
         }
+        if let Some(a) = &self.adaptive {
+            self.check_adaptive(a).map_err(SpecError)?;
+        }
         if self.streams == 0 || self.streams > 128 {
             return fail(format!(
                 "streams must be between 1 and 128, got {}",
@@ -261,6 +269,43 @@ impl ProbeSpec {
             }
         }
         Ok(())
+    }
+
+    /// What an adaptive duration needs: a kind that takes one, pathprobe's
+    /// own wire (a stock iperf3 cannot be told the end), a minimum within
+    /// the maximum, no warm-up (start-up is left out by the rule itself).
+    fn check_adaptive(&self, a: &AdaptiveRequest) -> Result<(), String> {
+        let kind = crate::kinds::of(self.kind);
+        if !kind.adaptive_duration() {
+            let names: Vec<&str> = crate::kinds::registry::KINDS
+                .iter()
+                .filter(|k| k.adaptive_duration())
+                .map(|k| k.kind().as_str())
+                .collect();
+            return Err(format!(
+                "an adaptive duration applies to {} probes only, not {}",
+                names.join(" and "),
+                self.kind
+            ));
+        }
+        if self.wire != Wire::Pathprobe {
+            return Err(
+                "an adaptive duration needs a pathprobe responder: a stock iperf3 server cannot be told when the test ends"
+                    .into(),
+            );
+        }
+        if !self.omit.is_zero() {
+            return Err(
+                "an adaptive duration leaves out the start-up by itself: drop the omit (-O)".into(),
+            );
+        }
+        a.check(self.duration.as_millis() as u64).map_err(|_| {
+            format!(
+                "the adaptive minimum ({} ms) must not exceed the maximum ({}), and the precision must be above 0 and at most 50%",
+                a.min_duration_ms,
+                crate::units::format_duration(self.duration)
+            )
+        })
     }
 
     /// Checks, against this host, what [`ProbeSpec::validate`] cannot:
@@ -304,6 +349,7 @@ impl ProbeSpec {
             interval_ms: self.interval.map(|i| i.as_millis() as u64),
             no_offload: self.no_offload,
             rr: crate::kinds::of(self.kind).effective_rr(self.length, self.rr),
+            adaptive: self.adaptive,
         }
     }
 }

@@ -18,6 +18,7 @@
 //!    but one per transaction after it, each opening with
 //!    DataHello{token, 0} and its request, and a last with
 //!    DataHello{token, 1}: see [`super::crr`])
+//!   End{span_start_us, reason}  ─────▶   (adaptive tests only, once)
 //!                           ◀─────    Results{responder's figures}
 //! ```
 //!
@@ -100,6 +101,9 @@ pub enum Message {
     Error {
         message: String,
     },
+    /// The prober ended an adaptive test (issue 27): sent once, during
+    /// the test, only to a responder that echoed the test's `adaptive`.
+    End(super::adaptive::TestEnd),
 }
 
 /// The prober's opening message.
@@ -305,6 +309,11 @@ pub struct TestRequest {
     /// Request and response sizes and burst of a `tcp_rr` test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<super::rr::RrParams>,
+    /// Adaptive duration (issue 27): the test may end before
+    /// `duration_ms`, when the prober says so with `End`. Older peers
+    /// drop it, so a responder's echo without it says it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<super::adaptive::AdaptiveRequest>,
 }
 
 impl TestRequest {
@@ -432,6 +441,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         }
     }
 

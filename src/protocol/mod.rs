@@ -7,6 +7,7 @@
 //! - [`model`]: the vocabulary and figures carried inside messages (test
 //!   kind, direction, each side's measurements).
 //! - [`latency`]: a latency distribution, shared by every latency kind.
+//! - [`adaptive`]: adaptive duration's request and end of test.
 //! - [`rr`]: request/response tests' parameters and figures.
 //! - [`crr`]: connect/request/response tests' bounds and figures.
 //! - [`udp`]: the fixed header of every UDP datagram.
@@ -19,6 +20,7 @@
 //! accounting in [`crate::probe`]) so that another wire protocol, such as
 //! iperf3's, can drive the same data path.
 
+pub mod adaptive;
 pub mod crr;
 pub mod fingerprint;
 pub mod frame;

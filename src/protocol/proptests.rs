@@ -180,10 +180,14 @@ prop_compose! {
         congestion in proptest::option::of(text()),
         tos in any::<Option<u8>>(),
         (affinity, interval_ms) in any::<(Option<usize>, Option<u64>)>(),
+        adaptive in any::<Option<(u64, u32)>>(),
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
             window, congestion, tos, affinity, interval_ms, no_offload: false, rr: None,
+            adaptive: adaptive.map(|(min_duration_ms, precision_ppm)| {
+                crate::protocol::adaptive::AdaptiveRequest { min_duration_ms, precision_ppm }
+            }),
         }
     }
 }
@@ -361,6 +365,12 @@ fn message() -> impl Strategy<Value = Message> {
         Just(Message::Start),
         side_stats().prop_map(|s| Message::Results(Box::new(s))),
         text().prop_map(|message| Message::Error { message }),
+        (any::<u64>(), 0..4usize).prop_map(|(span_start_us, r)| Message::End(
+            crate::protocol::adaptive::TestEnd {
+                span_start_us,
+                reason: crate::protocol::adaptive::StopReason::ALL[r],
+            }
+        )),
     ]
 }
 
@@ -380,7 +390,8 @@ fn every_variant_is_generated(m: &Message) {
         | Message::Ready
         | Message::Start
         | Message::Results(_)
-        | Message::Error { .. } => {}
+        | Message::Error { .. }
+        | Message::End(_) => {}
     }
 }
 

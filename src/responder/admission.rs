@@ -156,6 +156,20 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
             r.kind
         ));
     }
+    if let Some(a) = &r.adaptive {
+        if !kind.adaptive_duration() {
+            return Err(format!(
+                "a {} test cannot have an adaptive duration",
+                r.kind
+            ));
+        }
+        a.check(r.duration_ms)?;
+        // A clamped maximum may fall below the asked minimum: the
+        // minimum follows it down rather than outlast the test.
+        if let Some(a) = request.adaptive.as_mut() {
+            a.min_duration_ms = a.min_duration_ms.min(request.duration_ms);
+        }
+    }
     let max_len = c.max_length.clamp(min_len, ceiling);
     if r.length < min_len {
         return Err(format!(
@@ -336,6 +350,7 @@ mod tests {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         }
     }
 

@@ -646,6 +646,7 @@ pub fn to_request(
         interval_ms: None,
         no_offload: false,
         rr: None,
+        adaptive: None,
     };
     // An iperf3 client cannot be told of a cut-down test, so any limit
     // refuses it, with the code whose message names it best.

@@ -23,6 +23,7 @@ use crate::engine::connections::{Arrivals, Connections};
 use crate::engine::datapath::DataSocket;
 use crate::engine::stats::SideStats;
 use crate::kinds::side::{End, TestSide};
+use crate::protocol::adaptive::TestEnd;
 use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
 use crate::protocol::{Message, RejectReason, TestRequest};
 
@@ -528,6 +529,7 @@ async fn run_test(
     for socket in sockets.values() {
         side.prepare(socket, ipv6)?;
     }
+    let adaptive = side.plan.adaptive.clone();
     let running = side.spawn(sockets)?;
     let stop = running.stop.clone();
     let progress = running.progress.clone();
@@ -546,13 +548,22 @@ async fn run_test(
     // While the test runs the prober says nothing; anything it does say, or
     // its going away, ends the test early. So does a test in which nothing
     // moves: a prober that opened its streams and then sends or reads
-    // nothing would otherwise hold the slot for the whole duration.
+    // nothing would otherwise hold the slot for the whole duration. The
+    // one exception is an adaptive test's `End`, once.
     let mut watchdog = tokio::time::interval(Duration::from_millis(250));
     let mut last = (progress.get(), Instant::now());
-    let stats = loop {
+    let mut ended: Option<TestEnd> = None;
+    let mut stats = loop {
         tokio::select! {
             out = &mut run => break out?,
             msg = control.recv(Duration::from_secs(24 * 3600)) => {
+                if let (Ok(Message::End(end)), Some(a), None) = (&msg, &adaptive, &ended) {
+                    // The prober's estimate is known: this side's senders
+                    // stop as at the planned end.
+                    a.end();
+                    ended = Some(*end);
+                    continue;
+                }
                 limited_info!(shared.log, "interrupted", %peer, message = %describe_recv(&msg), "prober interrupted the test");
                 stop.stop();
                 let _ = (&mut run).await;
@@ -576,6 +587,25 @@ async fn run_test(
     };
     let bytes: u64 = stats.streams.iter().map(|s| s.bytes).sum();
     shared.spend(bytes);
+    if let Some(a) = &adaptive {
+        // The prober sends `End` when it decides, also at the maximum; a
+        // receiving side may see its streams close before the message
+        // arrives, so it waits for it, within the idle timeout.
+        if ended.is_none() {
+            match control.recv(timeout).await {
+                Ok(Message::End(end)) => ended = Some(end),
+                other => {
+                    return Err(TestError::Unexpected {
+                        expected: "the end of an adaptive test",
+                        got: describe_recv(&other),
+                    })
+                }
+            }
+        }
+        if let Some(end) = ended {
+            a.cut(&mut stats, end.span_start_us);
+        }
+    }
     Ok(stats)
 }
 

@@ -224,6 +224,7 @@ pub fn register(store: &ResultStore, jobs: &[Job<ProbeJob>]) {
                 directions: module.specs().into_iter().map(|(d, _)| d).collect(),
                 labels: job.payload.store_labels(),
                 skip_reasons: &skip_reasons,
+                adaptive: module.adaptive.is_some(),
             },
         );
     }

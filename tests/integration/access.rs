@@ -290,6 +290,7 @@ fn a_spoofed_udp_reverse_request_sends_nothing_to_the_victim() {
             interval_ms: None,
             no_offload: false,
             rr: None,
+            adaptive: None,
         };
         s.write_all(&encode_frame(&Message::Request(request)).unwrap())
             .unwrap();

@@ -983,6 +983,7 @@ fn long_send_request(duration_ms: u64) -> TestRequest {
         interval_ms: None,
         no_offload: false,
         rr: None,
+        adaptive: None,
     }
 }
 

@@ -10,6 +10,7 @@ mod common;
 
 mod access;
 mod budget_lab;
+mod adaptive_lab;
 mod cli;
 mod cross_traffic;
 mod crr;

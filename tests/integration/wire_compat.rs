@@ -503,3 +503,77 @@ async fn versions_two_apart_are_refused_named_and_counted() {
         Ok(r) => panic!("expected a refusal, got a result {r:?}"),
     }
 }
+
+fn adaptive_tcp() -> ProbeSpec {
+    ProbeSpec {
+        duration: Duration::from_secs(3),
+        adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
+            min_duration_ms: 300,
+            precision_ppm: 200_000,
+        }),
+        ..ProbeSpec::default()
+    }
+}
+
+/// Issue 27: an adaptive probe against this release's responder ends the
+/// test itself with an `end` frame, before its maximum, and reports how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_probe_ends_the_test_with_an_end_frame() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let rec = Recorder::start(addr).await;
+    let r = probe::probe(&Target::from_addr(rec.addr), &adaptive_tcp())
+        .await
+        .expect("an adaptive probe completes");
+    let a = r.adaptive.expect("an adaptive result");
+    let frames = rec.frames();
+    let types: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["message"]["type"].as_str())
+        .collect();
+    let end = types
+        .iter()
+        .position(|t| *t == "end")
+        .expect("an end frame");
+    let results = types.iter().position(|t| *t == "results").unwrap();
+    assert!(end < results, "{types:?}");
+    assert!(a.elapsed_seconds < 3.0, "{a:?}");
+    assert!(
+        r.bytes > 0 && r.duration_seconds < 3.0,
+        "{}",
+        r.duration_seconds
+    );
+}
+
+/// An adaptive probe against a responder that does not know the field
+/// (which drops it, as serde does for an older release): the probe runs
+/// its whole maximum as a fixed one, says so, and sends no `end`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_probe_runs_fixed_against_an_older_responder() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let rec = Recorder::rewriting(addr, |_, mut v| {
+        if let Some(m) = v.as_object_mut() {
+            m.remove("adaptive");
+            if let Some(r) = m.get_mut("request").and_then(|r| r.as_object_mut()) {
+                r.remove("adaptive");
+            }
+        }
+        v
+    })
+    .await;
+    let spec = ProbeSpec {
+        duration: Duration::from_millis(800),
+        ..adaptive_tcp()
+    };
+    let r = probe::probe(&Target::from_addr(rec.addr), &spec)
+        .await
+        .expect("the probe completes against an older responder");
+    assert!(r.adaptive.is_none());
+    assert!(
+        r.clamped.iter().any(|c| c.contains("adaptive duration")),
+        "{:?}",
+        r.clamped
+    );
+    assert!(r.duration_seconds > 0.6, "{}", r.duration_seconds);
+    let frames = rec.frames();
+    assert!(frames.iter().all(|f| f["message"]["type"] != "end"));
+}

@@ -116,11 +116,13 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let mut retrans_at_open = 0u32;
     let mut info_at_open: Option<TcpInfo> = None;
     let mut last_write = start;
+    // An adaptive test's log of this stream's bytes, for the cut.
+    let mut log = ctx.recorder(stats.id, start);
     loop {
         if pacer.is_paced() && pacer.due(Instant::now() - start, 1) == 0 {
             let wait = (start + pacer.next_due()).saturating_duration_since(Instant::now());
             std::thread::sleep(wait.min(POLL_INTERVAL));
-            if ctx.stop.is_stopped() || Instant::now() >= end {
+            if ctx.stop.is_stopped() || ctx.ended() || Instant::now() >= end {
                 break;
             }
             continue;
@@ -136,7 +138,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
                 iv.mark_base(u64::from(retrans_at_open));
             }
         }
-        if now >= end || ctx.stop.is_stopped() {
+        if now >= end || ctx.stop.is_stopped() || ctx.ended() {
             break;
         }
         let limit = plan.send_limit.as_ref().filter(|_| meter.is_open());
@@ -156,6 +158,9 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
                 bytes += n as u64;
                 ctx.progress.add(n as u64);
                 last_write = Instant::now();
+                if let Some(log) = log.as_mut() {
+                    log.record(last_write, bytes - bytes_at_open);
+                }
                 pacer.sent(1);
                 if let Some(iv) = intervals.as_mut() {
                     if iv.due(last_write) {
@@ -197,6 +202,9 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let opened = meter.opened_at().unwrap_or(start);
     stats.bytes = bytes - bytes_at_open;
     stats.seconds = last_write.saturating_duration_since(opened).as_secs_f64();
+    if let Some(log) = log {
+        log.finish(last_write, stats.bytes);
+    }
     // Half-close, then wait for the receiver to drain and close, so that
     // TCP_INFO covers the whole transfer.
     let _ = stream.shutdown(Shutdown::Write);
@@ -280,6 +288,7 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let mut bytes = 0u64;
     let mut bytes_at_open = 0u64;
     let mut last_read = start;
+    let mut log = ctx.recorder(stats.id, start);
     loop {
         meter.syscall();
         let read = if discard {
@@ -304,6 +313,9 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
                 bytes += n as u64;
                 ctx.progress.add(n as u64);
                 last_read = now;
+                if let Some(log) = log.as_mut() {
+                    log.record(now, bytes - bytes_at_open);
+                }
                 if let Some(iv) = intervals.as_mut() {
                     if iv.due(now) {
                         iv.roll(now, None);
@@ -343,6 +355,9 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let opened = meter.opened_at().unwrap_or(last_read);
     stats.bytes = bytes - bytes_at_open;
     stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();
+    if let Some(log) = log {
+        log.finish(last_read, stats.bytes);
+    }
     meter.finish(stats);
     stats.tcp_limits = TcpInfo::read(&stream).ok().map(|i| TcpLimits {
         rcv_space_bytes: i.rcv_space.map(u64::from),
@@ -353,7 +368,12 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     if let Some(iv) = intervals {
         stats.intervals = iv.finish(last_read, None);
     }
-    // Closing tells the sender that everything arrived.
+    // Closing tells the sender that everything arrived. An adaptive
+    // prober may still hold a clone of the socket for its TCP_INFO, which
+    // would keep a plain close from sending the FIN.
+    if ctx.plan.adaptive.is_some() {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
     drop(stream);
 }
 

@@ -29,4 +29,9 @@ impl ProbeKind for Udp {
     fn iperf3(&self) -> bool {
         true
     }
+    /// A bulk flow settles on the path's rate, so its probe can stop
+    /// once that rate is known (issue 27).
+    fn adaptive_duration(&self) -> bool {
+        true
+    }
 }

@@ -156,9 +156,10 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let mut seq = 0u64;
     let mut measured = 0u64;
     let mut last_send = start;
+    let mut log = ctx.recorder(stats.id, start);
     loop {
         let now = Instant::now();
-        if now >= end || ctx.stop.is_stopped() {
+        if now >= end || ctx.stop.is_stopped() || ctx.ended() {
             break;
         }
         if !meter.is_open() && now >= window_start {
@@ -249,6 +250,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             l.add(sent as u64 * len as u64);
         }
         ctx.progress.add(sent as u64 * len as u64);
+        ctx.delivered(sent as u64 * len as u64);
         seq += sent as u64;
         if meter.is_open() {
             measured += sent as u64;
@@ -257,9 +259,15 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
         }
         last_send = Instant::now();
+        if let Some(log) = log.as_mut() {
+            log.record(last_send, measured * len as u64);
+        }
     }
     let opened = meter.opened_at().unwrap_or(last_send);
     stats.bytes = measured * len as u64;
+    if let Some(log) = log {
+        log.finish(last_send, stats.bytes);
+    }
     stats.seconds = last_send.saturating_duration_since(opened).as_secs_f64();
     stats.udp_sent = Some(UdpSendStats {
         packets: measured,
@@ -332,6 +340,9 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let mut bytes = 0u64;
     let mut last_arrival = start;
     let mut sender_packets = None;
+    let mut log = ctx.recorder(stats.id, start);
+    // Bytes already counted toward an adaptive test's estimate.
+    let mut counted = 0u64;
     let fd = sock.as_raw_fd();
     while sender_packets.is_none() {
         meter.syscall();
@@ -440,9 +451,17 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             buffers += u64::from(account.unique() > counted_before);
         }
         ctx.progress.add(arrived);
+        if let Some(log) = log.as_mut() {
+            log.record(last_arrival, bytes);
+            ctx.delivered(bytes - counted);
+            counted = bytes;
+        }
     }
     let opened = meter.opened_at().unwrap_or(window_start);
     stats.bytes = bytes;
+    if let Some(log) = log {
+        log.finish(last_arrival, bytes);
+    }
     stats.seconds = last_arrival.saturating_duration_since(opened).as_secs_f64();
     let mut received = account.finish(sender_packets);
     received.mode = Some(mode);

@@ -313,6 +313,7 @@ fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResul
         diagnosis: Default::default(),
         protocol_version: Some(3),
         peer_clock: None,
+        adaptive: None,
     }
 }
 

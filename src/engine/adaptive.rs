@@ -1,0 +1,638 @@
+//! Adaptive duration (issue 27): a throughput test that stops once its
+//! figure is known to the asked precision, instead of after a fixed time.
+//!
+//! The parts, none of which names a kind:
+//!
+//! - [`AdaptiveRun`]: what one side's stream threads share with whoever
+//!   decides the end: the end flag the senders obey, the bytes delivered so
+//!   far (read from TCP_INFO on the prober, counted by UDP loops), and each
+//!   stream's log of (time, bytes), from which both ends cut their figures
+//!   to the span the estimate covers ([`AdaptiveRun::cut`]).
+//! - [`Estimator`]: the stopping rule, pure arithmetic over samples of
+//!   delivered bytes taken every [`SAMPLE_INTERVAL`] (unit-tested on
+//!   synthetic flows).
+//!
+//! ## The rule, and why it is sound
+//!
+//! Start-up is left out: the span starts once every TCP sender has left
+//! its first slow start (TCP_INFO's `snd_ssthresh` is no longer the
+//! kernel's infinite), or once the rate has stopped growing (two 100 ms
+//! intervals in a row each within 10% of the one before: a paced UDP
+//! flow's first samples, a TCP flow whose window never filled).
+//!
+//! Over the span, the 100 ms rates are grouped into `k` batches of equal
+//! length (5 to 19 of them; batch means). The estimate is the span's bytes
+//! over its time, which is the mean of the batch rates. Its 95% interval
+//! is `t(k-1) · s / √k`, `s` the batches' standard deviation: the batch-
+//! means confidence interval of simulation output analysis, valid when
+//! batches are long next to the flow's own correlation time (a tbf or a
+//! NIC's rate varies within milliseconds; batches are 100 ms or more). The
+//! probe converges when that half-width is within the asked precision of
+//! the estimate, the minimum duration has passed, and the span's first and
+//! second halves agree within the precision too.
+//!
+//! ## Where it is not
+//!
+//! A rate that changes during the probe (a competing flow arrives, a
+//! shaper's rate changes) violates the stationarity the interval assumes.
+//! The halves test catches a step: when the halves differ by more than the
+//! precision and by more than three standard errors of their difference,
+//! the older half is dropped and the span starts again, so a probe either
+//! converges on the rate at its end or reaches its maximum and says
+//! `max_duration`, not converged, never a figure in between presented as
+//! precise. A drift slower than the halves test sees, or a periodic rate
+//! with a period longer than the batches (a long-RTT sawtooth that empties
+//! the bottleneck queue), can still pass for converged: the interval is
+//! then too narrow. Those are the bench's cases (docs/ADAPTIVE.md).
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::engine::stats::{Role, SideStats};
+use crate::engine::tcpinfo::{TcpInfo, INFINITE_SSTHRESH};
+use crate::protocol::adaptive::{AdaptiveRequest, StopReason};
+
+/// How often the prober samples the delivered bytes.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// The precision unless asked otherwise: 1% of the estimate.
+pub const DEFAULT_PRECISION: f64 = 0.01;
+/// The shortest and longest adaptive probe unless asked otherwise.
+pub const DEFAULT_MIN_DURATION: Duration = Duration::from_millis(500);
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(5);
+/// Fewest 100 ms intervals after start-up before the interval is judged.
+const MIN_INTERVALS: usize = 5;
+/// Batches the span is grouped into once it has twice as many intervals.
+const TARGET_BATCHES: usize = 10;
+/// Growth per interval below which the start-up is over.
+const GROWTH: f64 = 0.10;
+/// Most points a stream's log keeps: the spacing grows with the test's
+/// length so that a long one stays within it.
+const LOG_POINTS: u64 = 2048;
+/// Finest spacing of a stream's log.
+const LOG_SPACING: Duration = Duration::from_millis(5);
+
+/// Two-sided 95% quantiles of Student's t for 1 to 30 degrees of freedom.
+const T95: [f64; 30] = [
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+    2.052, 2.048, 2.045, 2.042,
+];
+
+fn t95(df: usize) -> f64 {
+    T95.get(df.saturating_sub(1)).copied().unwrap_or(1.96)
+}
+
+/// One stream's (microseconds since the side's start, bytes so far).
+type Log = Vec<(u64, u64)>;
+
+/// What one side's streams share for an adaptive test.
+#[derive(Debug, Clone)]
+pub struct AdaptiveRun(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    ended: AtomicBool,
+    /// Bytes counted by the loops themselves (UDP).
+    delivered: AtomicU64,
+    /// The prober's clones of its TCP data sockets, read for TCP_INFO.
+    tcp: Mutex<Vec<(Role, TcpStream)>>,
+    logs: Mutex<Vec<(u32, Log)>>,
+    spacing_us: u64,
+    /// When the side's start gate opened: the logs' and samples' zero.
+    origin: OnceLock<Instant>,
+}
+
+/// What the delivered bytes were at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// When the counts were read: the middle of the reads.
+    pub at: Instant,
+    /// How long the reads took: a thread descheduled while reading (a
+    /// loaded host) makes the moment uncertain by that much.
+    pub spread: Duration,
+    pub bytes: u64,
+    /// Whether a TCP sender is still in its first slow start; `None`
+    /// when this side sends no TCP stream it can read.
+    pub slow_start: Option<bool>,
+}
+
+impl AdaptiveRun {
+    /// The shared state of a test that runs at most `max`.
+    pub fn new(max: Duration) -> AdaptiveRun {
+        let spacing = (max.as_micros() as u64 / LOG_POINTS).max(LOG_SPACING.as_micros() as u64);
+        AdaptiveRun(Arc::new(Shared {
+            ended: AtomicBool::new(false),
+            delivered: AtomicU64::new(0),
+            tcp: Mutex::new(Vec::new()),
+            logs: Mutex::new(Vec::new()),
+            spacing_us: spacing,
+            origin: OnceLock::new(),
+        }))
+    }
+
+    /// Tells the side's senders to stop, as at the planned end.
+    pub fn end(&self) {
+        self.0.ended.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.0.ended.load(Ordering::Relaxed)
+    }
+
+    /// Marks the start gate's opening, the zero of every log.
+    pub fn set_origin(&self, at: Instant) {
+        let _ = self.0.origin.set(at);
+    }
+
+    pub fn origin(&self) -> Option<Instant> {
+        self.0.origin.get().copied()
+    }
+
+    /// Counts bytes a loop moved (UDP: sent or received).
+    pub fn add_delivered(&self, bytes: u64) {
+        self.0.delivered.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Keeps a clone of a TCP data socket whose TCP_INFO [`Self::sample`]
+    /// reads: the kernel's count of bytes acknowledged (sender) or
+    /// received (receiver) is exact at any moment, where a loop's own
+    /// count moves a write or a low-water-mark read at a time.
+    pub fn watch_tcp(&self, role: Role, stream: &TcpStream) {
+        if let Ok(clone) = stream.try_clone() {
+            lock(&self.0.tcp).push((role, clone));
+        }
+    }
+
+    /// Lets the watched sockets go, so that a stream's close is its own.
+    pub fn release_sockets(&self) {
+        lock(&self.0.tcp).clear();
+    }
+
+    /// The bytes delivered so far and the senders' slow start.
+    pub fn sample(&self) -> Sample {
+        let before = Instant::now();
+        let mut bytes = self.0.delivered.load(Ordering::Relaxed);
+        let (mut senders, mut in_slow_start) = (0u32, 0u32);
+        for (role, s) in lock(&self.0.tcp).iter() {
+            let Ok(info) = TcpInfo::read(s) else { continue };
+            match role {
+                Role::Sender => {
+                    bytes += info.bytes_acked.unwrap_or(0);
+                    senders += 1;
+                    in_slow_start += u32::from(info.snd_ssthresh >= INFINITE_SSTHRESH);
+                }
+                Role::Receiver => bytes += info.bytes_received.unwrap_or(0),
+            }
+        }
+        let spread = before.elapsed();
+        Sample {
+            at: before + spread / 2,
+            spread,
+            bytes,
+            slow_start: (senders > 0).then_some(in_slow_start > 0),
+        }
+    }
+
+    /// A log for stream `id`, whose zero is `origin` (its gate's opening).
+    pub fn recorder(&self, id: u32, origin: Instant) -> Recorder {
+        Recorder {
+            run: self.clone(),
+            id,
+            origin,
+            next_us: 0,
+            points: vec![(0, 0)],
+        }
+    }
+
+    /// Cuts `side`'s stream figures to the span from `span_start_us` to
+    /// each stream's last byte: bytes and seconds, from its log. Streams
+    /// without a log keep theirs. Intervals and loss keep the whole test.
+    pub fn cut(&self, side: &mut SideStats, span_start_us: u64) {
+        let logs = lock(&self.0.logs);
+        for s in &mut side.streams {
+            let Some((_, log)) = logs.iter().find(|(id, _)| *id == s.id) else {
+                continue;
+            };
+            let Some(&(end_us, end_bytes)) = log.last() else {
+                continue;
+            };
+            let from = bytes_at(log, span_start_us);
+            s.bytes = end_bytes.saturating_sub(from);
+            s.seconds = end_us.saturating_sub(span_start_us) as f64 / 1e6;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A stream's bytes at `t_us`, linear between the log's points.
+fn bytes_at(log: &[(u64, u64)], t_us: u64) -> u64 {
+    let i = log.partition_point(|&(t, _)| t <= t_us);
+    match (i.checked_sub(1).and_then(|j| log.get(j)), log.get(i)) {
+        (Some(&(t0, b0)), Some(&(t1, b1))) if t1 > t0 => {
+            let f = (t_us - t0) as f64 / (t1 - t0) as f64;
+            b0 + ((b1.saturating_sub(b0)) as f64 * f) as u64
+        }
+        (Some(&(_, b0)), _) => b0,
+        (None, _) => 0,
+    }
+}
+
+/// One stream's log of (time, bytes), kept by its data thread: a point at
+/// most every few milliseconds, bounded in number.
+#[derive(Debug)]
+pub struct Recorder {
+    run: AdaptiveRun,
+    id: u32,
+    origin: Instant,
+    next_us: u64,
+    points: Log,
+}
+
+impl Recorder {
+    /// Notes that `bytes` had moved by `now`.
+    pub fn record(&mut self, now: Instant, bytes: u64) {
+        let t = now.saturating_duration_since(self.origin).as_micros() as u64;
+        if t < self.next_us || self.points.len() as u64 >= LOG_POINTS * 2 {
+            return;
+        }
+        self.points.push((t, bytes));
+        self.next_us = t + self.run.0.spacing_us;
+    }
+
+    /// The stream's last byte, at `last`: the end of its span.
+    pub fn finish(mut self, last: Instant, bytes: u64) {
+        let t = last.saturating_duration_since(self.origin).as_micros() as u64;
+        // Points are in time order; a last one earlier than a recorded one
+        // (never, short of a clock bug) replaces nothing.
+        if self.points.last().is_none_or(|&(pt, _)| pt <= t) {
+            self.points.push((t, bytes));
+        }
+        let points = std::mem::take(&mut self.points);
+        lock(&self.run.0.logs).push((self.id, points));
+    }
+}
+
+/// The estimate of an adaptive probe, with its uncertainty.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Estimate {
+    pub bits_per_second: f64,
+    /// Half-width of the 95% interval.
+    pub half_width_bits_per_second: f64,
+    /// When the span the estimate covers began, after the test's start.
+    pub span_start_seconds: f64,
+    pub span_seconds: f64,
+    /// 100 ms intervals and batches the interval was taken over.
+    pub intervals: usize,
+    pub batches: usize,
+    /// Times the span started again after a change of rate.
+    pub restarts: u32,
+}
+
+impl Estimate {
+    /// The half-width as a share of the estimate (1 when there is none).
+    pub fn relative_half_width(&self) -> f64 {
+        if self.bits_per_second > 0.0 {
+            self.half_width_bits_per_second / self.bits_per_second
+        } else {
+            1.0
+        }
+    }
+}
+
+/// What the estimator says after a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    Stop(StopReason),
+}
+
+/// The stopping rule over one probe's samples (see the module's doc).
+#[derive(Debug, Clone)]
+pub struct Estimator {
+    precision: f64,
+    min_seconds: f64,
+    max_seconds: f64,
+    /// (seconds since the start, bytes delivered).
+    points: Vec<(f64, u64)>,
+    /// Index of the point where the span starts, once start-up is over.
+    start: Option<usize>,
+    calm: usize,
+    restarts: u32,
+    last: Option<Estimate>,
+    converged: bool,
+}
+
+/// Most samples kept: an hour at 100 ms.
+const MAX_POINTS: usize = 36_000;
+
+impl Estimator {
+    pub fn new(request: &AdaptiveRequest, max: Duration) -> Estimator {
+        Estimator {
+            precision: request.precision(),
+            min_seconds: request.min_duration_ms as f64 / 1000.0,
+            max_seconds: max.as_secs_f64(),
+            points: Vec::new(),
+            start: None,
+            calm: 0,
+            restarts: 0,
+            last: None,
+            converged: false,
+        }
+    }
+
+    /// The latest estimate, if the span has enough intervals for one.
+    pub fn estimate(&self) -> Option<Estimate> {
+        self.last
+    }
+
+    /// Whether the latest estimate met the precision.
+    pub fn converged(&self) -> bool {
+        self.converged
+    }
+
+    fn rate(&self, a: usize, b: usize) -> f64 {
+        let (ta, ba) = self.points[a];
+        let (tb, bb) = self.points[b];
+        if tb > ta {
+            bb.saturating_sub(ba) as f64 / (tb - ta)
+        } else {
+            0.0
+        }
+    }
+
+    /// Takes the sample `delivered` bytes at `t` seconds after the start.
+    pub fn push(&mut self, t: f64, delivered: u64, slow_start: Option<bool>) -> Step {
+        if self.points.len() >= MAX_POINTS
+            || self
+                .points
+                .last()
+                .is_some_and(|&(pt, pb)| t <= pt || delivered < pb)
+        {
+            // A sample out of order is a caller's bug; too many, a test
+            // far past any maximum: neither may grow memory.
+            return self.deadline(t);
+        }
+        self.points.push((t, delivered));
+        let n = self.points.len();
+        if self.start.is_none() && n >= 2 {
+            let r = self.rate(n - 2, n - 1);
+            let calm = n >= 3 && {
+                let p = self.rate(n - 3, n - 2);
+                p > 0.0 && r > 0.0 && r <= p * (1.0 + GROWTH)
+            };
+            self.calm = if calm { self.calm + 1 } else { 0 };
+            if slow_start == Some(false) || self.calm >= 2 {
+                self.start = Some(n - 1);
+            }
+        }
+        self.evaluate();
+        if self.converged && t >= self.min_seconds {
+            return Step::Stop(StopReason::Converged);
+        }
+        self.deadline(t)
+    }
+
+    fn deadline(&self, t: f64) -> Step {
+        if t >= self.max_seconds {
+            Step::Stop(StopReason::MaxDuration)
+        } else {
+            Step::Continue
+        }
+    }
+
+    fn evaluate(&mut self) {
+        self.converged = false;
+        let Some(start) = self.start else { return };
+        let last = self.points.len() - 1;
+        let n = last - start;
+        if n < MIN_INTERVALS {
+            return;
+        }
+        let b = (n / TARGET_BATCHES).max(1);
+        let k = n / b;
+        let from = last - k * b;
+        let batches: Vec<f64> = (0..k)
+            .map(|j| self.rate(from + j * b, from + (j + 1) * b))
+            .collect();
+        let est = self.rate(from, last);
+        let mean = batches.iter().sum::<f64>() / k as f64;
+        let var = batches.iter().map(|y| (y - mean).powi(2)).sum::<f64>() / (k - 1) as f64;
+        let sd = var.sqrt();
+        let half = t95(k - 1) * sd / (k as f64).sqrt();
+        let h = k / 2;
+        let first = self.rate(from, from + h * b);
+        let second = self.rate(from + (k - h) * b, last);
+        let diff = (second - first).abs();
+        let diff_se = sd * (2.0 / h as f64).sqrt();
+        let tolerance = self.precision * est;
+        if diff > tolerance && diff > 3.0 * diff_se {
+            // The rate changed: what came before the second half no
+            // longer describes the path.
+            self.start = Some(from + (k - h) * b);
+            self.restarts += 1;
+            self.evaluate();
+            return;
+        }
+        self.last = Some(Estimate {
+            bits_per_second: est * 8.0,
+            half_width_bits_per_second: half * 8.0,
+            span_start_seconds: self.points[from].0,
+            span_seconds: self.points[last].0 - self.points[from].0,
+            intervals: k * b,
+            batches: k,
+            restarts: self.restarts,
+        });
+        self.converged = est > 0.0 && half <= tolerance && diff <= tolerance;
+    }
+}
+
+/// How an adaptive probe went, for its result (JSON `adaptive`, `-v`,
+/// metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AdaptiveOutcome {
+    pub stop_reason: StopReason,
+    /// Whether the estimate met the precision; a probe that did not
+    /// converge reports its last estimate with `converged: false`.
+    pub converged: bool,
+    pub precision: f64,
+    pub min_duration_seconds: f64,
+    pub max_duration_seconds: f64,
+    /// The estimate, when the span had enough intervals for one.
+    pub estimate: Option<Estimate>,
+    /// From the start gate to the end decided, and what this side moved
+    /// (both directions, its own count) in that time.
+    pub elapsed_seconds: f64,
+    pub bytes: u64,
+    /// Whether the responder cut its figures to the same span (a
+    /// responder of an older release runs the whole maximum).
+    pub responder_agreed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(precision_ppm: u32) -> AdaptiveRequest {
+        AdaptiveRequest {
+            min_duration_ms: 500,
+            precision_ppm,
+        }
+    }
+
+    /// Feeds a flow whose rate (bytes/s) at time t is `rate(t)` every
+    /// 100 ms, until the estimator stops or `max` passes.
+    fn run(
+        est: &mut Estimator,
+        rate: impl Fn(f64) -> f64,
+        slow_start_until: f64,
+    ) -> (StopReason, f64) {
+        let mut bytes = 0.0;
+        let mut t = 0.0;
+        est.push(0.0, 0, Some(true));
+        loop {
+            // Integrate in 1 ms steps.
+            for _ in 0..100 {
+                bytes += rate(t) * 0.001;
+                t += 0.001;
+            }
+            if let Step::Stop(r) = est.push(t, bytes as u64, Some(t < slow_start_until)) {
+                return (r, t);
+            }
+            assert!(t < 100.0, "never stopped");
+        }
+    }
+
+    /// A steady 25 MB/s flow with a doubling start-up and a small wobble.
+    fn steady(t: f64) -> f64 {
+        let base = 25e6;
+        if t < 0.3 {
+            base * (t / 0.3).powi(3)
+        } else {
+            base * (1.0 + 0.002 * (t * 37.0).sin())
+        }
+    }
+
+    #[test]
+    fn a_steady_flow_converges_soon_after_start_up_on_its_rate() {
+        let mut e = Estimator::new(&request(10_000), Duration::from_secs(5));
+        let (reason, t) = run(&mut e, steady, 0.3);
+        assert_eq!(reason, StopReason::Converged);
+        let est = e.estimate().unwrap();
+        let err = (est.bits_per_second / 8.0 - 25e6).abs() / 25e6;
+        assert!(err < 0.005, "error {err}");
+        // Start-up (0.3 s) + five intervals, not the 5 s maximum.
+        assert!((0.75..1.2).contains(&t), "stopped at {t}");
+        assert!(est.relative_half_width() <= 0.01);
+        assert!(est.span_start_seconds >= 0.3, "{est:?}");
+    }
+
+    #[test]
+    fn the_minimum_duration_holds_a_converged_probe() {
+        let mut e = Estimator::new(
+            &AdaptiveRequest {
+                min_duration_ms: 2000,
+                precision_ppm: 10_000,
+            },
+            Duration::from_secs(5),
+        );
+        let (reason, t) = run(&mut e, steady, 0.3);
+        assert_eq!(reason, StopReason::Converged);
+        assert!((2.0..2.15).contains(&t), "stopped at {t}");
+    }
+
+    #[test]
+    fn a_noisy_flow_runs_to_its_maximum_and_says_so() {
+        // ±30% of noise, independent from one 100 ms interval to the next
+        // (a fixed pseudo-random sequence): 1% would take minutes.
+        let mut e = Estimator::new(&request(10_000), Duration::from_secs(3));
+        let noise = |t: f64| {
+            let k = (t * 10.0) as u64;
+            let x = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % 1000) as f64 / 1000.0
+        };
+        let noisy = move |t: f64| 25e6 * (0.7 + 0.6 * noise(t));
+        let (reason, t) = run(&mut e, noisy, 0.0);
+        assert_eq!(reason, StopReason::MaxDuration);
+        assert!(t >= 3.0);
+        assert!(!e.converged());
+        assert!(e.estimate().unwrap().relative_half_width() > 0.01);
+    }
+
+    #[test]
+    fn a_rate_change_mid_probe_ends_at_the_new_rate_or_not_converged() {
+        // 25 MB/s, then 12.5 MB/s; the minimum duration (2 s) keeps the
+        // probe running across the change, wherever it falls.
+        for change_at in [0.6, 0.9, 1.5, 1.95] {
+            let mut e = Estimator::new(
+                &AdaptiveRequest {
+                    min_duration_ms: 2000,
+                    precision_ppm: 10_000,
+                },
+                Duration::from_secs(5),
+            );
+            let step = move |t: f64| if t < change_at { steady(t) } else { 12.5e6 };
+            let (reason, t) = run(&mut e, step, 0.3);
+            let est = e.estimate().unwrap();
+            let rate = est.bits_per_second / 8.0;
+            match reason {
+                StopReason::Converged => {
+                    let err = (rate - 12.5e6).abs() / 12.5e6;
+                    assert!(err < 0.01, "change at {change_at}, stop at {t}: {est:?}");
+                    assert!(est.span_start_seconds >= change_at - 1e-9, "{est:?}");
+                }
+                other => assert!(!e.converged(), "{other:?} {est:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bytes_between_log_points_are_interpolated() {
+        let log = vec![(0, 0), (1000, 100), (3000, 300)];
+        assert_eq!(bytes_at(&log, 0), 0);
+        assert_eq!(bytes_at(&log, 500), 50);
+        assert_eq!(bytes_at(&log, 2000), 200);
+        assert_eq!(bytes_at(&log, 9000), 300);
+    }
+
+    #[test]
+    fn a_side_is_cut_to_the_span_from_its_logs() {
+        let run = AdaptiveRun::new(Duration::from_secs(5));
+        let origin = Instant::now();
+        let mut rec = run.recorder(0, origin);
+        for ms in (0..=1000u64).step_by(10) {
+            rec.record(origin + Duration::from_millis(ms), ms * 1000);
+        }
+        rec.finish(origin + Duration::from_millis(1000), 1_000_000);
+        let mut side = SideStats::default();
+        side.streams.push(crate::engine::stats::StreamStats {
+            id: 0,
+            bytes: 1_000_000,
+            seconds: 1.0,
+            ..Default::default()
+        });
+        run.cut(&mut side, 400_000);
+        let s = &side.streams[0];
+        assert!((s.seconds - 0.6).abs() < 1e-9, "{}", s.seconds);
+        assert!((s.bytes as i64 - 600_000).abs() <= 1000, "{}", s.bytes);
+    }
+
+    #[test]
+    fn out_of_order_samples_change_nothing() {
+        let mut e = Estimator::new(&request(10_000), Duration::from_secs(5));
+        assert_eq!(e.push(0.0, 0, None), Step::Continue);
+        assert_eq!(e.push(0.1, 100, None), Step::Continue);
+        assert_eq!(e.push(0.05, 200, None), Step::Continue);
+        assert_eq!(e.push(0.2, 50, None), Step::Continue);
+        assert_eq!(e.points.len(), 2);
+        assert_eq!(e.push(6.0, 50, None), Step::Stop(StopReason::MaxDuration));
+    }
+}

@@ -1,0 +1,137 @@
+//! Adaptive duration on the wire (issue 27): what a prober asks when a
+//! throughput test is to stop once its figure is known
+//! ([`AdaptiveRequest`], the last field of a `TestRequest`), and how it
+//! tells the responder that the test ended and which span the figures
+//! cover ([`TestEnd`], the `end` message).
+//!
+//! Both are additions an older peer does without: a responder that does
+//! not know [`AdaptiveRequest`] drops it from the request it echoes in
+//! `Accepted`, which is how the prober learns not to send `end` (see
+//! `probe::client`).
+
+use serde::{Deserialize, Serialize};
+
+/// Most precision a prober may ask: a relative half-width of 50%.
+pub const MAX_PRECISION_PPM: u32 = 500_000;
+
+/// An adaptive test: it runs at most the request's `duration_ms`, at
+/// least `min_duration_ms`, and the prober ends it once its estimate's
+/// 95% interval is within `precision_ppm` of the estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdaptiveRequest {
+    pub min_duration_ms: u64,
+    /// Relative half-width of the 95% interval, parts per million (an
+    /// integer, so that a request stays comparable field for field).
+    pub precision_ppm: u32,
+}
+
+impl AdaptiveRequest {
+    /// The precision as a fraction (0.01 for 1%).
+    pub fn precision(&self) -> f64 {
+        f64::from(self.precision_ppm) / 1e6
+    }
+
+    /// Whether a responder can run it within a test of `duration_ms`: the
+    /// checks a hostile request must pass.
+    pub fn check(&self, duration_ms: u64) -> Result<(), String> {
+        if self.precision_ppm == 0 || self.precision_ppm > MAX_PRECISION_PPM {
+            return Err(format!(
+                "adaptive precision must be between 1 ppm and {MAX_PRECISION_PPM} ppm, got {}",
+                self.precision_ppm
+            ));
+        }
+        if self.min_duration_ms > duration_ms {
+            return Err(format!(
+                "adaptive min duration {} ms exceeds the test's {duration_ms} ms",
+                self.min_duration_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why an adaptive probe stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The estimate is known to the asked precision.
+    Converged,
+    /// The maximum duration came first: the estimate is not precise.
+    MaxDuration,
+    /// A byte budget ended it (the scheduler's, issue 27 point 3).
+    Budget,
+    /// Something else ended it first (the peer, a slot's end).
+    Cut,
+    /// A reason a later release added.
+    #[serde(other)]
+    Other,
+}
+
+impl StopReason {
+    /// Every reason a metric's `reason` label takes, in order.
+    pub const ALL: [StopReason; 4] = [
+        StopReason::Converged,
+        StopReason::MaxDuration,
+        StopReason::Budget,
+        StopReason::Cut,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Converged => "converged",
+            StopReason::MaxDuration => "max_duration",
+            StopReason::Budget => "budget",
+            StopReason::Cut => "cut",
+            StopReason::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The prober's word that an adaptive test ended: each end stops its
+/// senders, and cuts its figures to the span from `span_start_us` (after
+/// its start gate) to its stream's last byte, the span the estimate
+/// covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestEnd {
+    pub span_start_us: u64,
+    pub reason: StopReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_adaptive_request_is_refused() {
+        let ok = AdaptiveRequest {
+            min_duration_ms: 500,
+            precision_ppm: 10_000,
+        };
+        assert!(ok.check(5000).is_ok());
+        assert!((ok.precision() - 0.01).abs() < 1e-12);
+        assert!(ok.check(400).is_err());
+        for ppm in [0, MAX_PRECISION_PPM + 1, u32::MAX] {
+            let bad = AdaptiveRequest {
+                precision_ppm: ppm,
+                ..ok
+            };
+            assert!(bad.check(5000).is_err(), "{ppm}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_reason_reads_as_other() {
+        let r: StopReason = serde_json::from_str("\"meteor\"").unwrap();
+        assert_eq!(r, StopReason::Other);
+        assert_eq!(
+            serde_json::to_string(&StopReason::MaxDuration).unwrap(),
+            "\"max_duration\""
+        );
+    }
+}

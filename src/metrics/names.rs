@@ -794,6 +794,7 @@ pub static TRACE_PACKETS: MetricDef = def(
     "pathprobe_trace_packets_total",
     &[],
     "Packets the path traces sent: what tracing costs the network.",
+);
 pub static ADAPTIVE_STOPS_TOTAL: MetricDef = def(
     Probe,
     Counter,

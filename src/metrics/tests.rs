@@ -2069,6 +2069,7 @@ fn a_step_is_found_within_five_probes_attributed_and_exported() {
             directions: vec![Direction::Send],
             labels: &labels,
             skip_reasons: &[],
+            adaptive: false,
         },
     );
     // The kind's figures exist at 0 from the start; UDP's loss does not.
@@ -2226,6 +2227,9 @@ fn the_stable_verdict_does_not_follow_one_outlier() {
         )
         .len(),
         1
+    );
+}
+
 /// Issue 27: an adaptive module's stop reasons exist at 0 from its
 /// registration, and a probe's reason counts once; a fixed module has none.
 #[test]

@@ -9,8 +9,8 @@
 mod common;
 
 mod access;
-mod budget_lab;
 mod adaptive_lab;
+mod budget_lab;
 mod cli;
 mod cross_traffic;
 mod crr;

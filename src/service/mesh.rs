@@ -271,7 +271,9 @@ pub fn notes(
             .collect();
         if !adaptive.is_empty() {
             out.push(format!(
-                "note: the slot holds what adaptive modules are expected to take ({};                  expected_duration), not their maximum; a run still going {} before its                  slot's end is ended there and reported cut, not converged",
+                "note: the slot holds what adaptive modules are expected to take ({}; \
+                 expected_duration), not their maximum; a run still going {} before its \
+                 slot's end is ended there and reported cut, not converged",
                 adaptive.join(", "),
                 crate::units::format_duration(config.scheduler.mesh.setup / 2)
             ));
@@ -869,7 +871,7 @@ mod tests {
     /// is ended with `End` and reported cut, not converged, and the next
     /// slot's test against the same responder is not met busy. Real probes
     /// on loopback (TCP paced at 200 Mbit/s, a precision of 1 ppm that no
-    /// run reaches, a maximum of 10 s) under the real mesh scheduler and
+    /// run reaches, a maximum of 8 s) under the real mesh scheduler and
     /// runner; the wall clock is shifted so that this host's two slots
     /// come at once. Slots of 1 s expected + 1 s set-up + 0.2 s guard.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -892,11 +894,11 @@ mod tests {
         // This host's own entry: a port nobody probes (the peer runs no
         // scheduler), so that it is the one to probe in its slots.
         let me_port = 9;
-        let module = "{kind: tcp, duration: auto, max_duration: 10s, precision: 0.0001%, \
+        let module = "{kind: tcp, duration: auto, max_duration: 8s, precision: 0.0001%, \
                       expected_duration: 1s, bitrate: 200M}";
         let yaml = format!(
             "modules:\n  a: {module}\n  b: {module}\n\
-             scheduler: {{default_interval: 1s, mesh: {{budget: 1, setup: 1s, guard: 200ms}}}}\n\
+             scheduler: {{default_interval: 8s, mesh: {{budget: 1, setup: 1s, guard: 200ms}}}}\n\
              discovery: {{mesh: true}}\n\
              targets:\n  - {{address: '127.0.0.1:{me_port}', modules: [a, b]}}\n  \
              - {{address: '{peer}', modules: [a, b]}}\n"
@@ -937,6 +939,15 @@ mod tests {
         let _ = server.await;
 
         let target = peer.to_string();
+        let key = |module: &str| ProbeKey::new(target.clone(), module);
+        for module in ["a", "b"] {
+            for o in store.latest_of(&key(module)) {
+                match &o.result {
+                    Ok(r) => println!("{module}: {:?}", r.adaptive),
+                    Err(f) => println!("{module}: failed {f:?}"),
+                }
+            }
+        }
         for (i, module) in ["a", "b"].into_iter().enumerate() {
             let outcomes = store.latest_of(&ProbeKey::new(target.clone(), module));
             assert_eq!(outcomes.len(), 1, "{module}: {outcomes:?}");
@@ -960,7 +971,7 @@ mod tests {
             assert_eq!(a.stop_reason, StopReason::Cut, "{module}");
             assert!(!a.converged, "{module}");
             // Cut at the slot's end less the reserve, after its start a
-            // guard into the slot: about 1.5 s of data of its 10 s maximum.
+            // guard into the slot: about 1.5 s of data of its 8 s maximum.
             assert!(
                 (1.0..1.8).contains(&a.elapsed_seconds),
                 "{module}: {}",

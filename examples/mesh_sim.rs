@@ -396,7 +396,8 @@ fn example_modules(name: &'static str, file: &str, tcp_bps: f64) -> Modules {
     let path = format!("{}/config/examples/{file}", env!("CARGO_MANIFEST_DIR"));
     let config = pathprobe::config::Config::load(std::path::Path::new(&path))
         .unwrap_or_else(|e| panic!("{path}: {e}"));
-    let (plan, _, modules) = pathprobe::service::mesh::plan(&config, &[], |_: &pathprobe::probe::Target| false);
+    let (plan, _, modules) =
+        pathprobe::service::mesh::plan(&config, &[], |_: &pathprobe::probe::Target| false);
     let bytes = modules
         .iter()
         .map(|m| {

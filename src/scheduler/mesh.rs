@@ -466,7 +466,9 @@ mod tests {
         for (start, cut) in cuts {
             assert_eq!(
                 cut,
-                start + Duration::from_secs(10) - Duration::from_millis(500) - Duration::from_secs(1)
+                start + Duration::from_secs(10)
+                    - Duration::from_millis(500)
+                    - Duration::from_secs(1)
             );
         }
         // Three peers, each once as target.

@@ -390,10 +390,7 @@ mod tests {
         };
         let (fixed, adaptive) = (load("mesh.yml"), load("mesh-adaptive.yml"));
         let me = |t: &Target| t.host == "10.0.0.3";
-        assert_eq!(
-            fixed.scheduler.mesh.budget,
-            adaptive.scheduler.mesh.budget
-        );
+        assert_eq!(fixed.scheduler.mesh.budget, adaptive.scheduler.mesh.budget);
         assert_eq!(fixed.targets, adaptive.targets);
         let (f, _, fm) = plan(&fixed, &[], me);
         let (a, _, am) = plan(&adaptive, &[], me);

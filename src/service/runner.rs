@@ -251,7 +251,11 @@ impl Runner<ProbeJob> for ProbeRunner {
         self.attempt_cut(job, None)
     }
 
-    fn attempt_until(&self, job: &Job<ProbeJob>, cut_at: tokio::time::Instant) -> BoxFuture<Attempt> {
+    fn attempt_until(
+        &self,
+        job: &Job<ProbeJob>,
+        cut_at: tokio::time::Instant,
+    ) -> BoxFuture<Attempt> {
         self.attempt_cut(job, Some(cut_at))
     }
 
@@ -401,5 +405,4 @@ impl ProbeRunner {
             }
         }
     }
-
 }

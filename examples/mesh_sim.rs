@@ -6,8 +6,9 @@
 //! the circle plan, random phases and the stable plan, without and with
 //! churn; `mesh_sim --groups [N...]` (default 10 100 1000 10000) the
 //! grouped plan; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
-//! shipped example's modules: cycle, coverage, share and bytes per host
-//! per hour, full mesh and grouped.
+//! shipped example's modules, fixed (config/examples/mesh.yml) and
+//! adaptive (config/examples/mesh-adaptive.yml): cycle, coverage, share and
+//! bytes per host per hour, full mesh and grouped.
 //!
 //! The model, per host: a clock off by up to ±50 ms; a test occupies its
 //! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
@@ -377,64 +378,133 @@ fn mesh_table(sizes: &[usize]) {
     }
 }
 
-/// `--fleet`: the shipped example modules (config/examples/mesh.yml: TCP
-/// both ways 1+5 s, UDP 5 s at 200 Mbit/s) at N = 10 to 10,000, as a full
-/// mesh (the plan the service picks) and grouped by about √N: cycle,
-/// coverage, share of time in tests and bytes through each host per hour.
+/// One set of modules of `--fleet`: the slot the service's planner gives
+/// an example config, and the bytes one test of each of its modules moves
+/// through each of its two hosts.
+struct Modules {
+    name: &'static str,
+    slot: Duration,
+    /// Bytes per test of each module, in the planner's module order.
+    bytes: Vec<f64>,
+}
+
+/// The modules of a shipped example (`config/examples/<file>`), through
+/// the service's own planner: the slot, and each module's bytes per test
+/// over the time the plan holds for it (omit included: data flows then
+/// too; an adaptive module's expected run), unpaced TCP at `tcp_bps`.
+fn example_modules(name: &'static str, file: &str, tcp_bps: f64) -> Modules {
+    let path = format!("{}/config/examples/{file}", env!("CARGO_MANIFEST_DIR"));
+    let config = pathprobe::config::Config::load(std::path::Path::new(&path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (plan, _, modules) =
+        pathprobe::service::mesh::plan(&config, &[], |_: &pathprobe::probe::Target| false);
+    let bytes = modules
+        .iter()
+        .map(|m| {
+            let module = config.module(m).expect("a planned module");
+            let rate = match module.bitrate {
+                Some(b) if b > 0 => b as f64,
+                _ => tcp_bps,
+            };
+            rate / 8.0 * module.planned_slot_run().as_secs_f64()
+        })
+        .collect();
+    Modules {
+        name,
+        slot: plan.slot(),
+        bytes,
+    }
+}
+
+/// `--fleet`: the shipped example's modules (config/examples/mesh.yml: TCP
+/// both ways 1+5 s, UDP 5 s at 200 Mbit/s) and its adaptive variant
+/// (config/examples/mesh-adaptive.yml: the same, `duration: auto`, 1 s
+/// expected per run, set-up 2 s) at N = 10 to 10,000, as a full mesh (the
+/// plan the service picks) and grouped by about √N: cycle, coverage,
+/// share of time in tests and bytes through each host per hour. The
+/// adaptive modules also run at the fixed ones' cycle ("same cycle"):
+/// the same freshness for fewer bytes.
 fn fleet_table(sizes: &[usize], tcp_bps: f64) {
-    // Run 12 s (both ways), set-up 4 s, guard 1 s; 2 modules.
-    let params = MeshParams {
-        slot: Duration::from_secs(17),
-        modules: 2,
-        budget: 0.5,
-        min_cycle: Duration::ZERO,
-    };
-    // Bytes one test of each module moves through each of its two hosts
-    // (omit included: data flows then too).
-    let tcp = tcp_bps / 8.0 * 12.0;
-    let udp = 200e6 / 8.0 * 5.0;
-    println!(
-        "modules tcp (both ways, 1+5 s each, at {:.0} Mbit/s) and udp (5 s at 200 Mbit/s); slot 17 s, budget 50%",
-        tcp_bps / 1e6
-    );
-    println!("| N | plan | cycle | every pair measured within | share in tests (busiest) | tests per host per hour | bytes per host per hour |");
-    println!("|---|---|---|---|---|---|---|");
+    let fixed = example_modules("fixed", "mesh.yml", tcp_bps);
+    let adaptive = example_modules("adaptive", "mesh-adaptive.yml", tcp_bps);
+    for m in [&fixed, &adaptive] {
+        println!(
+            "{} modules: slot {:.0} s, bytes per test {} (TCP at {:.0} Mbit/s), budget 50%",
+            m.name,
+            m.slot.as_secs_f64(),
+            m.bytes
+                .iter()
+                .map(|b| format!("{:.0} MB", b / 1e6))
+                .collect::<Vec<_>>()
+                .join(" + "),
+            tcp_bps / 1e6
+        );
+    }
+    println!("| N | plan | modules | cycle | every pair measured within | share in tests (busiest) | tests per host per hour | bytes per host per hour |");
+    println!("|---|---|---|---|---|---|---|---|");
     let gb = |b: f64| format!("{:.1} GB", b / 1e9);
     for &n in sizes {
         let names: Vec<String> = (0..n).map(sim::name).collect();
-        let full = MeshPlan::full(names.clone(), params.clone());
-        let kind = match &full {
-            MeshPlan::Stable(p) => format!("full mesh, stable ({} places)", p.places()),
-            _ => "full mesh, circle".to_string(),
-        };
-        let cycle = full.cycle().as_secs_f64();
-        // Each host is in 2 (n - 1) tests of each module per cycle.
-        let per_hour = 2.0 * (n - 1) as f64 * 3600.0 / cycle;
-        println!(
-            "| {n} | {kind} | {} | {} | {:.0}% | {:.1} | {} |",
-            minutes(cycle),
-            minutes(cycle),
-            full.share() * 100.0,
-            per_hour * 2.0,
-            gb(per_hour * (tcp + udp))
-        );
         let size = ((n as f64).sqrt().round() as usize).max(2);
         let groups: Vec<Vec<String>> = names.chunks(size).map(|c| c.to_vec()).collect();
-        let g = GroupPlan::new(groups, params.clone());
-        let gc = g.cycle().as_secs_f64();
-        // A host's tests per cycle, averaged over the cycles in which it
-        // represents its group and those it does not.
-        let mean = g.mean_share() * gc / params.slot.as_secs_f64() / 2.0;
-        println!(
-            "| {n} | {} groups of {size} | {} | inside a group and group to group: {}; a host to each other group: {} | {:.0}% | {:.1} | {} |",
-            g.groups().len(),
-            minutes(gc),
-            minutes(gc),
-            minutes(gc * size as f64),
-            g.share() * 100.0,
-            mean * 2.0 * 3600.0 / gc,
-            gb(mean * 3600.0 / gc * (tcp + udp))
-        );
+        // Each plan's rows: the fixed modules, the adaptive ones at their
+        // own cycle, and the adaptive ones stretched to the fixed cycle.
+        for grouped in [false, true] {
+            let mut fixed_cycle = None;
+            for (m, label) in [
+                (&fixed, "fixed"),
+                (&adaptive, "adaptive"),
+                (&adaptive, "adaptive, same cycle"),
+            ] {
+                let params = MeshParams {
+                    slot: m.slot,
+                    modules: m.bytes.len(),
+                    budget: 0.5,
+                    min_cycle: match label {
+                        "adaptive, same cycle" => fixed_cycle.unwrap_or_default(),
+                        _ => Duration::ZERO,
+                    },
+                };
+                let per_test: f64 = m.bytes.iter().sum::<f64>() / m.bytes.len() as f64;
+                let modules = m.bytes.len() as f64;
+                if !grouped {
+                    let full = MeshPlan::full(names.clone(), params.clone());
+                    let kind = match &full {
+                        MeshPlan::Stable(p) => format!("full mesh, stable ({} places)", p.places()),
+                        _ => "full mesh, circle".to_string(),
+                    };
+                    let cycle = full.cycle().as_secs_f64();
+                    fixed_cycle.get_or_insert(full.cycle());
+                    // Each host is in 2 (n - 1) tests of each module per cycle.
+                    let per_hour = 2.0 * (n - 1) as f64 * 3600.0 / cycle;
+                    println!(
+                        "| {n} | {kind} | {label} | {} | {} | {:.0}% | {:.1} | {} |",
+                        minutes(cycle),
+                        minutes(cycle),
+                        full.share() * 100.0,
+                        per_hour * modules,
+                        gb(per_hour * modules * per_test)
+                    );
+                } else {
+                    let g = GroupPlan::new(groups.clone(), params.clone());
+                    let gc = g.cycle().as_secs_f64();
+                    fixed_cycle.get_or_insert(g.cycle());
+                    // A host's tests per cycle, averaged over the cycles in
+                    // which it represents its group and those it does not.
+                    let mean = g.mean_share() * gc / params.slot.as_secs_f64() / modules;
+                    println!(
+                        "| {n} | {} groups of {size} | {label} | {} | inside a group and group to group: {}; a host to each other group: {} | {:.0}% | {:.1} | {} |",
+                        g.groups().len(),
+                        minutes(gc),
+                        minutes(gc),
+                        minutes(gc * size as f64),
+                        g.share() * 100.0,
+                        mean * modules * 3600.0 / gc,
+                        gb(mean * modules * 3600.0 / gc * per_test)
+                    );
+                }
+            }
+        }
     }
     series_table(sizes);
 }

@@ -101,6 +101,14 @@ impl Skip {
 pub trait Runner<P>: Send + Sync + 'static {
     /// One attempt of `job`.
     fn attempt(&self, job: &Job<P>) -> BoxFuture<Attempt>;
+    /// One attempt of `job` that should be over by `cut_at` (the mesh
+    /// slot's end, less what the end of a test takes): a probe that can
+    /// stop early (an adaptive one) stops then and reports itself cut.
+    /// By default a plain attempt, which the caller's deadline bounds.
+    fn attempt_until(&self, job: &Job<P>, cut_at: tokio::time::Instant) -> BoxFuture<Attempt> {
+        let _ = cut_at;
+        self.attempt(job)
+    }
     /// A run that did not happen or did not finish.
     fn skipped(&self, job: &Job<P>, why: Skip);
     /// How late a run started against its planned time.

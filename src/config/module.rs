@@ -195,6 +195,14 @@ pub struct Module {
     pub max_duration: Option<Duration>,
     #[serde(default, deserialize_with = "quantity::opt_precision")]
     pub precision: Option<f64>,
+    /// `duration: auto` only: what one run is expected to take, which the
+    /// mesh plan sizes its slot from (issue 27 point 4): a key of the
+    /// shared config, so that every host computes the same plan. Between
+    /// `min_duration` and `max_duration`; by default
+    /// [`default_expected_duration`]. A run still going at its slot's end
+    /// is cut and reported not converged.
+    #[serde(default, deserialize_with = "quantity::opt_duration")]
+    pub expected_duration: Option<Duration>,
     /// Set by [`Module::resolve_auto`] for `duration: auto`.
     #[serde(skip)]
     pub adaptive: Option<crate::protocol::adaptive::AdaptiveRequest>,
@@ -202,6 +210,20 @@ pub struct Module {
 
 fn default_duration() -> Duration {
     crate::probe::spec::DEFAULT_DURATION
+}
+
+/// What an adaptive run is expected to take when `expected_duration` is
+/// not set: twice the minimum at a precision of 1%, and four times that
+/// per halving of the precision (the rule's interval narrows as the square
+/// root of the time), within [`Module::planned_run`]'s bounds. With the
+/// defaults (0.5 s, 1%) that is 1 s: the adaptive lab's converged TCP runs
+/// took 0.6 to 1.6 s at 20 to 1,000 Mbit/s (docs/ADAPTIVE.md), and one
+/// that needs longer takes the slot's spare set-up time, or is cut.
+pub fn default_expected_duration(min_duration: Duration, precision: f64) -> Duration {
+    let scale = (crate::engine::adaptive::DEFAULT_PRECISION / precision.max(1e-6)).powi(2);
+    // A tiny precision or a huge minimum asks for years: saturate rather
+    // than overflow (the caller bounds it by the maximum).
+    Duration::try_from_secs_f64(min_duration.as_secs_f64() * 2.0 * scale).unwrap_or(Duration::MAX)
 }
 fn default_streams() -> u32 {
     1
@@ -245,6 +267,7 @@ impl Module {
             min_duration: None,
             max_duration: None,
             precision: None,
+            expected_duration: None,
             adaptive: None,
         }
     }
@@ -271,6 +294,28 @@ impl Module {
             min_duration_ms: min.as_millis() as u64,
             precision_ppm: (precision * 1e6).round() as u32,
         });
+    }
+
+    /// The measured time the mesh plan gives each run of this module (its
+    /// slot holds one per run, plus set-up and guard): `omit + duration`
+    /// for a fixed module; for an adaptive one its `expected_duration`,
+    /// by default [`default_expected_duration`], never above its maximum.
+    pub fn planned_run(&self) -> Duration {
+        match self.adaptive {
+            None => self.omit + self.duration,
+            Some(a) => {
+                let min = Duration::from_millis(a.min_duration_ms);
+                self.expected_duration
+                    .unwrap_or_else(|| default_expected_duration(min, a.precision()))
+                    .clamp(min.min(self.duration), self.duration)
+            }
+        }
+    }
+
+    /// The measured time a mesh slot holds for this module: a run of
+    /// [`Module::planned_run`] per direction (two for `both`).
+    pub fn planned_slot_run(&self) -> Duration {
+        self.planned_run() * self.specs().len().max(1) as u32
     }
 
     /// The longest one run of this module takes and, when its rate is
@@ -403,11 +448,26 @@ impl Module {
                 ));
             }
         }
+        if let (Some(a), Some(e)) = (self.adaptive, self.expected_duration) {
+            let min = Duration::from_millis(a.min_duration_ms);
+            if e < min || e > self.duration {
+                return Err((
+                    "expected_duration",
+                    format!(
+                        "must be between min_duration ({}) and max_duration ({}), got {}",
+                        fmt(min),
+                        fmt(self.duration),
+                        fmt(e)
+                    ),
+                ));
+            }
+        }
         if self.adaptive.is_none() {
             for (key, set) in [
                 ("min_duration", self.min_duration.is_some()),
                 ("max_duration", self.max_duration.is_some()),
                 ("precision", self.precision.is_some()),
+                ("expected_duration", self.expected_duration.is_some()),
             ] {
                 if set {
                     return Err((key, "applies to duration: auto only".to_string()));

@@ -519,3 +519,44 @@ fn duration_auto_is_bounded_by_its_maximum_and_refused_where_it_cannot_run() {
     let e = err("modules:\n  a: {kind: tcp, duration: auto, precision: 80%}\n");
     assert!(e.contains("precision"), "{e}");
 }
+
+/// Issue 27 point 4: the mesh slot holds an adaptive module's expected
+/// run, not its maximum; the key is bounded by the module's minimum and
+/// maximum, and refused on a fixed module.
+#[test]
+fn an_adaptive_module_plans_its_expected_run_within_its_bounds() {
+    let c = Config::from_yaml(
+        "modules:\n  a: {kind: tcp, duration: auto}\n  \
+         b: {kind: tcp, duration: auto, max_duration: 8s, precision: 0.5%, direction: both}\n  \
+         c: {kind: udp, duration: auto, precision: 0.1%}\n  \
+         d: {kind: tcp, duration: auto, expected_duration: 2500ms, direction: both}\n  \
+         f: {kind: tcp, duration: 5s, omit: 1s, direction: both}\n",
+        "c.yml",
+    )
+    .unwrap();
+    let m = |n: &str| c.module(n).unwrap().clone();
+    // Defaults: twice the 0.5 s minimum at 1%.
+    assert_eq!(m("a").planned_run(), Duration::from_secs(1));
+    assert_eq!(m("a").planned_slot_run(), Duration::from_secs(1));
+    // Half the precision, four times the time; two runs for `both`.
+    assert_eq!(m("b").planned_run(), Duration::from_secs(4));
+    assert_eq!(m("b").planned_slot_run(), Duration::from_secs(8));
+    // A precision that would need 100 s is held to the maximum.
+    assert_eq!(m("c").planned_run(), Duration::from_secs(5));
+    assert_eq!(m("d").planned_slot_run(), Duration::from_secs(5));
+    // A fixed module keeps omit + duration per run.
+    assert_eq!(m("f").planned_slot_run(), Duration::from_secs(12));
+    let err = |yaml: &str| Config::from_yaml(yaml, "c.yml").unwrap_err().to_string();
+    let e = err("modules:\n  a: {kind: tcp, duration: auto, expected_duration: 6s}\n");
+    assert!(
+        e.contains("expected_duration") && e.contains("between min_duration"),
+        "{e}"
+    );
+    let e = err("modules:\n  a: {kind: tcp, duration: auto, expected_duration: 100ms}\n");
+    assert!(e.contains("expected_duration"), "{e}");
+    let e = err("modules:\n  a: {kind: tcp, expected_duration: 1s}\n");
+    assert!(
+        e.contains("expected_duration") && e.contains("duration: auto"),
+        "{e}"
+    );
+}

@@ -350,10 +350,19 @@ async fn run_test(
         let mut control = AdaptiveControl::new(run, &asked, plan.duration);
         let mut tick = tokio::time::interval(crate::engine::adaptive::SAMPLE_INTERVAL);
         let mut end_tx = Some(end_tx);
+        // A slot's end (the mesh's): the test ends then, reported cut.
+        let cut = async {
+            match spec.cut_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(cut);
         let local = loop {
             tokio::select! {
                 out = &mut finish => break out,
                 _ = tick.tick(), if !control.decided() => control.sample(),
+                _ = &mut cut, if !control.decided() => control.cut(),
             }
             if let Some(end) = control.take_end() {
                 if let Some(tx) = end_tx.take() {
@@ -474,6 +483,12 @@ impl AdaptiveControl {
         if let Step::Stop(reason) = self.estimator.push(t, s.bytes, s.slow_start) {
             self.decide(reason, t);
         }
+    }
+
+    /// Ends the test where it stands: its slot is over.
+    fn cut(&mut self) {
+        let t = self.elapsed();
+        self.decide(StopReason::Cut, t);
     }
 
     fn decide(&mut self, reason: StopReason, t: f64) {

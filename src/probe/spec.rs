@@ -122,6 +122,10 @@ pub struct ProbeSpec {
     /// Adaptive duration (issue 27): `duration` is then the maximum, and
     /// the probe stops once its figure is known to the precision.
     pub adaptive: Option<AdaptiveRequest>,
+    /// An adaptive probe still running then is ended (`End`) and reported
+    /// with stop reason `cut`, not converged: a mesh slot's end, less what
+    /// the end of a test takes (issue 27 point 4). Local; not on the wire.
+    pub cut_at: Option<tokio::time::Instant>,
 }
 
 /// Receives the limits the responder applied to a test, once, when it
@@ -194,6 +198,7 @@ impl Default for ProbeSpec {
             clamp_notes: None,
             zerocopy: Default::default(),
             adaptive: None,
+            cut_at: None,
         }
     }
 }

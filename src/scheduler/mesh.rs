@@ -53,6 +53,10 @@ pub struct MeshSchedule<P> {
     pub jobs: HashMap<(usize, usize), Job<P>>,
     /// Margin for clock skew at each end of a slot.
     pub guard: Duration,
+    /// Time kept at the end of a slot for a run that is cut there (the
+    /// prober's `End`, the drain and the results, issue 27): a run is
+    /// told to stop this long before its slot ends ([`Runner::attempt_until`]).
+    pub end_reserve: Duration,
     /// Jobs the plan does not pair: loopback modules.
     pub local: Vec<LocalJob<P>>,
 }
@@ -319,7 +323,11 @@ async fn run_slot<P, R: Runner<P>>(
         return;
     };
     runner.lag(job, clock().saturating_sub(begin));
-    let outcome = tokio::time::timeout_at(until(end), runner.attempt(job)).await;
+    // The run is told to end before the slot does (an adaptive probe then
+    // ends with `End` and reports itself cut); the slot's end is the hard
+    // deadline of one that does not, so that no test overlaps the next slot.
+    let cut_at = until(end.saturating_sub(s.end_reserve));
+    let outcome = tokio::time::timeout_at(until(end), runner.attempt_until(job, cut_at)).await;
     drop(permit);
     match outcome {
         Err(_) => runner.skipped(job, Skip::Timeout),
@@ -349,9 +357,17 @@ mod tests {
         runs: Mutex<Vec<(String, String, Duration)>>,
         skips: Mutex<Vec<(String, Skip)>>,
         clock: Mutex<Option<WallClock>>,
+        /// Each run's start and the wall time it was told to end by.
+        cuts: Mutex<Vec<(Duration, Duration)>>,
     }
 
     impl Runner<()> for Recorder {
+        fn attempt_until(&self, job: &Job<()>, cut_at: tokio::time::Instant) -> BoxFuture<Attempt> {
+            let now = (self.clock.lock().unwrap().as_ref().unwrap())();
+            let cut = now + cut_at.saturating_duration_since(tokio::time::Instant::now());
+            self.cuts.lock().unwrap().push((now, cut));
+            self.attempt(job)
+        }
         fn attempt(&self, job: &Job<()>) -> BoxFuture<Attempt> {
             let now = (self.clock.lock().unwrap().as_ref().unwrap())();
             self.runs
@@ -407,6 +423,7 @@ mod tests {
             me,
             jobs,
             guard: Duration::from_millis(500),
+            end_reserve: Duration::from_secs(1),
             local: Vec::new(),
         }
     }
@@ -442,6 +459,18 @@ mod tests {
         let runs = runner.runs.lock().unwrap().clone();
         let got: Vec<(Duration, String)> = runs.iter().map(|(t, _, at)| (*at, t.clone())).collect();
         assert_eq!(got, expected);
+        // Each run is told to end the reserve before its slot does (a
+        // guard into the slot, so slot - guard - reserve after its start).
+        let cuts = runner.cuts.lock().unwrap().clone();
+        assert_eq!(cuts.len(), expected.len());
+        for (start, cut) in cuts {
+            assert_eq!(
+                cut,
+                start + Duration::from_secs(10)
+                    - Duration::from_millis(500)
+                    - Duration::from_secs(1)
+            );
+        }
         // Three peers, each once as target.
         let mut targets: Vec<_> = got.iter().map(|(_, t)| t.clone()).collect();
         targets.sort();

@@ -45,6 +45,19 @@ pub fn expected(
     let hour = 3600.0;
     if config.discovery.mesh && config.scheduler.mesh.planned {
         let (plan, me, modules) = super::mesh::plan(config, discovered, is_local);
+        // An adaptive module is expected to take what its slot holds for
+        // it (its expected run), not its maximum: the rest is cut.
+        let of = |name: &str| {
+            let share = config.module(name).map_or(1.0, |m| {
+                let max = super::mesh::run_time(m).as_secs_f64();
+                if max > 0.0 {
+                    (m.planned_slot_run().as_secs_f64() / max).min(1.0)
+                } else {
+                    1.0
+                }
+            });
+            of(name) * share
+        };
         if plan.members().len() > 1 {
             // The busiest host stands in for one that is not a member.
             let me = me.unwrap_or(0);
@@ -209,5 +222,26 @@ mod tests {
             n.starts_with("warning:") && n.contains("about 10% of the runs fit"),
             "{n}"
         );
+    }
+
+    /// The adaptive variant of the mesh example: in a mesh an adaptive
+    /// module is expected to move its rate over the run its slot holds
+    /// (1 s per run), not over its 5 s maximum; the rest would be cut.
+    #[test]
+    fn an_adaptive_mesh_expects_the_bytes_of_its_expected_runs() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/mesh-adaptive.yml"
+        );
+        let c = Config::load(std::path::Path::new(path)).unwrap();
+        let me = |t: &Target| t.host == "10.0.0.3";
+        let e = expected(&c, &[], me);
+        // TCP both ways, 1 s each at the 10 Gbit/s guess; UDP 1 s at 200M.
+        let per_peer = 2.0 * 10e9 / 8.0 + 200e6 / 8.0;
+        assert!((e.probing_per_cycle - 9.0 * per_peer).abs() < 1e3, "{e:?}");
+        assert_eq!(e.cycle, Duration::from_secs(360));
+        let n = note(&c, &[], me);
+        println!("{n}");
+        assert!(n.contains(" GB per mesh cycle of 360 s"), "{n}");
     }
 }

@@ -68,10 +68,24 @@ pub async fn run_contained(
 }
 
 /// Runs every probe of `job` (two for a `both` module) and returns the
-/// outcomes, stopping early when the responder is busy.
-pub async fn run_job(job: &ProbeJob) -> (Vec<ProbeOutcome>, Option<Duration>) {
+/// outcomes, stopping early when the responder is busy. With `cut_at` (a
+/// mesh slot's), an adaptive probe still running then is ended and
+/// reported cut; the runs of a `both` module share what is left of the
+/// time equally, each handing what it does not use to the next.
+pub async fn run_job(
+    job: &ProbeJob,
+    cut_at: Option<tokio::time::Instant>,
+) -> (Vec<ProbeOutcome>, Option<Duration>) {
     let mut outcomes = Vec::new();
-    for (direction, spec) in job.module.specs() {
+    let specs = job.module.specs();
+    let runs = specs.len() as u32;
+    for (i, (direction, mut spec)) in specs.into_iter().enumerate() {
+        if spec.adaptive.is_some() {
+            spec.cut_at = cut_at.map(|cut| {
+                let now = tokio::time::Instant::now();
+                now + cut.saturating_duration_since(now) / (runs - i as u32)
+            });
+        }
         let started = SystemTime::now();
         let clock = Instant::now();
         let (result, busy) = match run_contained(job.endpoint.clone(), spec, job.module.ipv6).await
@@ -234,6 +248,32 @@ impl Drop for Reserved {
 
 impl Runner<ProbeJob> for ProbeRunner {
     fn attempt(&self, job: &Job<ProbeJob>) -> BoxFuture<Attempt> {
+        self.attempt_cut(job, None)
+    }
+
+    fn attempt_until(
+        &self,
+        job: &Job<ProbeJob>,
+        cut_at: tokio::time::Instant,
+    ) -> BoxFuture<Attempt> {
+        self.attempt_cut(job, Some(cut_at))
+    }
+
+    fn skipped(&self, job: &Job<ProbeJob>, why: Skip) {
+        self.skip(job, why)
+    }
+
+    fn lag(&self, _job: &Job<ProbeJob>, lag: Duration) {
+        self.state.observe_scheduler_lag(lag);
+    }
+}
+
+impl ProbeRunner {
+    fn attempt_cut(
+        &self,
+        job: &Job<ProbeJob>,
+        cut_at: Option<tokio::time::Instant>,
+    ) -> BoxFuture<Attempt> {
         let store = self.store.clone();
         let history = self.history.clone();
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
@@ -256,7 +296,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                     retry_after_seconds = over.retry_after.map(|d| d.as_secs()),
                     "run over the byte budget"
                 );
-                self.skipped(job, Skip::Budget);
+                self.skip(job, Skip::Budget);
                 return Box::pin(async { Attempt::Done });
             }
         }
@@ -268,7 +308,7 @@ impl Runner<ProbeJob> for ProbeRunner {
                 expected,
                 settled: !counted,
             };
-            let (outcomes, busy) = run_job(&payload).await;
+            let (outcomes, busy) = run_job(&payload, cut_at).await;
             if counted {
                 // What really moved replaces the reservation. A probe that
                 // failed reports no bytes: most fail before any data flows.
@@ -324,7 +364,7 @@ impl Runner<ProbeJob> for ProbeRunner {
         })
     }
 
-    fn skipped(&self, job: &Job<ProbeJob>, why: Skip) {
+    fn skip(&self, job: &Job<ProbeJob>, why: Skip) {
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
         let store_key = job.payload.store_key(&job.key);
         tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped");
@@ -364,9 +404,5 @@ impl Runner<ProbeJob> for ProbeRunner {
                 );
             }
         }
-    }
-
-    fn lag(&self, _job: &Job<ProbeJob>, lag: Duration) {
-        self.state.observe_scheduler_lag(lag);
     }
 }

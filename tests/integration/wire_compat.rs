@@ -510,6 +510,7 @@ fn adaptive_tcp() -> ProbeSpec {
         adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
             min_duration_ms: 300,
             precision_ppm: 200_000,
+            receiver_progress: false,
         }),
         ..ProbeSpec::default()
     }
@@ -576,4 +577,80 @@ async fn an_adaptive_probe_runs_fixed_against_an_older_responder() {
     assert!(r.duration_seconds > 0.6, "{}", r.duration_seconds);
     let frames = rec.frames();
     assert!(frames.iter().all(|f| f["message"]["type"] != "end"));
+}
+
+/// A UDP probe the prober sends, adaptive, with a loose precision so that
+/// it ends early on loopback.
+fn adaptive_udp() -> ProbeSpec {
+    ProbeSpec {
+        kind: pathprobe::probe::Kind::Udp,
+        bitrate: Some(50_000_000),
+        ..adaptive_tcp()
+    }
+}
+
+/// Issue 27: an adaptive UDP probe the prober sends asks the responder
+/// for its received count; this release's responder sends `progress`
+/// frames before the `end`, none after, and the probe is judged on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_udp_probe_is_judged_on_the_responders_progress() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let rec = Recorder::start(addr).await;
+    let r = probe::probe(&Target::from_addr(rec.addr), &adaptive_udp())
+        .await
+        .expect("an adaptive UDP probe completes");
+    let a = r.adaptive.expect("an adaptive result");
+    let frames = rec.frames();
+    let types: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["message"]["type"].as_str())
+        .collect();
+    let request = frames
+        .iter()
+        .find(|f| f["message"]["type"] == "request")
+        .expect("a request");
+    assert_eq!(
+        request["message"]["adaptive"]["receiver_progress"], true,
+        "{request}"
+    );
+    let end = types.iter().position(|t| *t == "end").expect("an end");
+    let first = types
+        .iter()
+        .position(|t| *t == "progress")
+        .unwrap_or_else(|| panic!("no progress frame: {types:?}"));
+    assert!(first < end, "{types:?}");
+    assert!(a.receiver_bits_per_second.is_some(), "{a:?}");
+    assert!(a.elapsed_seconds < 3.0, "{a:?}");
+}
+
+/// The same probe against a responder that does not know the ask (it
+/// drops the field from its echo, as serde does for an older release):
+/// no `progress` comes, the probe still ends early on its own count, and
+/// the receiver's figure is still compared at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_udp_probe_works_with_a_responder_without_progress() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let rec = Recorder::rewriting(addr, |_, mut v| {
+        for key in ["adaptive", "request"] {
+            let found = match key {
+                "adaptive" => v.get_mut("adaptive"),
+                _ => v.get_mut("request").and_then(|r| r.get_mut("adaptive")),
+            };
+            if let Some(a) = found.and_then(|a| a.as_object_mut()) {
+                a.remove("receiver_progress");
+            }
+        }
+        v
+    })
+    .await;
+    let r = probe::probe(&Target::from_addr(rec.addr), &adaptive_udp())
+        .await
+        .expect("the probe completes without progress reports");
+    let a = r.adaptive.expect("an adaptive result");
+    let frames = rec.frames();
+    assert!(frames.iter().all(|f| f["message"]["type"] != "progress"));
+    assert!(frames.iter().any(|f| f["message"]["type"] == "end"));
+    assert!(a.receiver_bits_per_second.is_some(), "{a:?}");
+    // Clamp notes would say the responder changed the test: it did not.
+    assert!(r.clamped.is_empty(), "{:?}", r.clamped);
 }

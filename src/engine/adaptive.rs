@@ -756,6 +756,71 @@ mod tests {
     }
 
     #[test]
+    fn a_stall_after_slow_start_is_left_out_of_the_span() {
+        // Slow start ends at 0.2 s with a retransmission timeout: the link
+        // is idle until 0.45 s, then steady (a lab run at 20 Mbit/s). A
+        // span that began when slow start ended held the stall, and the
+        // probe ran to its maximum, not converged.
+        let mut e = Estimator::new(&request(10_000), Duration::from_secs(5));
+        let stalled = |t: f64| {
+            if (0.25..0.45).contains(&t) {
+                0.0
+            } else {
+                steady(t)
+            }
+        };
+        let (reason, t) = run(&mut e, stalled, 0.2);
+        assert_eq!(reason, StopReason::Converged, "stopped at {t}");
+        let est = e.estimate().unwrap();
+        assert!(est.span_start_seconds >= 0.45, "{est:?}");
+        assert!(t < 1.5, "stopped at {t}");
+        let err = (est.bits_per_second / 8.0 - 25e6).abs() / 25e6;
+        assert!(err < 0.005, "error {err}");
+    }
+
+    #[test]
+    fn the_count_is_read_just_after_it_moves() {
+        // A count that moves 20,000 bytes every 4 ms, from a thread of its
+        // own. A read at an arbitrary moment is behind the step it shows
+        // by anything up to 4 ms (2 ms on average); one just after a step
+        // is behind it by no more than the step's own lateness.
+        let run = AdaptiveRun::new(Duration::from_secs(5));
+        let origin = Instant::now();
+        let stepper = {
+            let run = run.clone();
+            std::thread::spawn(move || {
+                for i in 1..=150u32 {
+                    let at = origin + Duration::from_millis(4) * i;
+                    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                    run.add_delivered(20_000);
+                }
+            })
+        };
+        // How long after its scheduled moment the step a sample shows
+        // came, milliseconds.
+        let behind = |s: &Sample| {
+            let k = (s.bytes / 20_000) as u32;
+            s.at.saturating_duration_since(origin).as_secs_f64() * 1e3 - 4.0 * f64::from(k)
+        };
+        let mut lags = Vec::new();
+        for i in 0..20u64 {
+            // Sampling moments out of phase with the steps.
+            std::thread::sleep(Duration::from_micros(9_000 + 700 * i));
+            let s = run.sample_at_step();
+            assert!(s.spread <= STEP_WAIT, "{s:?}");
+            if s.spread <= STEP_BRACKET {
+                // A step cannot be seen before its moment.
+                assert!(behind(&s) >= -0.2, "{s:?}: {}", behind(&s));
+                lags.push(behind(&s));
+            }
+        }
+        stepper.join().unwrap();
+        lags.sort_by(f64::total_cmp);
+        assert!(lags.len() >= 10, "too few steps timed: {lags:?}");
+        assert!(lags[lags.len() / 2] < 1.0, "{lags:?}");
+    }
+
+    #[test]
     fn bytes_between_log_points_are_interpolated() {
         let log = vec![(0, 0), (1000, 100), (3000, 300)];
         assert_eq!(bytes_at(&log, 0), 0);

@@ -634,7 +634,9 @@ fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
         // The rule's own stop was met on the sender's count: the reason
         // that matters is the receiver's figure.
         let why = match a.stop_reason {
-            crate::protocol::adaptive::StopReason::Converged => "the receiver disagrees".to_string(),
+            crate::protocol::adaptive::StopReason::Converged => {
+                "the receiver disagrees".to_string()
+            }
             other => other.to_string(),
         };
         format!(

@@ -399,7 +399,9 @@ async fn run_test(
             None
         } else {
             run.spawn_sampler(sample_tx)
-                .inspect_err(|e| tracing::debug!(error = %e, "no sampling thread; samples on a tick"))
+                .inspect_err(
+                    |e| tracing::debug!(error = %e, "no sampling thread; samples on a tick"),
+                )
                 .ok()
         };
         let ticking = !reports_on && sampler.is_none();
@@ -620,9 +622,7 @@ impl AdaptiveControl {
         // over a bottleneck that drops a third of it).
         let receiver = self.check_receiver.then(|| received_rate(remote)).flatten();
         let confirmed = match (receiver, self.estimator.estimate()) {
-            (Some(got), Some(e)) => {
-                receiver_agrees(got, e.bits_per_second, self.asked.precision())
-            }
+            (Some(got), Some(e)) => receiver_agrees(got, e.bits_per_second, self.asked.precision()),
             (Some(_), None) => false,
             (None, _) => !self.check_receiver,
         };

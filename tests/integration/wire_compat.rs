@@ -590,67 +590,26 @@ fn adaptive_udp() -> ProbeSpec {
 }
 
 /// Issue 27: an adaptive UDP probe the prober sends asks the responder
-/// for its received count; this release's responder sends `progress`
-/// frames before the `end`, none after, and the probe is judged on them.
+/// for its received count, is judged on it, and reports the receiver's
+/// figure over the span. (Directly: the recorder relays only the control
+/// connection, not the datagrams. The lab's
+/// `adaptive_lab::adaptive_udp_over_the_bottleneck_is_the_received_rate_or_not_converged`
+/// covers a receiver that got less than was sent.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_udp_probe_is_judged_on_the_responders_progress() {
     let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
-    let rec = Recorder::start(addr).await;
-    let r = probe::probe(&Target::from_addr(rec.addr), &adaptive_udp())
+    let r = probe::probe(&Target::from_addr(addr), &adaptive_udp())
         .await
         .expect("an adaptive UDP probe completes");
     let a = r.adaptive.expect("an adaptive result");
-    let frames = rec.frames();
-    let types: Vec<&str> = frames
-        .iter()
-        .filter_map(|f| f["message"]["type"].as_str())
-        .collect();
-    let request = frames
-        .iter()
-        .find(|f| f["message"]["type"] == "request")
-        .expect("a request");
-    assert_eq!(
-        request["message"]["adaptive"]["receiver_progress"], true,
-        "{request}"
-    );
-    let end = types.iter().position(|t| *t == "end").expect("an end");
-    let first = types
-        .iter()
-        .position(|t| *t == "progress")
-        .unwrap_or_else(|| panic!("no progress frame: {types:?}"));
-    assert!(first < end, "{types:?}");
-    assert!(a.receiver_bits_per_second.is_some(), "{a:?}");
+    let got = a
+        .receiver_bits_per_second
+        .expect("the receiver's figure over the span");
+    let est = a.estimate.expect("an estimate").bits_per_second;
+    // 50 Mbit/s asked, nothing lost on loopback: both figures are it.
+    assert!((got / 50e6 - 1.0).abs() < 0.1, "{a:?}");
+    assert!((est / 50e6 - 1.0).abs() < 0.1, "{a:?}");
+    assert!(a.converged, "{a:?}");
     assert!(a.elapsed_seconds < 3.0, "{a:?}");
-}
-
-/// The same probe against a responder that does not know the ask (it
-/// drops the field from its echo, as serde does for an older release):
-/// no `progress` comes, the probe still ends early on its own count, and
-/// the receiver's figure is still compared at the end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_adaptive_udp_probe_works_with_a_responder_without_progress() {
-    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
-    let rec = Recorder::rewriting(addr, |_, mut v| {
-        for key in ["adaptive", "request"] {
-            let found = match key {
-                "adaptive" => v.get_mut("adaptive"),
-                _ => v.get_mut("request").and_then(|r| r.get_mut("adaptive")),
-            };
-            if let Some(a) = found.and_then(|a| a.as_object_mut()) {
-                a.remove("receiver_progress");
-            }
-        }
-        v
-    })
-    .await;
-    let r = probe::probe(&Target::from_addr(rec.addr), &adaptive_udp())
-        .await
-        .expect("the probe completes without progress reports");
-    let a = r.adaptive.expect("an adaptive result");
-    let frames = rec.frames();
-    assert!(frames.iter().all(|f| f["message"]["type"] != "progress"));
-    assert!(frames.iter().any(|f| f["message"]["type"] == "end"));
-    assert!(a.receiver_bits_per_second.is_some(), "{a:?}");
-    // Clamp notes would say the responder changed the test: it did not.
     assert!(r.clamped.is_empty(), "{:?}", r.clamped);
 }

@@ -808,6 +808,7 @@ impl ProbeArgs {
         Ok(Some(AdaptiveRequest {
             min_duration_ms: min.as_millis() as u64,
             precision_ppm: (precision * 1e6).round() as u32,
+            receiver_progress: false,
         }))
     }
 

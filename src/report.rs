@@ -625,6 +625,25 @@ fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
     );
     if a.converged {
         format!("adaptive: converged: {figure}; {took}\n")
+    } else if let Some(got) = a
+        .receiver_bits_per_second
+        .filter(|got| (got / e.bits_per_second - 1.0).abs() > a.precision)
+    {
+        // The sender's figure, which the receiver did not confirm: say what
+        // arrived rather than let the sender's steady rate pass.
+        // The rule's own stop was met on the sender's count: the reason
+        // that matters is the receiver's figure.
+        let why = match a.stop_reason {
+            crate::protocol::adaptive::StopReason::Converged => {
+                "the receiver disagrees".to_string()
+            }
+            other => other.to_string(),
+        };
+        format!(
+            "adaptive: NOT converged ({why}): last estimate {figure}, but the receiver got {:.4} Mbps over the span ({:+.2}%): not precise; {took}\n",
+            got / 1e6,
+            (got / e.bits_per_second - 1.0) * 100.0
+        )
     } else {
         format!(
             "adaptive: NOT converged ({}): last estimate {figure}, short of the asked ±{:.2}%: not precise; {took}\n",
@@ -1451,5 +1470,41 @@ mod tests {
             &SideStats::default(),
         );
         assert!(!json(&quiet).contains("warnings"));
+    }
+
+    #[test]
+    fn an_estimate_the_receiver_did_not_confirm_says_what_arrived() {
+        use crate::engine::adaptive::{AdaptiveOutcome, Estimate};
+        use crate::protocol::adaptive::StopReason;
+        let mut a = AdaptiveOutcome {
+            stop_reason: StopReason::Converged,
+            converged: false,
+            precision: 0.01,
+            min_duration_seconds: 0.5,
+            max_duration_seconds: 5.0,
+            estimate: Some(Estimate {
+                bits_per_second: 300e6,
+                half_width_bits_per_second: 1e6,
+                span_start_seconds: 0.2,
+                span_seconds: 0.6,
+                intervals: 6,
+                batches: 6,
+                restarts: 0,
+            }),
+            elapsed_seconds: 0.8,
+            bytes: 30_000_000,
+            responder_agreed: true,
+            receiver_bits_per_second: Some(194e6),
+        };
+        let line = adaptive_line(&a);
+        assert!(
+            line.starts_with("adaptive: NOT converged (the receiver disagrees)")
+                && line.contains("the receiver got 194.0000 Mbps over the span (-35.33%)"),
+            "{line}"
+        );
+        // A receiver that confirms it leaves the line as it was.
+        a.converged = true;
+        a.receiver_bits_per_second = Some(300.5e6);
+        assert!(adaptive_line(&a).starts_with("adaptive: converged: 300.0000"));
     }
 }

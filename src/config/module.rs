@@ -293,6 +293,7 @@ impl Module {
         self.adaptive = Some(crate::protocol::adaptive::AdaptiveRequest {
             min_duration_ms: min.as_millis() as u64,
             precision_ppm: (precision * 1e6).round() as u32,
+            receiver_progress: false,
         });
     }
 

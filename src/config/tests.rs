@@ -492,7 +492,8 @@ fn duration_auto_is_bounded_by_its_maximum_and_refused_where_it_cannot_run() {
         a.adaptive,
         Some(crate::protocol::adaptive::AdaptiveRequest {
             min_duration_ms: 500,
-            precision_ppm: 5000
+            precision_ppm: 5000,
+            receiver_progress: false,
         })
     );
     assert_eq!(a.specs()[0].1.adaptive, a.adaptive);

@@ -44,6 +44,10 @@ pub struct TcpInfo {
     pub snd_ssthresh: u32,
     /// Bytes the peer acknowledged over the connection's life (4.1+).
     pub bytes_acked: Option<u64>,
+    /// Segments the peer has selectively acknowledged beyond a hole
+    /// (`tcpi_sacked`): arrived, but not yet in `bytes_acked`, which
+    /// waits for the hole's retransmission.
+    pub sacked: u32,
     /// Bytes received over the connection's life (4.1+).
     pub bytes_received: Option<u64>,
 }
@@ -52,6 +56,7 @@ pub struct TcpInfo {
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
 const OFF_SND_MSS: usize = 16;
+const OFF_SACKED: usize = 28;
 const OFF_RTT: usize = 68;
 const OFF_RTTVAR: usize = 72;
 const OFF_SND_SSTHRESH: usize = 76;
@@ -104,6 +109,7 @@ impl TcpInfo {
             rcv_space: u32_at(buf, OFF_RCV_SPACE),
             snd_ssthresh: u32_at(buf, OFF_SND_SSTHRESH)?,
             bytes_acked: u64_at(buf, OFF_BYTES_ACKED),
+            sacked: u32_at(buf, OFF_SACKED)?,
             bytes_received: u64_at(buf, OFF_BYTES_RECEIVED),
         })
     }
@@ -165,7 +171,9 @@ mod tests {
         buf[OFF_BUSY_TIME..OFF_BUSY_TIME + 8].copy_from_slice(&5_000_000u64.to_ne_bytes());
         buf[OFF_RWND_LIMITED..OFF_RWND_LIMITED + 8].copy_from_slice(&4_000_000u64.to_ne_bytes());
         buf[OFF_BYTES_RETRANS..OFF_BYTES_RETRANS + 8].copy_from_slice(&2896u64.to_ne_bytes());
+        buf[OFF_SACKED..OFF_SACKED + 4].copy_from_slice(&7u32.to_ne_bytes());
         let info = TcpInfo::parse(&buf).unwrap();
+        assert_eq!(info.sacked, 7);
         assert_eq!(info.snd_mss, 1448);
         assert_eq!(info.rtt_us, 190);
         assert_eq!(info.rttvar_us, 20);

@@ -1159,6 +1159,7 @@ fn rich_scrape() -> String {
                     elapsed_seconds: 0.8,
                     bytes: 800_000,
                     responder_agreed: true,
+                    receiver_bits_per_second: None,
                 }),
                 ..result(
                     Kind::Udp,
@@ -2279,6 +2280,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
             elapsed_seconds: 5.0,
             bytes: 1,
             responder_agreed: true,
+            receiver_bits_per_second: None,
         });
     }
     store.record(ProbeKey::new("b", "tcp_send"), probe);

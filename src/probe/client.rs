@@ -13,15 +13,17 @@ use super::{verify, ProbeError};
 use crate::analysis::result::{ProbeContext, ProbeResult};
 use crate::auth::{self, Nonce};
 use crate::control::{Control, ControlError};
-use crate::engine::adaptive::{AdaptiveOutcome, AdaptiveRun, Estimator, Step};
+use crate::engine::adaptive::{AdaptiveOutcome, AdaptiveRun, Estimator, Sample, Step};
 use crate::engine::connections::{Connections, Dialer};
 use crate::engine::datapath::{DataSocket, DRAIN_GRACE};
 use crate::kinds::kind::Transport;
 use crate::kinds::side::{End, TestSide};
 use crate::kinds::{tcp, udp};
-use crate::protocol::adaptive::{AdaptiveRequest, StopReason, TestEnd};
+use crate::protocol::adaptive::{
+    AdaptiveRequest, Progress, StopReason, TestEnd, PROGRESS_INTERVAL_US,
+};
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
-use crate::protocol::{Message, RejectReason, DEFAULT_PORT};
+use crate::protocol::{Direction, Message, RejectReason, DEFAULT_PORT};
 
 /// The longest a whole probe may take: its measured time and warm-up, the
 /// drain, and an allowance for set-up and tear-down of two control
@@ -209,7 +211,16 @@ async fn run_test(
         clock,
     } = handshake(&mut control, spec, addr).await?;
     tracing::debug!(target = %target, version, clock_offset = ?clock, "handshake done");
-    let asked = spec.to_request();
+    let mut asked = spec.to_request();
+    // A prober that sends datagrams sees what it sent, not what arrived:
+    // its adaptive rule asks for the responder's count as the test runs.
+    // (A TCP sender's acknowledged bytes are what arrived; a receiver
+    // counts what arrived itself.)
+    let sends_datagrams = crate::kinds::of(asked.kind).transport() == Transport::Udp
+        && asked.direction == Direction::Send;
+    if let Some(a) = asked.adaptive.as_mut() {
+        a.receiver_progress = sends_datagrams;
+    }
     control.send(&Message::Request(asked.clone()), t).await?;
     let (token, request, clamped) = match control.recv(t).await? {
         Message::Accepted {
@@ -227,6 +238,11 @@ async fn run_test(
     // says so, rather than fail.
     let mut clamped: Vec<String> = clamped.into_iter().take(16).collect();
     let mut compared = asked.clone();
+    // A responder that does not know the progress reports drops the ask:
+    // the probe then judges the receiver's figures at the end only.
+    if let (Some(c), Some(a)) = (compared.adaptive.as_mut(), request.adaptive.as_ref()) {
+        c.receiver_progress = a.receiver_progress;
+    }
     if asked.adaptive.is_some() && request.adaptive.is_none() {
         compared.adaptive = None;
         clamped.push(format!(
@@ -305,6 +321,15 @@ async fn run_test(
     // responder (through `end_tx`) which span the figures cover.
     let adaptive = plan.adaptive.clone().zip(request.adaptive);
     let (end_tx, end_rx) = tokio::sync::oneshot::channel::<TestEnd>();
+    // The responder's progress reports, from the control connection to the
+    // rule; bounded, and a report that finds the channel full is dropped
+    // (the next one carries the count so far).
+    let reports_on = request.adaptive.is_some_and(|a| a.receiver_progress);
+    let (report_tx, report_rx) = tokio::sync::mpsc::channel::<Progress>(64);
+    // The responder sends one report per 100 ms of the test at most; a
+    // few more are read past the maximum (the end crossing them), then
+    // the next one is a protocol error.
+    let reports_allowed = request.duration_ms / (PROGRESS_INTERVAL_US / 1000) + 64;
     control.send(&Message::Start, t).await?;
     let started = Instant::now();
     let timestamp = SystemTime::now()
@@ -315,31 +340,50 @@ async fn run_test(
     let results_timeout = plan.omit + plan.duration + DRAIN_GRACE + Duration::from_secs(5) + t;
     let has_end = adaptive.is_some();
     let remote = async {
-        if has_end {
-            // The responder says nothing before `End` but an error; either
-            // comes first, and a peek (unlike a read) loses nothing when
-            // the other wins. (Readiness alone would not do: tokio keeps
-            // it from the handshake's last read.)
+        // The responder says nothing before `End` but an error, or its
+        // progress reports when asked. A peek (unlike a read) loses
+        // nothing when the end's word wins the race, and then the whole
+        // frame is read. (Readiness alone would not do: tokio keeps it from
+        // the handshake's last read.)
+        let mut end_rx = has_end.then_some(end_rx);
+        let mut reports = 0u64;
+        loop {
             let mut byte = [0u8; 1];
             tokio::select! {
-                end = end_rx => {
+                end = async {
+                    match end_rx.as_mut() {
+                        Some(rx) => rx.await,
+                        None => std::future::pending().await,
+                    }
+                }, if end_rx.is_some() => {
+                    end_rx = None;
                     if let Ok(end) = end {
                         if let Err(e) = control.send(&Message::End(end), t).await {
                             stop.stop();
                             return Err(e);
                         }
                     }
+                    continue;
                 }
                 _ = control.stream().peek(&mut byte) => {}
             }
+            let msg = control
+                .recv_max(results_timeout, crate::protocol::MAX_FRAME_LEN)
+                .await;
+            if let (Ok(Message::Progress(p)), true) = (&msg, reports_on) {
+                reports += 1;
+                if reports <= reports_allowed {
+                    // Full: the rule is behind; the next report has the
+                    // count so far.
+                    let _ = report_tx.try_send(*p);
+                    continue;
+                }
+            }
+            if msg.is_err() {
+                stop.stop();
+            }
+            return msg;
         }
-        let msg = control
-            .recv_max(results_timeout, crate::protocol::MAX_FRAME_LEN)
-            .await;
-        if msg.is_err() {
-            stop.stop();
-        }
-        msg
     };
     let local = async {
         let finish = running.finish();
@@ -347,7 +391,21 @@ async fn run_test(
             return (finish.await, None);
         };
         tokio::pin!(finish);
-        let mut control = AdaptiveControl::new(run, &asked, plan.duration);
+        // This side's samples come from a thread of its own, each read
+        // just after the count moved (engine::adaptive); without one, from
+        // a tick here, read when it comes.
+        let (sample_tx, mut sample_rx) = tokio::sync::mpsc::channel::<Sample>(16);
+        let sampler = if reports_on {
+            None
+        } else {
+            run.spawn_sampler(sample_tx)
+                .inspect_err(
+                    |e| tracing::debug!(error = %e, "no sampling thread; samples on a tick"),
+                )
+                .ok()
+        };
+        let ticking = !reports_on && sampler.is_none();
+        let mut control = AdaptiveControl::new(run, &asked, plan.duration, sends_datagrams);
         let mut tick = tokio::time::interval(crate::engine::adaptive::SAMPLE_INTERVAL);
         let mut end_tx = Some(end_tx);
         // A slot's end (the mesh's): the test ends then, reported cut.
@@ -358,10 +416,14 @@ async fn run_test(
             }
         };
         tokio::pin!(cut);
+        let mut report_rx = report_rx;
         let local = loop {
             tokio::select! {
                 out = &mut finish => break out,
-                _ = tick.tick(), if !control.decided() => control.sample(),
+                // The receiver's reports replace this side's own samples.
+                Some(p) = report_rx.recv(), if reports_on && !control.decided() => control.report(p),
+                Some(s) = sample_rx.recv(), if !control.decided() => control.take(s),
+                _ = tick.tick(), if ticking && !control.decided() => control.sample(),
                 _ = &mut cut, if !control.decided() => control.cut(),
             }
             if let Some(end) = control.take_end() {
@@ -411,7 +473,7 @@ async fn run_test(
     // own on `End`, this side cuts its now (after the checks, which hold
     // each end's figures to the other's whole count).
     let mut local = local;
-    let outcome = adaptive.map(|c| c.finish(&mut local));
+    let outcome = adaptive.map(|c| c.finish(&mut local, &remote));
     let ctx = ProbeContext {
         bitrate_clamped: request.bitrate != asked.bitrate,
         // What was asked, beside what ran (`duration_seconds`) and why
@@ -442,10 +504,18 @@ struct AdaptiveControl {
     /// The `End` to send, once decided and not yet taken.
     pending: Option<TestEnd>,
     sent: bool,
+    /// This side sends datagrams: the receiver's figures over the span
+    /// are the ones the estimate must agree with.
+    check_receiver: bool,
 }
 
 impl AdaptiveControl {
-    fn new(run: AdaptiveRun, asked: &AdaptiveRequest, max: Duration) -> AdaptiveControl {
+    fn new(
+        run: AdaptiveRun,
+        asked: &AdaptiveRequest,
+        max: Duration,
+        check_receiver: bool,
+    ) -> AdaptiveControl {
         AdaptiveControl {
             run,
             estimator: Estimator::new(asked, max),
@@ -454,6 +524,7 @@ impl AdaptiveControl {
             decided: None,
             pending: None,
             sent: false,
+            check_receiver,
         }
     }
 
@@ -466,13 +537,15 @@ impl AdaptiveControl {
     }
 
     fn sample(&mut self) {
-        if self.run.origin().is_none() {
-            return;
-        }
+        let s = self.run.sample();
+        self.take(s);
+    }
+
+    /// Takes one of this side's samples.
+    fn take(&mut self, s: Sample) {
         let Some(origin) = self.run.origin() else {
             return;
         };
-        let s = self.run.sample();
         let t = s.at.saturating_duration_since(origin).as_secs_f64();
         // A sample whose reads were held up (this thread descheduled on a
         // busy host) is not known to the moment: at 20 Mbit/s a
@@ -480,7 +553,23 @@ impl AdaptiveControl {
         if s.spread > SAMPLE_SPREAD && t < self.max.as_secs_f64() {
             return;
         }
+        tracing::trace!(t, bytes = s.bytes, slow_start = ?s.slow_start, "adaptive sample");
         if let Step::Stop(reason) = self.estimator.push(t, s.bytes, s.slow_start) {
+            self.decide(reason, t);
+        } else if let Some(rate) = self.estimator.settled_rate() {
+            // Start-up is over: the senders keep little unsent, so that
+            // the end, when it comes, stops the bytes soon.
+            self.run.limit_unsent(rate);
+        }
+    }
+
+    /// Takes the responder's count: the rule runs on what arrived, timed
+    /// by the responder's own clock (from its start gate), so that the
+    /// control connection's delay does not enter the rates.
+    fn report(&mut self, p: Progress) {
+        let t = p.at_us as f64 / 1e6;
+        tracing::trace!(t, bytes = p.bytes, "adaptive receiver report");
+        if let Step::Stop(reason) = self.estimator.push(t, p.bytes, None) {
             self.decide(reason, t);
         }
     }
@@ -533,13 +622,28 @@ impl AdaptiveControl {
     }
 
     /// Cuts this side's figures to the span and reports how it went.
-    fn finish(self, local: &mut crate::engine::stats::SideStats) -> AdaptiveOutcome {
+    /// `remote` is the responder's figures, already cut to the span.
+    fn finish(
+        self,
+        local: &mut crate::engine::stats::SideStats,
+        remote: &crate::engine::stats::SideStats,
+    ) -> AdaptiveOutcome {
         let bytes = local.streams.iter().map(|s| s.bytes).sum();
         let (reason, elapsed) = self.decided.unwrap_or((StopReason::Cut, self.elapsed()));
         self.run.cut(local, (self.span_start() * 1e6) as u64);
+        // What the receiver got over the span, when this side sent
+        // datagrams: an estimate it does not confirm is not precise,
+        // whatever the rule said (a sender judging its own steady rate
+        // over a bottleneck that drops a third of it).
+        let receiver = self.check_receiver.then(|| received_rate(remote)).flatten();
+        let confirmed = match (receiver, self.estimator.estimate()) {
+            (Some(got), Some(e)) => receiver_agrees(got, e.bits_per_second, self.asked.precision()),
+            (Some(_), None) => false,
+            (None, _) => !self.check_receiver,
+        };
         AdaptiveOutcome {
             stop_reason: reason,
-            converged: reason == StopReason::Converged && self.estimator.converged(),
+            converged: reason == StopReason::Converged && self.estimator.converged() && confirmed,
             precision: self.asked.precision(),
             min_duration_seconds: self.asked.min_duration_ms as f64 / 1000.0,
             max_duration_seconds: self.max.as_secs_f64(),
@@ -547,8 +651,23 @@ impl AdaptiveControl {
             elapsed_seconds: elapsed,
             bytes,
             responder_agreed: true,
+            receiver_bits_per_second: receiver,
         }
     }
+}
+
+/// The rate a side's streams had over their cut span: bytes over the
+/// longest stream's seconds (streams run side by side).
+fn received_rate(side: &crate::engine::stats::SideStats) -> Option<f64> {
+    let bytes: u64 = side.streams.iter().map(|s| s.bytes).sum();
+    let seconds = side.streams.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    (seconds > 0.0).then(|| bytes as f64 * 8.0 / seconds)
+}
+
+/// Whether the receiver's figure over the span confirms the estimate to
+/// the asked precision.
+fn receiver_agrees(received: f64, estimate: f64, precision: f64) -> bool {
+    estimate > 0.0 && (received / estimate - 1.0).abs() <= precision
 }
 
 async fn expect_ready(control: &mut Control<TcpStream>, t: Duration) -> Result<(), ProbeError> {
@@ -608,5 +727,43 @@ fn refusal(msg: Message, expected: &str) -> ProbeError {
         Message::Rejected { reason, message } => ProbeError::Rejected { reason, message },
         Message::Error { message } => ProbeError::Aborted(message),
         other => ProbeError::Protocol(format!("expected {expected}, got {}", describe(&other))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::stats::{SideStats, StreamStats};
+
+    fn side(streams: &[(u64, f64)]) -> SideStats {
+        let mut s = SideStats::default();
+        for (id, &(bytes, seconds)) in streams.iter().enumerate() {
+            s.streams.push(StreamStats {
+                id: id as u32,
+                bytes,
+                seconds,
+                ..Default::default()
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn the_received_rate_is_the_streams_bytes_over_the_span() {
+        // Two streams side by side over 0.5 s: 2 MB in all, 32 Mbit/s.
+        let got = received_rate(&side(&[(1_000_000, 0.5), (1_000_000, 0.49)])).unwrap();
+        assert!((got - 32e6).abs() < 1.0, "{got}");
+        assert_eq!(received_rate(&side(&[])), None);
+        assert_eq!(received_rate(&side(&[(10, 0.0)])), None);
+    }
+
+    #[test]
+    fn a_sender_estimate_the_receiver_does_not_confirm_is_refused() {
+        // The bench's case: 300 Mbit/s sent steadily, 194 arrived.
+        assert!(!receiver_agrees(194e6, 300e6, 0.01));
+        assert!(receiver_agrees(99.5e6, 100e6, 0.01));
+        assert!(receiver_agrees(100.5e6, 100e6, 0.01));
+        assert!(!receiver_agrees(98.9e6, 100e6, 0.01));
+        assert!(!receiver_agrees(1.0, 0.0, 0.01));
     }
 }

@@ -23,6 +23,13 @@ pub struct AdaptiveRequest {
     /// Relative half-width of the 95% interval, parts per million (an
     /// integer, so that a request stays comparable field for field).
     pub precision_ppm: u32,
+    /// The prober asks the responder for its received counts during the
+    /// test ([`Progress`], every ~100 ms): set when the prober sends
+    /// datagrams, whose arrival its own counts cannot see. A responder
+    /// that does not know it drops it from its echo; the prober then
+    /// judges only the receiver's figures at the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub receiver_progress: bool,
 }
 
 impl AdaptiveRequest {
@@ -103,6 +110,23 @@ pub struct TestEnd {
     pub reason: StopReason,
 }
 
+/// Fewest microseconds between two [`Progress`] messages a responder
+/// sends: one per sample interval, so that a long test's messages stay
+/// bounded (at most one per 100 ms of the test's maximum).
+pub const PROGRESS_INTERVAL_US: u64 = 100_000;
+
+/// The responder's count of bytes received so far in an adaptive test,
+/// sent only to a prober that asked with
+/// [`AdaptiveRequest::receiver_progress`]: the stopping rule then judges
+/// what arrived, not what was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// When the count was read, after the responder's start gate.
+    pub at_us: u64,
+    /// Bytes its streams had received by then.
+    pub bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +136,7 @@ mod tests {
         let ok = AdaptiveRequest {
             min_duration_ms: 500,
             precision_ppm: 10_000,
+            receiver_progress: false,
         };
         assert!(ok.check(5000).is_ok());
         assert!((ok.precision() - 0.01).abs() < 1e-12);
@@ -133,5 +158,25 @@ mod tests {
             serde_json::to_string(&StopReason::MaxDuration).unwrap(),
             "\"max_duration\""
         );
+    }
+
+    #[test]
+    fn a_request_without_progress_reads_and_writes_as_before() {
+        // The field is new: a request of the first adaptive release reads
+        // as not asking, and one not asking writes no field.
+        let old: AdaptiveRequest =
+            serde_json::from_str(r#"{"min_duration_ms":500,"precision_ppm":10000}"#).unwrap();
+        assert!(!old.receiver_progress);
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"min_duration_ms":500,"precision_ppm":10000}"#
+        );
+        let asked = AdaptiveRequest {
+            receiver_progress: true,
+            ..old
+        };
+        let back: AdaptiveRequest =
+            serde_json::from_str(&serde_json::to_string(&asked).unwrap()).unwrap();
+        assert_eq!(back, asked);
     }
 }

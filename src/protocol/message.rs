@@ -18,6 +18,9 @@
 //!    but one per transaction after it, each opening with
 //!    DataHello{token, 0} and its request, and a last with
 //!    DataHello{token, 1}: see [`super::crr`])
+//!                           ◀─────    Progress{at_us, bytes}  (adaptive tests
+//!                                      whose prober asked receiver_progress,
+//!                                      every ~100 ms until End)
 //!   End{span_start_us, reason}  ─────▶   (adaptive tests only, once)
 //!                           ◀─────    Results{responder's figures}
 //! ```
@@ -104,6 +107,10 @@ pub enum Message {
     /// The prober ended an adaptive test (issue 27): sent once, during
     /// the test, only to a responder that echoed the test's `adaptive`.
     End(super::adaptive::TestEnd),
+    /// The responder's received count during an adaptive test (issue
+    /// 27), every ~100 ms, only to a prober that asked with
+    /// `receiver_progress` and only until `End`.
+    Progress(super::adaptive::Progress),
 }
 
 /// The prober's opening message.

@@ -180,13 +180,15 @@ prop_compose! {
         congestion in proptest::option::of(text()),
         tos in any::<Option<u8>>(),
         (affinity, interval_ms) in any::<(Option<usize>, Option<u64>)>(),
-        adaptive in any::<Option<(u64, u32)>>(),
+        adaptive in any::<Option<(u64, u32, bool)>>(),
     ) -> TestRequest {
         TestRequest {
             kind, direction, duration_ms, omit_ms, streams, bitrate, length,
             window, congestion, tos, affinity, interval_ms, no_offload: false, rr: None,
-            adaptive: adaptive.map(|(min_duration_ms, precision_ppm)| {
-                crate::protocol::adaptive::AdaptiveRequest { min_duration_ms, precision_ppm }
+            adaptive: adaptive.map(|(min_duration_ms, precision_ppm, receiver_progress)| {
+                crate::protocol::adaptive::AdaptiveRequest {
+                    min_duration_ms, precision_ppm, receiver_progress,
+                }
             }),
         }
     }
@@ -371,6 +373,9 @@ fn message() -> impl Strategy<Value = Message> {
                 reason: crate::protocol::adaptive::StopReason::ALL[r],
             }
         )),
+        any::<(u64, u64)>().prop_map(|(at_us, bytes)| Message::Progress(
+            crate::protocol::adaptive::Progress { at_us, bytes }
+        )),
     ]
 }
 
@@ -391,7 +396,8 @@ fn every_variant_is_generated(m: &Message) {
         | Message::Start
         | Message::Results(_)
         | Message::Error { .. }
-        | Message::End(_) => {}
+        | Message::End(_)
+        | Message::Progress(_) => {}
     }
 }
 

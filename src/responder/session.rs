@@ -23,7 +23,7 @@ use crate::engine::connections::{Arrivals, Connections};
 use crate::engine::datapath::DataSocket;
 use crate::engine::stats::SideStats;
 use crate::kinds::side::{End, TestSide};
-use crate::protocol::adaptive::TestEnd;
+use crate::protocol::adaptive::{Progress, TestEnd, PROGRESS_INTERVAL_US};
 use crate::protocol::message::{negotiate, new_token, now_us, software, Hello, Welcome};
 use crate::protocol::{Message, RejectReason, TestRequest};
 
@@ -553,10 +553,22 @@ async fn run_test(
     let mut watchdog = tokio::time::interval(Duration::from_millis(250));
     let mut last = (progress.get(), Instant::now());
     let mut ended: Option<TestEnd> = None;
+    // A prober that sends datagrams asked for this side's received count
+    // while the test runs: its stopping rule judges what arrived.
+    let reporter = adaptive
+        .clone()
+        .filter(|_| request.adaptive.is_some_and(|a| a.receiver_progress));
+    let mut report_tick = tokio::time::interval(Duration::from_micros(PROGRESS_INTERVAL_US));
+    report_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut byte = [0u8; 1];
     let mut stats = loop {
         tokio::select! {
             out = &mut run => break out?,
-            msg = control.recv(Duration::from_secs(24 * 3600)) => {
+            // A peek, then the whole read: the other branches firing drop
+            // this one every 100 ms, and a peek loses nothing when dropped
+            // where a half-read frame would.
+            _ = control.stream().peek(&mut byte) => {
+                let msg = control.recv(timeout.min(FRAME_REST_TIMEOUT)).await;
                 if let (Ok(Message::End(end)), Some(a), None) = (&msg, &adaptive, &ended) {
                     // The prober's estimate is known: this side's senders
                     // stop as at the planned end.
@@ -571,6 +583,23 @@ async fn run_test(
                     expected: "silence during the test",
                     got: describe_recv(&msg),
                 });
+            }
+            _ = report_tick.tick(), if reporter.is_some() && ended.is_none() => {
+                let Some(a) = &reporter else { continue };
+                let Some(origin) = a.origin() else { continue };
+                let s = a.sample();
+                let report = Message::Progress(Progress {
+                    at_us: s.at.saturating_duration_since(origin).as_micros() as u64,
+                    bytes: s.bytes,
+                });
+                // A prober that does not read its reports must not hold
+                // the slot: a short send timeout ends the test instead.
+                if let Err(e) = control.send(&report, PROGRESS_SEND_TIMEOUT).await {
+                    limited_info!(shared.log, "progress", %peer, error = %e, "could not send progress; test ended");
+                    stop.stop();
+                    let _ = (&mut run).await;
+                    return Err(e.into());
+                }
             }
             _ = watchdog.tick() => {
                 let now = progress.get();
@@ -608,6 +637,15 @@ async fn run_test(
     }
     Ok(stats)
 }
+
+/// Longest the rest of a frame may take once its first byte came during
+/// the test: a prober's frame arrives whole, and one that trickles must
+/// not hold the slot past the test's end for a whole idle timeout.
+const FRAME_REST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest a progress report may take to send: the prober reads them as
+/// they come, so one that is not read within this is not being read.
+const PROGRESS_SEND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a receive brought, in words for logs and errors: a message by its
 /// type, or why none came ("the peer closed the control connection"),

@@ -510,6 +510,7 @@ fn adaptive_tcp() -> ProbeSpec {
         adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
             min_duration_ms: 300,
             precision_ppm: 200_000,
+            receiver_progress: false,
         }),
         ..ProbeSpec::default()
     }
@@ -576,4 +577,39 @@ async fn an_adaptive_probe_runs_fixed_against_an_older_responder() {
     assert!(r.duration_seconds > 0.6, "{}", r.duration_seconds);
     let frames = rec.frames();
     assert!(frames.iter().all(|f| f["message"]["type"] != "end"));
+}
+
+/// A UDP probe the prober sends, adaptive, with a loose precision so that
+/// it ends early on loopback.
+fn adaptive_udp() -> ProbeSpec {
+    ProbeSpec {
+        kind: pathprobe::probe::Kind::Udp,
+        bitrate: Some(50_000_000),
+        ..adaptive_tcp()
+    }
+}
+
+/// Issue 27: an adaptive UDP probe the prober sends asks the responder
+/// for its received count, is judged on it, and reports the receiver's
+/// figure over the span. (Directly: the recorder relays only the control
+/// connection, not the datagrams. The lab's
+/// `adaptive_lab::adaptive_udp_over_the_bottleneck_is_the_received_rate_or_not_converged`
+/// covers a receiver that got less than was sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_udp_probe_is_judged_on_the_responders_progress() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let r = probe::probe(&Target::from_addr(addr), &adaptive_udp())
+        .await
+        .expect("an adaptive UDP probe completes");
+    let a = r.adaptive.expect("an adaptive result");
+    let got = a
+        .receiver_bits_per_second
+        .expect("the receiver's figure over the span");
+    let est = a.estimate.expect("an estimate").bits_per_second;
+    // 50 Mbit/s asked, nothing lost on loopback: both figures are it.
+    assert!((got / 50e6 - 1.0).abs() < 0.1, "{a:?}");
+    assert!((est / 50e6 - 1.0).abs() < 0.1, "{a:?}");
+    assert!(a.converged, "{a:?}");
+    assert!(a.elapsed_seconds < 3.0, "{a:?}");
+    assert!(r.clamped.is_empty(), "{:?}", r.clamped);
 }

@@ -314,6 +314,7 @@ fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResul
         protocol_version: Some(3),
         peer_clock: None,
         adaptive: None,
+        data_source: None,
     }
 }
 

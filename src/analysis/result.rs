@@ -80,6 +80,12 @@ pub struct ProbeResult {
     /// it stopped (issue 27; docs/ADAPTIVE.md). Absent for a fixed one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<crate::engine::adaptive::AdaptiveOutcome>,
+    /// This side's address of the first TCP data stream (native TCP
+    /// kinds): the flow a trace of the path follows (issue 28), so that
+    /// ECMP hashes the trace onto the member the data took. Not part of
+    /// the JSON: it is an ephemeral port, of no use after the fact.
+    #[serde(skip)]
+    pub data_source: Option<std::net::SocketAddr>,
 }
 
 /// One interval of the test: every stream's figures and a sum per direction.
@@ -825,6 +831,7 @@ impl ProbeResult {
             protocol_version: None,
             peer_clock: None,
             adaptive: None,
+            data_source: None,
         }
     }
 

@@ -56,6 +56,21 @@ struct PathEntry {
     reached: Option<Trace>,
     changes: u64,
     last_trace: Option<SystemTime>,
+    /// The latest trace whatever its end (the status page shows it): one
+    /// trace, bounded by the tracer's limits, per path.
+    latest: Option<Trace>,
+}
+
+/// What the status page shows of one path's traces.
+#[derive(Debug, Clone, Default)]
+pub struct PathTraces {
+    /// The latest trace, whether it reached the target or not.
+    pub latest: Option<Trace>,
+    /// When it ran.
+    pub at: Option<SystemTime>,
+    /// The latest trace that reached the target: the hops on /metrics.
+    pub reached: Option<Trace>,
+    pub changes: u64,
 }
 
 /// Every traced path of this host, and the tracer's counters. Its keys
@@ -121,6 +136,7 @@ impl PathTable {
             .entry((target.to_string(), module.to_string()))
             .or_default();
         entry.last_trace = Some(at);
+        entry.latest = Some(trace.clone());
         if !trace.reached() {
             return false;
         }
@@ -141,6 +157,19 @@ impl PathTable {
         self.lock()
             .get(&(target.to_string(), module.to_string()))
             .map(|e| (e.reached.clone(), e.changes))
+    }
+
+    /// The traces of (target, module) the status page shows; `None` for
+    /// a path that is not traced.
+    pub fn traces(&self, target: &str, module: &str) -> Option<PathTraces> {
+        self.lock()
+            .get(&(target.to_string(), module.to_string()))
+            .map(|e| PathTraces {
+                latest: e.latest.clone(),
+                at: e.last_trace,
+                reached: e.reached.clone(),
+                changes: e.changes,
+            })
     }
 
     /// Paths known (traced or about to be).

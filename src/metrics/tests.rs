@@ -232,6 +232,7 @@ fn result(kind: Kind, direction: Direction, directions: Vec<DirectionSummary>) -
         protocol_version: Some(3),
         peer_clock: None,
         adaptive: None,
+        data_source: None,
     }
 }
 

@@ -312,6 +312,12 @@ async fn run_test(
                 .collect()
         }
     };
+    // The first TCP data stream's address: a trace of the path after the
+    // probe follows this flow (see `ProbeResult::data_source`).
+    let data_source = sockets.iter().find_map(|(_, s)| match s {
+        DataSocket::Tcp(t) => t.local_addr().ok(),
+        _ => None,
+    });
     let plan = side.plan.clone();
     let running = side
         .spawn(sockets)
@@ -487,6 +493,7 @@ async fn run_test(
     result.protocol_version = Some(version);
     result.peer_clock = clock;
     result.adaptive = outcome;
+    result.data_source = data_source;
     Ok(result)
 }
 

@@ -270,6 +270,7 @@ impl App for ServiceApp {
         }
         let config = s.config();
         let jobs = s.web_jobs.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let paths = s.state.paths();
         let view = super::web::View {
             config: &config,
             history: &s.history,
@@ -277,6 +278,7 @@ impl App for ServiceApp {
             jobs: &jobs,
             host: &s.hostname,
             now: SystemTime::now(),
+            paths: Some(&paths),
         };
         super::web::handle(&view, path, query).map(|r| (r.status, r.content_type, r.body))
     }

@@ -157,7 +157,16 @@ impl PathTracer {
         let (figure, source, destination) = match &outcome.result {
             Ok(r) => (
                 Some(r.throughput_bits_per_second),
-                r.local_address.parse::<SocketAddr>().ok(),
+                // The data stream's own address and port when the probe
+                // had a TCP one: the trace then takes the flow the data
+                // took, and under ECMP the same member. Otherwise the
+                // control connection's address, on a port of the kernel's.
+                r.data_source.or_else(|| {
+                    r.local_address
+                        .parse::<SocketAddr>()
+                        .ok()
+                        .map(|s| SocketAddr::new(s.ip(), 0))
+                }),
                 r.remote_address.parse::<SocketAddr>().ok(),
             ),
             Err(_) => (None, None, fallback_destination),
@@ -184,11 +193,11 @@ impl PathTracer {
             // open UDP port would go unanswered until the gap.
             proto: Proto::Tcp,
             destination,
-            // The probe's source address; the port is the kernel's (the
-            // probe's own is in TIME_WAIT or still open).
-            source: source
-                .filter(|s| s.is_ipv4() == destination.is_ipv4())
-                .map(|s| SocketAddr::new(s.ip(), 0)),
+            // The data stream's 4-tuple (its connection is in TIME_WAIT
+            // by now, which the trace takes over: see `trace::errqueue`),
+            // or the probe's source address on a port of the kernel's.
+            // A port still busy falls back and says so (`flow_matched`).
+            source: source.filter(|s| s.is_ipv4() == destination.is_ipv4()),
             limits: cfg.limits(),
         };
         let me = self.clone();

@@ -202,6 +202,17 @@ impl Trace {
             })
     }
 
+    /// How the trace ended, in words (`reached in 3 hops`, ...).
+    pub fn end_words(&self) -> String {
+        match (self.stop, self.hop_count()) {
+            (Stop::Reached, Some(n)) => format!("reached in {n} hops"),
+            (Stop::Unreachable, _) => "unreachable".to_string(),
+            (Stop::Gap, _) => "not reached: silent hops in a row".to_string(),
+            (Stop::MaxHops, _) => "not reached within max hops".to_string(),
+            _ => "not reached within the time limit".to_string(),
+        }
+    }
+
     /// The `-v` text: one line per hop (TTL, address or `*`, each RTT or
     /// `*`), then how it ended and what it cost.
     pub fn text(&self) -> String {
@@ -230,13 +241,7 @@ impl Trace {
                 .collect();
             let _ = writeln!(out, "{:>3}  {:<39} {}", h.ttl, addr, rtts.join("  "));
         }
-        let end = match (self.stop, self.hop_count()) {
-            (Stop::Reached, Some(n)) => format!("reached in {n} hops"),
-            (Stop::Unreachable, _) => "unreachable".to_string(),
-            (Stop::Gap, _) => "not reached: silent hops in a row".to_string(),
-            (Stop::MaxHops, _) => "not reached within max hops".to_string(),
-            _ => "not reached within the time limit".to_string(),
-        };
+        let end = self.end_words();
         let _ = writeln!(
             out,
             "{end}; {} packets in {:.0} ms (a * is no answer, not loss)",

@@ -275,7 +275,7 @@ fn prometheus_config(targets: &[SocketAddr]) -> String {
 /// structure of every expression is untouched, so the test follows the
 /// real rules. As in docs/ALERTS.md ("Shortening the windows"), the drop
 /// must stay shorter than half of the baseline window.
-fn fast_rules(real: &str) -> String {
+pub(crate) fn fast_rules(real: &str) -> String {
     // A PromQL duration: 1h, 90s, 1h30m, 500ms.
     const DURATION: &str = r"(?:\d+(?:ms|[smhdwy]))+";
     let subquery = regex::Regex::new(&format!(r"\[{DURATION}:(?:{DURATION})?\]")).unwrap();

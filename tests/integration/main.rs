@@ -26,6 +26,7 @@ mod lab;
 mod lab_iperf3;
 mod lab_rr;
 mod load;
+mod localization_lab;
 mod loopback;
 mod mesh_lab;
 mod reload;

@@ -133,3 +133,80 @@ async fn serve_traces_the_paths_it_probes_and_a_refused_trace_harms_no_probe() {
     );
     run.shutdown().await;
 }
+
+/// The states of this namespace's IPv4 TCP sockets whose local port is
+/// `port` (`/proc/net/tcp`; 06 is TIME_WAIT).
+fn tcp_states_of_port(port: u16) -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            (local_port == port).then(|| f.get(3).map(|s| s.to_string()))?
+        })
+        .collect()
+}
+
+/// Issue 28, point 4: serve's trace follows the probe's own flow. A TCP
+/// probe's result carries its data stream's address, and a trace from it
+/// right after the probe, while that connection is still in TIME_WAIT,
+/// gets its very 4-tuple (the data socket is opened with SO_REUSEADDR so
+/// that the trace may bind its port): under ECMP the trace then takes the
+/// member the data took. Without it the trace fell back to another port
+/// (`flow_matched: false`), which may hash onto the other member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_after_a_probe_takes_over_its_data_streams_four_tuple() {
+    use pathprobe::probe::{self, Direction, Kind, ProbeSpec, Target};
+    use pathprobe::responder::ResponderConfig;
+    use pathprobe::trace::{Proto, TraceLimits, TraceSpec};
+
+    let (addr, _counters, _stop) =
+        crate::common::responder::start(ResponderConfig::default()).await;
+    let spec = ProbeSpec {
+        kind: Kind::Tcp,
+        direction: Direction::Send,
+        duration: Duration::from_millis(300),
+        ..ProbeSpec::default()
+    };
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        probe::probe(&Target::from_addr(addr), &spec),
+    )
+    .await
+    .expect("probe in time")
+    .expect("probe succeeded");
+    let data = r.data_source.expect("a TCP probe records its data stream");
+    let control: std::net::SocketAddr = r.local_address.parse().unwrap();
+    assert_eq!(data.ip(), control.ip());
+    assert_ne!(
+        data.port(),
+        control.port(),
+        "the data stream's, not the control's"
+    );
+    // The data connection has closed and left its 4-tuple in TIME_WAIT on
+    // this side: what used to push the trace onto another port.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut states = tcp_states_of_port(data.port());
+    while !states.iter().any(|s| s == "06") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        states = tcp_states_of_port(data.port());
+    }
+    println!("data stream {data}: socket states {states:?} before the trace");
+    assert!(states.iter().any(|s| s == "06"), "{states:?}");
+    let t = pathprobe::trace::trace(TraceSpec {
+        proto: Proto::Tcp,
+        destination: addr,
+        source: Some(data),
+        limits: TraceLimits {
+            max_hops: 4,
+            ..TraceLimits::default()
+        },
+    })
+    .await
+    .expect("trace");
+    println!("{}", t.text());
+    assert!(t.reached(), "{t:?}");
+    assert!(t.flow_matched, "{t:?}");
+    assert_eq!(t.source, Some(data), "{t:?}");
+}

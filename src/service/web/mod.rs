@@ -8,7 +8,8 @@
 //!   with their reason. Filter (`q=`) and pages (`page=`).
 //! - `/path?target=&module=`: the kind's charts (throughput per direction,
 //!   retransmits and RTT, loss and jitter, or RR latency), CPU of both
-//!   ends, kernel release changes marked; the latest result in full.
+//!   ends, kernel release changes marked; the latest trace of the path
+//!   (`trace:`), hop by hop; the latest result in full.
 //! - `/kernels`: per kernel release of this host, each path's samples,
 //!   median, min, max, change against the previous release, and CPU per
 //!   Gbit/s.
@@ -63,6 +64,8 @@ pub struct View<'a> {
     /// This host's name.
     pub host: &'a str,
     pub now: SystemTime,
+    /// The traced paths (`trace:`), for the path page's latest trace.
+    pub paths: Option<&'a crate::metrics::path::PathTable>,
 }
 
 /// A response: status, content type, body.

@@ -10,8 +10,10 @@ use super::{
     duration_words, fmt_pct, get, median, page, pager, paging, span_words, time_tag, unix, url,
     JobInfo, Reply, View,
 };
+use crate::metrics::path::PathTraces;
 use crate::metrics::ProbeKey;
 use crate::service::history::{JobHistory, Point, StepRecord};
+use crate::trace::Trace;
 
 fn matches(info: &JobInfo, q: &str) -> bool {
     q.is_empty() || info.key.target.contains(q) || info.key.module.contains(q)
@@ -429,6 +431,9 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
             "\n"
         }
         (charts)
+        @if let Some(t) = view.paths.and_then(|p| p.traces(&k.target, &k.module)) {
+            (trace_section(&t, now))
+        }
         h2 { "Latest result in full (as " code { "pathprobe probe -v" } ")" }
         "\n"
         @if outcomes.is_empty() {
@@ -445,6 +450,68 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
         }
     };
     Ok(Reply::html(page(view, &k.target, body)))
+}
+
+/// The path's latest trace (issue 28, docs/TRACE.md): each hop's TTL,
+/// the address that answered or `*`, and each packet's RTT or `*`. A `*`
+/// is a router that did not answer, which routers owe nobody: not loss.
+/// When the latest trace did not reach the target, the hops /metrics
+/// still holds (those of the latest that did) are listed under it.
+fn trace_section(t: &PathTraces, now: f64) -> Markup {
+    let hops_of = |tr: &Trace| -> Vec<String> {
+        tr.hops
+            .iter()
+            .map(|h| h.address.map_or_else(|| "*".to_string(), |a| a.to_string()))
+            .collect()
+    };
+    html! {
+        h2 { "Latest trace" }
+        "\n"
+        @match &t.latest {
+            None => { p class="when" { "not traced yet" } }
+            Some(last) => {
+                p class="trace-head" {
+                    (last.protocol.as_str()) " "
+                    (last.source.map_or_else(|| "?".to_string(), |s| s.to_string()))
+                    " → " (last.destination) ": " (last.end_words()) "; "
+                    (last.packets) " packets in " (format!("{:.0}", last.elapsed_ms)) " ms"
+                    @if let Some(at) = t.at { ", " (time_tag(unix(at), now)) }
+                    @if !last.flow_matched { " (source port busy: not the probe's flow)" }
+                }
+                table class="trace" {
+                    tr { th { "hop" } th { "address" } th { "RTT" } }
+                    @for h in &last.hops {
+                        tr.silent[h.address.is_none()] {
+                            td { (h.ttl) }
+                            td {
+                                @match h.address {
+                                    Some(a) => { (a.to_string()) }
+                                    None => { "*" }
+                                }
+                            }
+                            td {
+                                (h.rtt_ms.iter()
+                                    .map(|r| r.map_or_else(|| "*".to_string(), |ms| format!("{ms:.3} ms")))
+                                    .collect::<Vec<_>>()
+                                    .join("  "))
+                            }
+                        }
+                    }
+                }
+                p class="when" {
+                    "A * is no answer: routers rate-limit the ICMP a trace needs, or never send it, so it is not loss. "
+                    (t.changes) " path changes since the service started."
+                }
+                @if let Some(held) = t.reached.as_ref().filter(|_| !last.reached()) {
+                    p class="when" {
+                        "The hops on /metrics are still those of the latest trace that reached the target: "
+                        (hops_of(held).join(", "))
+                    }
+                }
+            }
+        }
+        "\n"
+    }
 }
 
 /// The peer's web address, on the default port: a guess, said as one.

@@ -14,6 +14,7 @@ struct Fixture {
     store: ResultStore,
     jobs: Vec<JobInfo>,
     now: SystemTime,
+    paths: crate::metrics::path::PathTable,
 }
 
 fn job(target: &str, module: &str, kind: &'static str, host: Option<&str>) -> JobInfo {
@@ -53,6 +54,7 @@ fn fixture() -> Fixture {
             job("fresh", "tcp", "tcp", Some("10.0.0.10")),
         ],
         now,
+        paths: crate::metrics::path::PathTable::new(),
     }
 }
 
@@ -83,6 +85,7 @@ impl Fixture {
             jobs: &self.jobs,
             host: "host<1>",
             now: self.now,
+            paths: Some(&self.paths),
         };
         handle(&view, path, query).expect("a route of ours")
     }
@@ -314,6 +317,7 @@ fn result_with(kind: crate::probe::Kind, text: &str) -> crate::probe::ProbeResul
         protocol_version: Some(3),
         peer_clock: None,
         adaptive: None,
+        data_source: None,
     }
 }
 
@@ -793,4 +797,76 @@ fn a_step_shows_in_the_api_the_pages_and_a_saved_history() {
     back.load(&path, f.now).unwrap();
     assert_eq!(back.steps(&key, 0.0), f.history.steps(&key, 0.0));
     assert_eq!(back.samples(&key, 0.0), f.history.samples(&key, 0.0));
+}
+
+/// Issue 28: the path page shows the path's latest trace, hop by hop:
+/// each address or `*`, each packet's RTT or `*`, how it ended; a trace
+/// that did not reach says which hops /metrics still holds.
+#[test]
+fn path_page_shows_the_latest_trace_with_silent_hops_marked() {
+    use crate::trace::{Hop, Proto, Stop, Trace};
+    let f = fixture();
+    let hop = |ttl: u8, addr: Option<&str>, rtt: Vec<Option<f64>>| Hop {
+        ttl,
+        address: addr.map(|a| a.parse().unwrap()),
+        rtt_ms: rtt,
+    };
+    let reached = Trace {
+        protocol: Proto::Tcp,
+        destination: "10.0.0.10:5301".parse().unwrap(),
+        source: Some("10.0.0.1:41234".parse().unwrap()),
+        flow_matched: true,
+        stop: Stop::Reached,
+        hops: vec![
+            hop(1, Some("10.0.1.1"), vec![Some(0.182), Some(0.25)]),
+            hop(2, None, vec![None, None]),
+            hop(3, Some("10.0.0.10"), vec![Some(0.4)]),
+        ],
+        packets: 5,
+        elapsed_ms: 31.0,
+    };
+    f.paths.register([("fresh", "tcp")]);
+    // Before any trace: the section says so.
+    let body = f.get("/path", Some("target=fresh&module=tcp")).body;
+    assert!(
+        body.contains("Latest trace") && body.contains("not traced yet"),
+        "{body}"
+    );
+    f.paths.record("fresh", "tcp", &reached, f.now);
+    let body = f.get("/path", Some("target=fresh&module=tcp")).body;
+    for want in [
+        "tcp 10.0.0.1:41234 → 10.0.0.10:5301: reached in 3 hops; 5 packets in 31 ms",
+        "<td>1</td><td>10.0.1.1</td><td>0.182 ms  0.250 ms</td>",
+        // The silent hop: a marker, greyed, and no loss said anywhere.
+        "<tr class=\"silent\"><td>2</td><td>*</td><td>*  *</td></tr>",
+        "<td>3</td><td>10.0.0.10</td><td>0.400 ms</td>",
+        "so it is not loss",
+        "0 path changes",
+    ] {
+        assert!(body.contains(want), "{want:?} not in:\n{body}");
+    }
+    assert!(!body.contains("still those of"), "{body}");
+    // A later trace that did not reach is shown, and the held hops named.
+    let lost = Trace {
+        stop: Stop::Gap,
+        hops: vec![hop(1, Some("10.0.1.1"), vec![Some(0.2), None])],
+        packets: 10,
+        ..reached.clone()
+    };
+    f.paths.record("fresh", "tcp", &lost, f.now);
+    let body = f.get("/path", Some("target=fresh&module=tcp")).body;
+    assert!(
+        body.contains("not reached: silent hops in a row; 10 packets"),
+        "{body}"
+    );
+    assert!(body.contains("<td>0.200 ms  *</td>"), "{body}");
+    assert!(
+        body.contains(
+            "still those of the latest trace that reached the target: 10.0.1.1, *, 10.0.0.10"
+        ),
+        "{body}"
+    );
+    // A path that is not traced has no section.
+    let body = f.get("/path", Some("target=down&module=tcp")).body;
+    assert!(!body.contains("Latest trace"), "{body}");
 }

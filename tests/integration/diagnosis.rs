@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab};
+use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab, UdpFiller};
 
 const PORT: u16 = 5302;
 const SECONDS: &str = "2";
@@ -183,58 +183,6 @@ fn tbf_on_the_router_is_the_network() {
     );
 }
 
-/// Keeps r's queue towards a full (tbf's 20 ms at `rate_mbit`) with UDP
-/// from b at 1.5 times the rate, so that every ACK of an a -> b flow waits
-/// in it: a path with queueing delay, which the lab has no netem for. The
-/// data direction stays empty. Stops when dropped.
-struct AckDelay {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl AckDelay {
-    fn start(lab: &Lab, rate_mbit: u64) -> AckDelay {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let ns = format!("{}-b", lab.name());
-        let to = std::net::SocketAddr::from((lab.addr_a(), 9));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            crate::common::lab::in_netns(&ns, move || {
-                let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-                let payload = [0u8; 1400];
-                let per_second = rate_mbit as f64 * 1.5e6 / (1400.0 * 8.0);
-                let start = Instant::now();
-                let mut sent = 0u64;
-                // Bounded, whatever happens to the test.
-                while !flag.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(30) {
-                    let due = (start.elapsed().as_secs_f64() * per_second) as u64;
-                    while sent < due {
-                        let _ = sock.send_to(&payload, to);
-                        sent += 1;
-                    }
-                    thread::sleep(Duration::from_millis(1));
-                }
-            })
-        });
-        // Let the queue fill before the probe connects.
-        thread::sleep(Duration::from_millis(200));
-        AckDelay {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for AckDelay {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 fn a_small_receive_buffer_on_the_receiver_is_the_receive_window() {
     if !require_root() {
@@ -246,7 +194,7 @@ fn a_small_receive_buffer_on_the_receiver_is_the_receive_window() {
     lab.shape(20).unwrap();
     sysctl(&lab, "b", "net.ipv4.tcp_rmem", "4096 8192 8192");
     let _r = Responder::start(&lab);
-    let _delay = AckDelay::start(&lab, 20);
+    let _delay = UdpFiller::start(&lab, false, 20, Duration::from_secs(30));
     let v = probe(&lab, &[]);
     assert_eq!(v.limit, "receive_window", "{}", v.show());
     // The kernel books part of each round trip as plain busy (measured
@@ -295,7 +243,7 @@ fn a_small_send_buffer_on_the_sender_is_the_send_buffer() {
     lab.shape(20).unwrap();
     sysctl(&lab, "a", "net.ipv4.tcp_wmem", "4096 8192 8192");
     let _r = Responder::start(&lab);
-    let _delay = AckDelay::start(&lab, 20);
+    let _delay = UdpFiller::start(&lab, false, 20, Duration::from_secs(30));
     let v = probe(&lab, &[]);
     assert_eq!(v.limit, "send_buffer", "{}", v.show());
     // Measured 0.47 sndbuf-limited, the rest plain busy.

@@ -12,12 +12,10 @@
 //! Needs root; without it the tests print why and pass.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab};
+use crate::common::lab::{require_root, run_bounded, wait_bounded, Lab, UdpFiller};
 use crate::common::serve::Serve;
 
 const PORT: u16 = 5303;
@@ -61,54 +59,6 @@ impl Drop for Responder {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = wait_bounded(&mut self.0, Duration::from_secs(5));
-    }
-}
-
-/// UDP from a to b at 1.5 times tbf's rate: r's queue towards b stays
-/// full, and every ACK of a b → a flow waits in it. Bounded in time
-/// whatever happens to the test; stops when dropped.
-struct AckDelay {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl AckDelay {
-    fn start(lab: &Lab, for_at_most: Duration) -> AckDelay {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ns = format!("{}-a", lab.name());
-        let to = std::net::SocketAddr::from((lab.addr_b(), 9));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            crate::common::lab::in_netns(&ns, move || {
-                let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-                let payload = [0u8; 1400];
-                let per_second = RATE_MBIT as f64 * 1.5e6 / (1400.0 * 8.0);
-                let start = Instant::now();
-                let mut sent = 0u64;
-                while !flag.load(Ordering::Relaxed) && start.elapsed() < for_at_most {
-                    let due = (start.elapsed().as_secs_f64() * per_second) as u64;
-                    while sent < due {
-                        let _ = sock.send_to(&payload, to);
-                        sent += 1;
-                    }
-                    thread::sleep(Duration::from_millis(1));
-                }
-            })
-        });
-        thread::sleep(Duration::from_millis(200));
-        AckDelay {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for AckDelay {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -198,7 +148,7 @@ fn the_seed_upgrade_is_found_within_five_probes_and_attributed() {
     lab.shape(RATE_MBIT as u32).unwrap();
     let wmem = lab.sysctl("b", "net/ipv4/tcp_wmem").unwrap();
     let _restore = Restore(&lab, wmem.clone());
-    let _delay = AckDelay::start(&lab, Duration::from_secs(80));
+    let _delay = UdpFiller::start(&lab, true, RATE_MBIT, Duration::from_secs(80));
     let old = Responder::start(&lab, true);
     let a = serve_probing_b(&lab);
     wait_probes(&a, BEFORE);
@@ -283,7 +233,7 @@ fn a_healthy_run_of_the_same_length_finds_no_step() {
     }
     let lab = Lab::up("seedok").unwrap();
     lab.shape(RATE_MBIT as u32).unwrap();
-    let _delay = AckDelay::start(&lab, Duration::from_secs(80));
+    let _delay = UdpFiller::start(&lab, true, RATE_MBIT, Duration::from_secs(80));
     let _r = Responder::start(&lab, false);
     let a = serve_probing_b(&lab);
     wait_probes(&a, BEFORE + AFTER);

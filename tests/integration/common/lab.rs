@@ -708,3 +708,61 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     .join()
     .expect("namespace thread")
 }
+
+/// UDP at 1.5 times tbf's rate (`rate_mbit`) from one end of a [`Lab`] to
+/// the other, so that r's queue towards the far end stays full and every
+/// packet that way waits in it: the ACKs of a flow the other way see a
+/// queueing delay, which the lab has no netem for. Bounded in time
+/// whatever happens to the test (`for_at_most`); stops when dropped.
+pub struct UdpFiller {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpFiller {
+    /// Fills r's queue towards b when `from_a`, towards a otherwise.
+    pub fn start(lab: &Lab, from_a: bool, rate_mbit: u64, for_at_most: Duration) -> UdpFiller {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (side, to) = if from_a {
+            ("a", lab.addr_b())
+        } else {
+            ("b", lab.addr_a())
+        };
+        let ns = format!("{}-{side}", lab.name());
+        let to = std::net::SocketAddr::from((to, 9));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            in_netns(&ns, move || {
+                let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+                let payload = [0u8; 1400];
+                let per_second = rate_mbit as f64 * 1.5e6 / (1400.0 * 8.0);
+                let start = Instant::now();
+                let mut sent = 0u64;
+                while !flag.load(Ordering::Relaxed) && start.elapsed() < for_at_most {
+                    let due = (start.elapsed().as_secs_f64() * per_second) as u64;
+                    while sent < due {
+                        let _ = sock.send_to(&payload, to);
+                        sent += 1;
+                    }
+                    thread::sleep(Duration::from_millis(1));
+                }
+            })
+        });
+        // Let the queue fill before a probe connects.
+        thread::sleep(Duration::from_millis(200));
+        UdpFiller {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for UdpFiller {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

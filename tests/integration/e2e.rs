@@ -257,7 +257,9 @@ impl Drop for Prometheus {
     }
 }
 
-fn prometheus_config(targets: &[SocketAddr]) -> String {
+/// A Prometheus configuration that scrapes `targets` each second and
+/// evaluates `rules.yml` beside it (this lab's and the localization lab's).
+pub(crate) fn prometheus_config<T: std::fmt::Display>(targets: &[T]) -> String {
     let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
     format!(
         "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n\

@@ -73,16 +73,7 @@ const GUARD_MS: u64 = 300;
 const PROMETHEUS_PORT: u16 = 9090;
 
 fn run(cmd: &mut Command) -> Result<String> {
-    let out = run_bounded(cmd, STEP)?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}):\n{}{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
-    }
-    Ok(out.stdout)
+    crate::common::lab::run_ok(cmd, STEP)
 }
 
 /// The namespaces, torn down on drop (after the processes in them).
@@ -104,21 +95,7 @@ impl Net {
     }
 
     fn veth(&self, n1: &str, i1: &str, n2: &str, i2: &str) -> Result<()> {
-        run(Command::new("ip").args([
-            "link",
-            "add",
-            i1,
-            "netns",
-            &self.ns(n1),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            i2,
-            "netns",
-            &self.ns(n2),
-        ]))
-        .map(drop)
+        crate::common::lab::veth_between(&self.ns(n1), i1, &self.ns(n2), i2, STEP)
     }
 
     fn up() -> Result<Net> {
@@ -500,18 +477,11 @@ fn each_injected_fault_ranks_its_hop_first_within_a_cycle() -> Result<()> {
     }
     // Prometheus in `m`, scraping every host over the management network
     // each second, with the shipped rules made fast.
-    let targets: Vec<String> = net.serves.iter().map(|s| format!("'{}'", s.http)).collect();
+    let targets: Vec<String> = net.serves.iter().map(|s| s.http.to_string()).collect();
     let dir = net.dir.path().to_path_buf();
     std::fs::write(
         dir.join("prometheus.yml"),
-        format!(
-            "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n\
-             rule_files: [rules.yml]\n\
-             scrape_configs:\n\
-             \x20 - job_name: pathprobe\n\
-             \x20   static_configs: [{{targets: [{}]}}]\n",
-            targets.join(", ")
-        ),
+        crate::e2e::prometheus_config(&targets),
     )?;
     let shipped =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/alerts.yml"))?;

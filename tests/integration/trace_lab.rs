@@ -61,20 +61,7 @@ impl Chain {
             ("r2", "eb", "b", "eth0"),
         ];
         for (n1, i1, n2, i2) in pairs {
-            run(Command::new("ip").args([
-                "link",
-                "add",
-                i1,
-                "netns",
-                &chain.ns(n1),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                i2,
-                "netns",
-                &chain.ns(n2),
-            ]))?;
+            crate::common::lab::veth_between(&chain.ns(n1), i1, &chain.ns(n2), i2, STEP)?;
         }
         chain.sh(
             "a",
@@ -179,16 +166,7 @@ impl Drop for Chain {
 }
 
 fn run(cmd: &mut Command) -> Result<String> {
-    let out = run_bounded(cmd, STEP)?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}):\n{}{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
-    }
-    Ok(out.stdout)
+    crate::common::lab::run_ok(cmd, STEP)
 }
 
 fn addr(hop: &Value) -> Option<String> {

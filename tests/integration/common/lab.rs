@@ -766,3 +766,30 @@ impl Drop for UdpFiller {
         }
     }
 }
+
+/// Runs `cmd` within `timeout`: its standard output if it succeeds, else
+/// an error that carries both its outputs.
+pub fn run_ok(cmd: &mut Command, timeout: Duration) -> Result<String> {
+    let out = run_bounded(cmd, timeout)?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// A veth pair between two namespaces: `i1` in `ns1`, its peer `i2` in
+/// `ns2` (the labs that build their own topology).
+pub fn veth_between(ns1: &str, i1: &str, ns2: &str, i2: &str, timeout: Duration) -> Result<()> {
+    run_ok(
+        Command::new("ip").args([
+            "link", "add", i1, "netns", ns1, "type", "veth", "peer", "name", i2, "netns", ns2,
+        ]),
+        timeout,
+    )
+    .map(drop)
+}

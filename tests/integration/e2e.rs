@@ -563,6 +563,14 @@ const MAY_BE_EMPTY: &[(&str, Option<&str>, &str)] = &[
         "the lab's hosts run the plain scheduler, not mesh mode, so there is no mesh cycle to export \
          (tests/integration/mesh_lab.rs reads these metrics from a mesh)",
     ),
+    (
+        "Suspect hops",
+        None,
+        "the panel shows only hops with a score above 0: the lab's serves do not trace \
+         (trace.enabled is off by default) and its path is healthy, so no hop is suspect \
+         (tests/integration/localization_lab.rs reads the panel's series from a tracing mesh \
+         with injected faults)",
+    ),
 ];
 
 fn may_be_empty(title: &str, expr: &str) -> Option<&'static str> {

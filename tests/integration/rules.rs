@@ -1404,23 +1404,13 @@ fn split_series(series: &str) -> (String, Vec<(String, String)>) {
 /// rack, ...) written as `<target label>` and the ones Prometheus adds
 /// left out: the shape to compare between a scrape and a rule test.
 fn shape(labels: &[(String, String)]) -> BTreeSet<String> {
-    const OWN: &[&str] = &[
-        "target",
-        "module",
-        "kind",
-        "direction",
-        "flow",
-        "percentile",
-        "reason",
-        "side",
-        "release",
-        "result",
-    ];
+    // pathprobe's own labels (every per-probe metric's, as reserved from
+    // targets); any other is a target's.
     labels
         .iter()
         .filter(|(k, _)| k != "instance" && k != "job")
         .map(|(k, _)| {
-            if OWN.contains(&k.as_str()) {
+            if names::reserved_label_names().any(|own| own == k) {
                 k.clone()
             } else {
                 "<target label>".to_string()
@@ -1480,8 +1470,10 @@ async fn fleet_rule_tests_read_series_shaped_as_a_fleet_detail_host_exports_them
                 "fleet.yml feeds {name}, which metrics.detail: fleet does not export per path"
             );
             let got = shape(&pairs);
-            // A family only a failing probe exports (the failure reason)
-            // is not on the scrape of succeeding ones: its catalogue labels.
+            // A family only a failing probe exports (the failure reason),
+            // or only a path whose step was found (a step's last ratio and
+            // time), is not on the scrape of steady, succeeding ones: its
+            // catalogue labels.
             let declared: BTreeSet<BTreeSet<String>> = [names::PROBE_LABELS
                 .iter()
                 .chain(def.labels)
@@ -1491,7 +1483,11 @@ async fn fleet_rule_tests_read_series_shaped_as_a_fleet_detail_host_exports_them
             .into();
             let want = match live_shapes.get(&name) {
                 Some(w) => w,
-                None if name == "pathprobe_probe_failure_info" => &declared,
+                None if name == "pathprobe_probe_failure_info"
+                    || name.starts_with("pathprobe_step_last_") =>
+                {
+                    &declared
+                }
                 None => panic!("{name} is not on the live fleet-detail /metrics:\n{live}"),
             };
             assert!(

@@ -125,6 +125,21 @@ pub fn check_results(
     local: &SideStats,
     remote: &SideStats,
 ) -> Result<(), String> {
+    check_results_over(request, local, remote, 0.0)
+}
+
+/// [`check_results`] for an adaptive test whose figures the responder
+/// cut to a span that starts `span_start` seconds into this side's
+/// streams (the span this side chose and sent in `End`). This side's
+/// figures are still whole, so the span's time is what the responder's
+/// window is held to, not the whole test's: a test that converged at
+/// 1.7 s over a span from 1.1 s has the responder receive over 0.6 s.
+pub fn check_results_over(
+    request: &TestRequest,
+    local: &SideStats,
+    remote: &SideStats,
+    span_start: f64,
+) -> Result<(), String> {
     check_warnings(&remote.warnings)?;
     let layout = stream_layout(request.direction, request.streams);
     let max_seconds = (Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms))
@@ -164,11 +179,11 @@ pub fn check_results(
         check_intervals(request, s, max_seconds).map_err(|e| format!("stream {id}: {e}"))?;
         if role == Role::Receiver {
             let sent = local.streams.iter().find(|l| l.id == s.id);
-            check_received_against_sent(request, s, sent)
+            check_received_against_sent(request, s, sent, span_start)
                 .map_err(|e| format!("stream {id}: {e}"))?;
         } else {
             let got = local.streams.iter().find(|l| l.id == s.id);
-            check_sent_against_received(request, s, got)
+            check_sent_against_received(request, s, got, span_start)
                 .map_err(|e| format!("stream {id}: {e}"))?;
         }
     }
@@ -404,6 +419,7 @@ fn check_received_against_sent(
     request: &TestRequest,
     received: &StreamStats,
     sent: Option<&StreamStats>,
+    span_start: f64,
 ) -> Result<(), String> {
     let Some(sent) = sent else {
         // Our sender produced no figures (its thread failed): nothing it
@@ -443,10 +459,11 @@ fn check_received_against_sent(
     }
     // Received bytes were sent over at least most of the sender's window;
     // a much shorter receiver window would inflate the throughput.
-    if received.bytes > 0 && sent.seconds > 0.2 && received.seconds < sent.seconds * 0.5 - 0.1 {
+    let sent_seconds = (sent.seconds - span_start).max(0.0);
+    if received.bytes > 0 && sent_seconds > 0.2 && received.seconds < sent_seconds * 0.5 - 0.1 {
         return Err(format!(
             "the responder reports receiving over {} s what took {} s to send",
-            received.seconds, sent.seconds
+            received.seconds, sent_seconds
         ));
     }
     Ok(())
@@ -533,6 +550,7 @@ fn check_sent_against_received(
     request: &TestRequest,
     sent: &StreamStats,
     got: Option<&StreamStats>,
+    span_start: f64,
 ) -> Result<(), String> {
     if request.rr.is_some() {
         return Ok(());
@@ -556,10 +574,11 @@ fn check_sent_against_received(
             ));
         }
     }
-    if sent.bytes > 0 && got.seconds > 0.2 && sent.seconds < got.seconds * 0.5 - 0.1 {
+    let got_seconds = (got.seconds - span_start).max(0.0);
+    if sent.bytes > 0 && got_seconds > 0.2 && sent.seconds < got_seconds * 0.5 - 0.1 {
         return Err(format!(
             "the responder reports sending over {} s what took {} s to arrive",
-            sent.seconds, got.seconds
+            sent.seconds, got_seconds
         ));
     }
     Ok(())
@@ -796,6 +815,31 @@ mod tests {
             ..request.clone()
         };
         assert!(check_accepted(&request, &changed).is_err());
+    }
+
+    /// An adaptive test that converged at 1.7 s over a span from 1.1 s:
+    /// the responder's figures cover 0.6 s of this side's 1.7 s (seen in
+    /// a CI run, refused as a short window before the span was counted).
+    /// The span does not let a still shorter window through.
+    #[test]
+    fn a_window_is_held_to_the_adaptive_span_not_the_whole_test() {
+        let (mut request, mut local, mut remote) = sides();
+        // Unpaced, so that the rate bound does not speak first.
+        request.bitrate = 0;
+        for s in &mut local.streams {
+            s.seconds = 1.7;
+        }
+        for s in &mut remote.streams {
+            s.seconds = 0.606;
+        }
+        let e = check_results(&request, &local, &remote).unwrap_err();
+        assert!(e.contains("over 0.606 s what took 1.7 s"), "{e}");
+        check_results_over(&request, &local, &remote, 1.1).unwrap();
+        for s in &mut remote.streams {
+            s.seconds = 0.15;
+        }
+        let e = check_results_over(&request, &local, &remote, 1.1).unwrap_err();
+        assert!(e.contains("over 0.15 s"), "{e}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use pathprobe::probe::{self, ProbeError, ProbeSpec, Target};
+use pathprobe::protocol::adaptive::StopReason;
 use pathprobe::responder::ResponderConfig;
 
 use crate::common::responder;
@@ -509,9 +510,13 @@ async fn versions_two_apart_are_refused_named_and_counted() {
     }
 }
 
+/// Its maximum is long (10 s) so that a loaded CI machine, whose noisy
+/// samples converge later (seen at 2.4 s where a quiet one takes 0.8 s),
+/// still ends it well before; a test that must end early asserts less
+/// than the maximum.
 fn adaptive_tcp() -> ProbeSpec {
     ProbeSpec {
-        duration: Duration::from_secs(3),
+        duration: Duration::from_secs(10),
         adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
             min_duration_ms: 300,
             precision_ppm: 200_000,
@@ -542,9 +547,10 @@ async fn an_adaptive_probe_ends_the_test_with_an_end_frame() {
         .expect("an end frame");
     let results = types.iter().position(|t| *t == "results").unwrap();
     assert!(end < results, "{types:?}");
-    assert!(a.elapsed_seconds < 3.0, "{a:?}");
+    assert_eq!(a.stop_reason, StopReason::Converged, "{a:?}");
+    assert!(a.elapsed_seconds < 10.0, "{a:?}");
     assert!(
-        r.bytes > 0 && r.duration_seconds < 3.0,
+        r.bytes > 0 && r.duration_seconds < 10.0,
         "{}",
         r.duration_seconds
     );
@@ -615,6 +621,6 @@ async fn an_adaptive_udp_probe_is_judged_on_the_responders_progress() {
     assert!((got / 50e6 - 1.0).abs() < 0.1, "{a:?}");
     assert!((est / 50e6 - 1.0).abs() < 0.1, "{a:?}");
     assert!(a.converged, "{a:?}");
-    assert!(a.elapsed_seconds < 3.0, "{a:?}");
+    assert!(a.elapsed_seconds < 10.0, "{a:?}");
     assert!(r.clamped.is_empty(), "{:?}", r.clamped);
 }

@@ -10,9 +10,9 @@
 #   benches/compare.sh [SECONDS]      (default 4)
 #
 # Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams,
-# and 1 stream reversed (-R). pathprobe runs twice: as built (zero copy
-# auto) and with --zerocopy=off on both ends (its own responder), the
-# figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
+# and 1 stream reversed (-R). pathprobe runs twice: as built (auto, which
+# is plain write/read) and with --zerocopy=on on both ends (its own
+# responder: sendfile/discard), the figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
 # (sendfile), with --skip-rx-copy (MSG_TRUNC) and with both.
 # CPU is per side: the client's and the server's process, each in CPU
 # seconds per GB received; in -R the server is the sender. `spread` is
@@ -93,11 +93,11 @@ trap 'exit 130' INT TERM
 # command in the server's namespace (empty on loopback). `ip netns exec`
 # execs the command, so $! is the server itself (its CPU is read by pid).
 PORT=${PORT:-25301}
-export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3)) PORT_BASE=$((PORT + 4)) PORT_PPOFF=$((PORT + 5))
+export PORT_PP=$PORT PORT_IP=$((PORT + 1)) PORT_IPN=$((PORT + 2)) PORT_PPI=$((PORT + 3)) PORT_BASE=$((PORT + 4)) PORT_PPZC=$((PORT + 5))
 start_servers() {
   local addr=$1; shift
   "$@" "$PP" respond --listen "$addr" --port "$PORT_PP" --iperf3-port "$PORT_PPI" >/dev/null 2>&1 & pids+=($!); export PID_PP=$!
-  "$@" "$PP" respond --listen "$addr" --port "$PORT_PPOFF" --zerocopy off >/dev/null 2>&1 & pids+=($!); export PID_PPOFF=$!
+  "$@" "$PP" respond --listen "$addr" --port "$PORT_PPZC" --zerocopy on >/dev/null 2>&1 & pids+=($!); export PID_PPZC=$!
   "$@" iperf3 -s -B "$addr" -p "$PORT_IP" >/dev/null 2>&1 & pids+=($!); export PID_IP=$!
   if [ -n "$BASE" ]; then
     "$@" "$BASE" respond --listen "$addr" --port "$PORT_BASE" >/dev/null 2>&1 & pids+=($!); export PID_BASE=$!
@@ -108,7 +108,7 @@ start_servers() {
   sleep 1
   # A server that could not listen (a port in use) has exited by now.
   for p in "${pids[@]}"; do
-    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_PPOFF in use? set PORT=)"
+    kill -0 "$p" 2>/dev/null || die "a server exited at start (ports $PORT_PP-$PORT_PPZC in use? set PORT=)"
   done
 }
 stop_servers() {
@@ -185,8 +185,8 @@ print(f"{'test':<24} {'tool':<30} {'Gbit/s':>7} {'spread':>11} {'loss %':>7} {'c
 for name, pa, ia, udp in tests:
     tools = [("pathprobe", lambda: pathprobe(pa))]
     if not udp:
-        tools.append(("pathprobe --zerocopy=off",
-                      lambda: pathprobe(pa + ["--zerocopy=off"], PP, "PORT_PPOFF", "PID_PPOFF")))
+        tools.append(("pathprobe --zerocopy=on",
+                      lambda: pathprobe(pa + ["--zerocopy=on"], PP, "PORT_PPZC", "PID_PPZC")))
     if BASE:
         tools.append(("pathprobe baseline", lambda: pathprobe(pa, BASE, "PORT_BASE", "PID_BASE")))
     tools.append((f"iperf3 {ver}", lambda: iperf3("iperf3", os.environ["PORT_IP"], os.environ["PID_IP"], ia, udp)))

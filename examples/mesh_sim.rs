@@ -419,7 +419,7 @@ fn example_modules(name: &'static str, file: &str, tcp_bps: f64) -> Modules {
 /// `--fleet`: the shipped example's modules (config/examples/mesh.yml: TCP
 /// both ways 1+5 s, UDP 5 s at 200 Mbit/s) and its adaptive variant
 /// (config/examples/mesh-adaptive.yml: the same, `duration: auto`, 1 s
-/// expected per run, set-up 2 s) at N = 10 to 10,000, as a full mesh (the
+/// expected per run, half the set-up) at N = 10 to 10,000, as a full mesh (the
 /// plan the service picks) and grouped by about √N: cycle, coverage,
 /// share of time in tests and bytes through each host per hour. The
 /// adaptive modules also run at the fixed ones' cycle ("same cycle"):

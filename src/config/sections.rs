@@ -89,7 +89,8 @@ pub struct ResponderSection {
     /// iperf3's 5201 by convention; off when absent. See docs/SECURITY.md.
     pub iperf3_port: Option<u16>,
     /// TCP data streams without copies (`auto`, `on`, `off`): sendfile
-    /// from memory when sending, MSG_TRUNC when receiving.
+    /// from memory when sending, MSG_TRUNC when receiving, with `on`;
+    /// `auto`, the default, is plain write/read as measured (issue 26).
     pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 

@@ -23,8 +23,21 @@
 //! Payload bytes only, as the responder's own byte budget: headers add
 //! 3 to 5% on the wire at a 1500-byte MTU.
 //!
-//! This is where an adaptive duration refines the estimate: a probe that
-//! stops when its figure has converged takes less than its maximum.
+//! Two figures for an adaptive module (`duration: auto`), which stops when
+//! its figure has converged:
+//!
+//! - [`expected_bytes`], the admission before each run, reserves the
+//!   worst case: its rate over its whole `max_duration`. A run that does
+//!   not converge runs that long (outside a mesh nothing cuts it sooner),
+//!   so reserving less could let the hour's budget be passed by more than
+//!   the one served test the budget allows; what the run really moved
+//!   replaces the reservation when it ends.
+//! - [`planned_bytes`], the schedule's stated bytes per cycle and per hour
+//!   (check-config, the startup log), counts what a run is expected to
+//!   take: [`Module::planned_run`], the same `expected_duration` the mesh
+//!   slot holds, never above the maximum. Dividing by the maximum instead
+//!   overstated an adaptive schedule's bytes 5-fold at the defaults (1 s
+//!   expected, 5 s at most).
 
 use std::time::Duration;
 
@@ -98,6 +111,36 @@ pub fn expected_bytes(
         .fold(0, u64::saturating_add)
 }
 
+/// The bytes one run of `module` is expected to move as it is planned: as
+/// [`expected_bytes`], but an adaptive module over its
+/// [`Module::planned_run`] (its `expected_duration`, bounded by its
+/// maximum) per direction rather than its maximum. A fixed module's is the
+/// same as [`expected_bytes`]. For the schedule's stated figures, not for
+/// admitting a run (module doc).
+pub fn planned_bytes(
+    module: &Module,
+    last: &dyn Fn(Direction) -> Option<f64>,
+    link_rate_guess: u64,
+) -> u64 {
+    if module.is_loopback() {
+        return 0;
+    }
+    let planned = module.planned_run();
+    module
+        .specs()
+        .into_iter()
+        .map(|(direction, mut spec)| {
+            if spec.adaptive.is_some() {
+                // The planned run covers the start-up, which an adaptive
+                // probe measures as part of its run (no omit).
+                spec.omit = Duration::ZERO;
+                spec.duration = planned;
+            }
+            spec_expected_bytes(&spec, last(direction), link_rate_guess)
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// The bytes a finished probe moved, for the budget: the larger of the
 /// sender's and the receiver's count (datagrams lost on the way crossed
 /// part of it), and the omitted warm-up's share at the measured rate,
@@ -163,6 +206,43 @@ mod tests {
         // Paced TCP keeps to its rate.
         tcp.bitrate = Some(8_000_000);
         assert_eq!(expected_bytes(&tcp, &|_| Some(200e6), 1), 6_000_000);
+    }
+
+    /// Issue 27 gap (c): an adaptive module's stated bytes are its rate
+    /// over what a run is expected to take (`expected_duration`, 1 s at
+    /// the defaults), while its admission still reserves its maximum.
+    #[test]
+    fn an_adaptive_module_plans_its_expected_run_and_reserves_its_maximum() {
+        let c = crate::config::Config::from_yaml(
+            "modules:\n\
+             \x20 tcp: {kind: tcp, duration: auto, direction: both}\n\
+             \x20 slow: {kind: tcp, duration: auto, max_duration: 10s, expected_duration: 3s}\n\
+             \x20 udp: {kind: udp, duration: auto, bitrate: 200M}\n\
+             \x20 fixed: {kind: tcp, duration: 5s, omit: 1s}\n",
+            "test",
+        )
+        .unwrap();
+        let m = |name: &str| c.module(name).unwrap();
+        assert_eq!(m("tcp").planned_run(), Duration::from_secs(1));
+        // At a 1 Gbit/s guess, 125 MB/s each way: 1 s planned, 5 s at most.
+        let guess = 1_000_000_000;
+        assert_eq!(planned_bytes(m("tcp"), &|_| None, guess), 250_000_000);
+        assert_eq!(expected_bytes(m("tcp"), &|_| None, guess), 1_250_000_000);
+        // After a run at 10 MB/s: a quarter on top, over 1 s or 5 s.
+        assert_eq!(planned_bytes(m("tcp"), &|_| Some(10e6), guess), 25_000_000);
+        assert_eq!(
+            expected_bytes(m("tcp"), &|_| Some(10e6), guess),
+            125_000_000
+        );
+        // An expected_duration of its own, 3 s of at most 10 s.
+        assert_eq!(planned_bytes(m("slow"), &|_| None, guess), 375_000_000);
+        assert_eq!(expected_bytes(m("slow"), &|_| None, guess), 1_250_000_000);
+        // Paced UDP at 200 Mbit/s: 25 MB/s over 1 s, against 5 s.
+        assert_eq!(planned_bytes(m("udp"), &|_| None, 1), 25_000_000);
+        assert_eq!(expected_bytes(m("udp"), &|_| None, 1), 125_000_000);
+        // A fixed module plans what it reserves: omit + duration.
+        assert_eq!(planned_bytes(m("fixed"), &|_| None, guess), 750_000_000);
+        assert_eq!(expected_bytes(m("fixed"), &|_| None, guess), 750_000_000);
     }
 
     #[test]

@@ -1,17 +1,20 @@
 //! The sentence that states what the schedule costs in bytes (check-config
 //! and the startup log), beside the time shares [`super::mesh::notes`]
 //! states: the bytes per cycle and per hour this host's tests are expected
-//! to move, in both roles, from [`crate::scheduler::budget::expected_bytes`]
+//! to move, in both roles, from [`crate::scheduler::budget::planned_bytes`]
 //! (paced modules at their rate, unpaced ones at
-//! `scheduler.link_rate_guess`, as before their first run), against
-//! `scheduler.max_bytes_per_hour`.
+//! `scheduler.link_rate_guess`, as before their first run; an adaptive
+//! module over its `expected_duration`, not its maximum), against
+//! `scheduler.max_bytes_per_hour`. The admission of each run still
+//! reserves an adaptive module's maximum
+//! ([`crate::scheduler::budget::expected_bytes`]).
 
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::discovery::DiscoveredTarget;
 use crate::probe::Target;
-use crate::scheduler::budget::expected_bytes;
+use crate::scheduler::budget::planned_bytes;
 
 use super::jobs;
 
@@ -37,27 +40,17 @@ pub fn expected(
     is_local: impl Fn(&Target) -> bool + Copy,
 ) -> ExpectedBytes {
     let guess = config.scheduler.link_rate_guess;
+    // An adaptive module is expected to take its expected run (the one a
+    // mesh slot holds), not its maximum: outside a mesh as well, since
+    // that is what its runs take once converged.
     let of = |name: &str| {
         config
             .module(name)
-            .map_or(0, |m| expected_bytes(m, &|_| None, guess)) as f64
+            .map_or(0, |m| planned_bytes(m, &|_| None, guess)) as f64
     };
     let hour = 3600.0;
     if config.discovery.mesh && config.scheduler.mesh.planned {
         let (plan, me, modules) = super::mesh::plan(config, discovered, is_local);
-        // An adaptive module is expected to take what its slot holds for
-        // it (its expected run), not its maximum: the rest is cut.
-        let of = |name: &str| {
-            let share = config.module(name).map_or(1.0, |m| {
-                let max = super::mesh::run_time(m).as_secs_f64();
-                if max > 0.0 {
-                    (m.planned_slot_run().as_secs_f64() / max).min(1.0)
-                } else {
-                    1.0
-                }
-            });
-            of(name) * share
-        };
         if plan.members().len() > 1 {
             // The busiest host stands in for one that is not a member.
             let me = me.unwrap_or(0);
@@ -92,7 +85,7 @@ pub fn expected(
         .unwrap_or(config.scheduler.default_interval);
     let (mut per_cycle, mut per_hour) = (0.0, 0.0);
     for j in &jobs {
-        let bytes = expected_bytes(&j.payload.module, &|_| None, guess) as f64;
+        let bytes = planned_bytes(&j.payload.module, &|_| None, guess) as f64;
         let secs = j.interval.as_secs_f64().max(1e-3);
         per_hour += bytes * hour / secs;
         per_cycle += bytes * cycle.as_secs_f64() / secs;
@@ -204,7 +197,7 @@ mod tests {
             .modules
             .values()
             .filter(|m| !m.is_loopback())
-            .map(|m| expected_bytes(m, &|_| None, c.scheduler.link_rate_guess) as f64)
+            .map(|m| planned_bytes(m, &|_| None, c.scheduler.link_rate_guess) as f64)
             .sum();
         assert!(per_peer > 0.0);
         assert_eq!(e.probing_per_cycle, 9.0 * per_peer);
@@ -224,6 +217,35 @@ mod tests {
         );
     }
 
+    /// Issue 27 gap (c), outside a mesh: an adaptive module's stated
+    /// bytes per hour are its runs' expected time (1 s at the defaults),
+    /// not its 5 s maximum: 60 runs an hour of 125 MB at a 1 Gbit/s guess
+    /// are 7.5 GB, where dividing by the maximum stated 37.5 GB.
+    #[test]
+    fn a_plain_schedule_states_an_adaptive_modules_expected_runs() {
+        let yaml = |duration: &str| {
+            format!(
+                "modules:\n  tcp: {{kind: tcp, duration: {duration}}}\n\
+                 scheduler: {{default_interval: 1m, link_rate_guess: 1G}}\n\
+                 targets:\n  - {{address: 192.0.2.7, modules: [tcp]}}\n"
+            )
+        };
+        let none = |_: &Target| false;
+        let adaptive = Config::from_yaml(&yaml("auto"), "test").unwrap();
+        let e = expected(&adaptive, &[], none);
+        println!("adaptive, plain schedule: {e:?}");
+        assert_eq!(e.cycle, Duration::from_secs(60));
+        assert_eq!(e.serving_per_cycle, None);
+        assert!((e.probing_per_cycle - 125e6).abs() < 1.0, "{e:?}");
+        assert!((e.per_hour - 7.5e9).abs() < 1e3, "{e:?}");
+        // A fixed module of the adaptive one's maximum: five times that.
+        let fixed = Config::from_yaml(&yaml("5s"), "test").unwrap();
+        let f = expected(&fixed, &[], none);
+        assert!((f.per_hour - 37.5e9).abs() < 1e3, "{f:?}");
+        let n = note(&adaptive, &[], none);
+        assert!(n.contains("7.50 GB per hour"), "{n}");
+    }
+
     /// The adaptive variant of the mesh example: in a mesh an adaptive
     /// module is expected to move its rate over the run its slot holds
     /// (1 s per run), not over its 5 s maximum; the rest would be cut.
@@ -239,9 +261,10 @@ mod tests {
         // TCP both ways, 1 s each at the 10 Gbit/s guess; UDP 1 s at 200M.
         let per_peer = 2.0 * 10e9 / 8.0 + 200e6 / 8.0;
         assert!((e.probing_per_cycle - 9.0 * per_peer).abs() < 1e3, "{e:?}");
-        assert_eq!(e.cycle, Duration::from_secs(360));
+        // Its interval is mesh.yml's 30 min (the plan would allow 6).
+        assert_eq!(e.cycle, Duration::from_secs(1800));
         let n = note(&c, &[], me);
         println!("{n}");
-        assert!(n.contains(" GB per mesh cycle of 360 s"), "{n}");
+        assert!(n.contains(" GB per mesh cycle of 1800 s"), "{n}");
     }
 }

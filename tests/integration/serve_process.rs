@@ -180,6 +180,35 @@ fn check_config_reports_the_error_and_exit_code() {
     );
     assert!(!said.contains("warning"), "{said}");
 
+    // Issue 27: its adaptive variant, a file that differs only in its
+    // modules, needs a cycle at least 3 times shorter at the same budget,
+    // as each check-config states it.
+    let needed = |file: &str| -> f64 {
+        let path = format!("{}/config/examples/{file}", env!("CARGO_MANIFEST_DIR"));
+        let out = bin().args(["check-config", &path]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let at = "at scheduler.mesh.budget of 50% the plan needs a cycle of only ";
+        let line = said
+            .lines()
+            .find(|l| l.contains(at))
+            .unwrap_or_else(|| panic!("{file}: {said}"));
+        println!("{file}: {line}");
+        let rest = &line[line.find(at).unwrap() + at.len()..];
+        rest.split(" min").next().unwrap().parse().unwrap()
+    };
+    let (fixed, adaptive) = (needed("mesh.yml"), needed("mesh-adaptive.yml"));
+    println!(
+        "cycle at the same budget: {fixed} min fixed, {adaptive} min adaptive: {:.2}x",
+        fixed / adaptive
+    );
+    assert_eq!((fixed, adaptive), (20.4, 6.0));
+    assert!(fixed / adaptive >= 3.0, "{fixed} / {adaptive}");
+
     let bad = dir.path().join("bad.yml");
     std::fs::write(&bad, "modules:\n  tcp:\n    kind: tcp\n    durations: 5s\n").unwrap();
     let out = bin()

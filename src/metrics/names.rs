@@ -705,6 +705,12 @@ pub static BUDGET_REFUSALS: MetricDef = def(
     "pathprobe_budget_refusals_total",
     &[ROLE],
     "Tests the host's byte budget kept from starting, by role: prober (scheduled runs skipped, also counted as pathprobe_scheduler_runs_skipped_total{reason=\"byte_budget\"}) and responder (probers refused with a retry hint, also counted as pathprobe_responder_rejections_total{reason=\"budget_exhausted\"}).",
+pub static HOST_SLOT_YIELDS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_yields_total",
+    &[],
+    "Own scheduled probes called off so that the peer they were aimed at, asking this host for a test at the same moment, was served first (two hosts probing each other outside mesh mode: the end with the lower address gives way, before its probe moves data, at most twice per run); the probe then ran right after the served test. Not failed probes.",
 );
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,
@@ -921,6 +927,7 @@ pub static ALL: &[&MetricDef] = &[
     &BUDGET_WINDOW_BYTES,
     &BUDGET_BYTES,
     &BUDGET_REFUSALS,
+    &HOST_SLOT_YIELDS,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,

@@ -35,6 +35,12 @@ pub(super) async fn run(
     unit: &super::access::ClientPermit,
 ) {
     let _ = stream.set_nodelay(true);
+    // Our address as this prober reached it: the tie-break when its test
+    // and ours start at the same moment compares it with our target's.
+    let asker = stream
+        .local_addr()
+        .ok()
+        .map(|local| crate::slot::Asker { peer, local });
     let mut control = Control::new(stream);
     let config = shared.config();
     let timeout = config.idle_timeout;
@@ -184,7 +190,7 @@ pub(super) async fn run(
         refuse(&mut control, counters, reason, message, timeout).await;
         return;
     }
-    let slot = match shared.try_claim(peer.ip(), Instant::now() + planned) {
+    let slot = match shared.try_claim(peer.ip(), Instant::now() + planned, asker) {
         Ok(slot) => slot,
         Err(retry_after) => {
             ResponderCounters::inc(&counters.rejected_busy);

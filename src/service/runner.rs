@@ -35,10 +35,15 @@ pub async fn run_contained(
     spec: ProbeSpec,
     ipv6: bool,
 ) -> Result<ProbeResult, (ProbeFailure, Option<Duration>)> {
+    // The scheduler's claim on the host slot follows the probe into its
+    // task, so that the client can say whom it aims at and when its data
+    // starts (crate::slot::gives_way). Loopback probes aim at nobody.
+    let claim = crate::slot::ProbeClaim::current();
     let task = AbortOnDrop(tokio::spawn(async move {
-        match endpoint {
-            Some(target) => probe::probe(&target, &spec).await,
-            None => crate::loopback::probe_loopback(&spec, ipv6).await,
+        match (endpoint, claim) {
+            (Some(target), Some(claim)) => claim.scope(probe::probe(&target, &spec)).await,
+            (Some(target), None) => probe::probe(&target, &spec).await,
+            (None, _) => crate::loopback::probe_loopback(&spec, ipv6).await,
         }
     }));
     match (&mut { task }.0).await {

@@ -637,13 +637,13 @@ impl Drop for Twin {
 
 /// Issue 25 point 4: two hosts that probe each other outside mesh mode
 /// (the Compose demo's layout) told each other `busy` whenever their
-/// probes met, and each busy try was recorded as a failed probe: about
-/// half of one host's probes in the demo. A busy try is now retried within
-/// the interval after the responder's hint (with a random share on top, so
-/// that the two do not retry in lockstep) and counted in
-/// pathprobe_scheduler_busy_retries_total; only giving up is a failure.
+/// probes met: each held its own slot for its probe, and the retry hint
+/// (the holder's deadline) outlived the interval. In this dense 4 s
+/// schedule one host still gave up 2 to 3 of 12 probes as busy with busy
+/// retries alone. Now the end with the lower address gives way (serves
+/// the other's test, then runs its own right after), counted in
+/// pathprobe_host_slot_yields_total; no probe may end busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 25.4 not fully fixed: in this dense 4 s schedule one host still gives up 3 of 13 runs as busy (before: 6 of 12)"]
 async fn two_hosts_probing_each_other_do_not_fail_with_busy() {
     use pathprobe::responder::bind;
     use pathprobe::service::{self, ConfigSource, Listeners};
@@ -717,6 +717,8 @@ async fn two_hosts_probing_each_other_do_not_fail_with_busy() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut retries_seen = 0.0;
+    let mut yields_seen = 0.0;
+    let mut bodies = Vec::new();
     for (i, t) in twins.iter().enumerate() {
         let (status, body) = http(t.http, "GET", "/metrics").await;
         assert_eq!(status, 200);
@@ -735,19 +737,21 @@ async fn two_hosts_probing_each_other_do_not_fail_with_busy() {
         );
         let served_busy =
             crate::common::metrics::sum(&body, "pathprobe_host_slot_refusals_total", &[]);
+        let yields = crate::common::metrics::sum(&body, "pathprobe_host_slot_yields_total", &[]);
+        // Both hosts' figures first, so that a failure shows the whole run.
         eprintln!(
-            "host {i}: {all} probes, {} successes, {} busy failures; {retries} busy retries; told {served_busy} probers busy",
+            "host {i}: {all} probes, {} successes, {} busy failures; {retries} busy retries; told {served_busy} probers busy; gave way {yields} times",
             count("success"),
             count("busy")
         );
-        assert_eq!(
-            count("busy"),
-            0.0,
-            "host {i} failed probes with busy:\n{body}"
-        );
-        assert_eq!(count("success"), all, "host {i}:\n{body}");
-        assert!(all >= 12.0, "host {i} ran {all} probes");
+        bodies.push((all, count("success"), count("busy"), body));
         retries_seen += retries;
+        yields_seen += yields;
     }
-    eprintln!("busy retries over both hosts: {retries_seen}");
+    eprintln!("over both hosts: {retries_seen} busy retries, {yields_seen} yields");
+    for (i, (all, success, busy, body)) in bodies.iter().enumerate() {
+        assert_eq!(*busy, 0.0, "host {i} failed probes with busy:\n{body}");
+        assert_eq!(success, all, "host {i}:\n{body}");
+        assert!(*all >= 12.0, "host {i} ran {all} probes");
+    }
 }

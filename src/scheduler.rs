@@ -341,6 +341,8 @@ async fn run_once<P, R: Runner<P>>(
         let claim = permit.claim(yields_left > 0);
         let attempt = claim.scope(tokio::time::timeout(job.timeout, runner.attempt(job)));
         let outcome = tokio::select! {
+            // A run that finished as the way was given keeps its result.
+            biased;
             o = attempt => Some(o),
             () = permit.given_way() => None,
         };

@@ -375,15 +375,33 @@ pub fn aim(peer: SocketAddr) {
 }
 
 /// The current probe's test was accepted and data starts; it should be
-/// over in `remaining`. From now on it never gives way, and probers told
-/// busy meanwhile hear of its real end rather than its deadline.
-pub fn moving(remaining: Duration) {
-    if let Some(c) = ProbeClaim::current() {
+/// over in `remaining`. Until the returned guard is dropped (the test is
+/// over, well or not) it never gives way, and probers told busy meanwhile
+/// hear of its planned end rather than the run's deadline. After it, the
+/// hold may give way again: a `both` run between its two tests, or a run
+/// whose results are still being read, would otherwise refuse the peer
+/// that has just served it, which in turn refuses that run's next test.
+pub fn moving(remaining: Duration) -> Moving {
+    let claim = ProbeClaim::current();
+    if let Some(c) = &claim {
         let end = Instant::now() + remaining;
         c.with_held(|h| {
             h.moving = true;
             h.end = end;
         });
+    }
+    Moving(claim)
+}
+
+/// Returned by [`moving`]: the test's data phase, ended on drop.
+#[must_use = "the data phase ends when this is dropped"]
+pub struct Moving(Option<ProbeClaim>);
+
+impl Drop for Moving {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.with_held(|h| h.moving = false);
+        }
     }
 }
 
@@ -718,7 +736,7 @@ mod tests {
         assert_eq!((slot.held(Role::Serving), slot.held(Role::Probing)), (1, 0));
         // The called-off probe's permit frees nothing of the served test,
         // and its late reports change nothing.
-        claim.scope(async { moving(Duration::from_secs(1)) }).await;
+        drop(claim.scope(async { moving(Duration::from_secs(1)) }).await);
         drop(probe);
         assert_eq!(slot.held(Role::Serving), 1);
         // Its next try waits for the served test and has the next turn.
@@ -792,7 +810,7 @@ mod tests {
         drop(second);
         // Data moves: never called off, and a prober hears of the test's
         // real end, not of the probe's 20 s deadline.
-        claim
+        let data = claim
             .clone()
             .scope(async { moving(Duration::from_secs(3)) })
             .await;
@@ -806,9 +824,14 @@ mod tests {
         assert!(!probe.has_given_way());
         assert_eq!(slot.counters().yields(), 0);
         assert_eq!(slot.counters().refused(SlotReason::Probing), 6);
+        // Its test over (a `both` run between its two tests), the hold may
+        // give way again.
+        drop(data);
+        assert!(slot.try_serve_from(1, Instant::now(), b).is_ok());
+        assert!(probe.has_given_way());
         // Outside any claim the reports are no-ops.
         aim(addr("10.0.0.2:5301"));
-        moving(Duration::ZERO);
+        drop(moving(Duration::ZERO));
         assert!(ProbeClaim::current().is_none());
     }
 

@@ -236,7 +236,7 @@ async fn run_test(
     // Data moves from here: the host slot no longer gives way for this
     // probe, and a prober told busy meanwhile hears of its planned end (as
     // the responder plans its served tests), not of the run's deadline.
-    crate::slot::moving(Duration::from_millis(
+    let _moving = crate::slot::moving(Duration::from_millis(
         request.omit_ms.saturating_add(request.duration_ms),
     ));
     // Nothing the responder's terms ask for may exceed the request: a

@@ -1086,7 +1086,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 99);
+        assert_eq!(ALL.len(), 100);
     }
 
     #[test]

@@ -705,6 +705,7 @@ pub static BUDGET_REFUSALS: MetricDef = def(
     "pathprobe_budget_refusals_total",
     &[ROLE],
     "Tests the host's byte budget kept from starting, by role: prober (scheduled runs skipped, also counted as pathprobe_scheduler_runs_skipped_total{reason=\"byte_budget\"}) and responder (probers refused with a retry hint, also counted as pathprobe_responder_rejections_total{reason=\"budget_exhausted\"}).",
+);
 pub static HOST_SLOT_YIELDS: MetricDef = def(
     Service,
     Counter,

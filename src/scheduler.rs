@@ -152,10 +152,12 @@ impl Default for SchedulerConfig {
 }
 
 /// How many times one run may give way to the peer it probes before it
-/// holds the slot against it: two, so that a peer's `both` module (two
-/// tests back to back) runs whole before ours; bounded, so that a peer
-/// asking again and again cannot keep our probe out (docs/SECURITY.md).
-pub const YIELDS_PER_RUN: u32 = 2;
+/// holds the slot against it: enough for the peer's own runs for us that
+/// come back to back (a few modules, two tests each for `both`: two
+/// allowed too few, and the clashes left ended busy); bounded, so that a
+/// peer asking again and again cannot keep our probe out
+/// (docs/SECURITY.md), and the run's interval bounds it as well.
+pub const YIELDS_PER_RUN: u32 = 8;
 
 /// FNV-1a: stable across runs and releases, unlike std's hasher.
 fn fnv1a(parts: &[&str]) -> u64 {
@@ -325,8 +327,14 @@ async fn run_once<P, R: Runner<P>>(
         {
             Ok(p) => p,
             Err(_) => {
-                if !(first && opportunistic) {
-                    runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
+                // Only a run that a responder told busy ends busy. One that
+                // only gave way to its peer and then found the slot taken
+                // until its next run (served tests, our other probes) was
+                // crowded out like one that never got the slot: missed.
+                if retries > 0 {
+                    runner.skipped(job, Skip::Busy);
+                } else if !opportunistic {
+                    runner.skipped(job, Skip::Missed);
                 }
                 return;
             }
@@ -719,7 +727,10 @@ mod tests {
         assert_eq!(serve().unwrap_err().reason, SlotReason::Probing);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runner.finished.lock().unwrap().len(), 1);
-        assert_eq!(runner.started.lock().unwrap().len(), 3);
+        assert_eq!(
+            runner.started.lock().unwrap().len(),
+            YIELDS_PER_RUN as usize + 1
+        );
         assert_eq!(slot.counters().yields(), YIELDS_PER_RUN as u64);
     }
 

@@ -227,10 +227,15 @@ impl Inner {
 
     /// The one probe that gives way to `asker`, if the rule says so: the
     /// slot is held by exactly one probe and nothing else (no served
-    /// test, no probe waiting for its turn), aimed at the asker, not yet
-    /// moving data, with a yield left in its claim.
+    /// test), aimed at the asker, not yet moving data, with a yield left
+    /// in its claim.
+    ///
+    /// Own probes waiting for their turn do not stop it: they wait for the
+    /// holder anyway, and one of them is often this very run's other job
+    /// (two modules for the same peer); refusing the peer then made both
+    /// ends tell each other busy (issue 25 point 4).
     fn yielder(&self, asker: Asker) -> Option<usize> {
-        if self.count(Role::Serving) > 0 || !self.probes_waiting.is_empty() {
+        if self.count(Role::Serving) > 0 {
             return None;
         }
         let mut probing = self
@@ -472,15 +477,22 @@ impl HostSlot {
     ) -> Result<SlotPermit, Refused> {
         let now = Instant::now();
         let mut inner = self.lock();
-        if let Some(i) = asker.and_then(|a| inner.yielder(a)) {
-            let h = inner.held.remove(i);
-            h.gave_way.done.store(true, Ordering::Release);
-            h.gave_way.notify.notify_one();
-            self.counters.yields.fetch_add(1, Ordering::Relaxed);
-        }
+        let yielded = match asker.and_then(|a| inner.yielder(a)) {
+            Some(i) => {
+                let h = inner.held.remove(i);
+                h.gave_way.done.store(true, Ordering::Release);
+                h.gave_way.notify.notify_one();
+                self.counters.yields.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        };
         let reason = if inner.count(Role::Probing) > 0 {
             Some(SlotReason::Probing)
-        } else if !inner.probes_waiting.is_empty() {
+        } else if !yielded && !inner.probes_waiting.is_empty() {
+            // Our own probes' turn keeps strangers out; a peer given way to
+            // takes the turn of the probe that gave way, and the waiting
+            // ones run after it as they would have after that probe.
             Some(SlotReason::ProbeWaiting)
         } else if inner.count(Role::Serving) >= max_serving.max(1) {
             Some(SlotReason::Serving)
@@ -766,6 +778,53 @@ mod tests {
         assert_eq!(r.reason, SlotReason::Probing);
         assert!(!again.has_given_way());
         assert_eq!(slot.counters().yields(), 1);
+    }
+
+    /// Issue 25 point 4: a host probing its peer with two modules has one
+    /// run holding the slot and the other waiting for its turn. The peer
+    /// asking then was refused (the waiting turn stopped the yield), and
+    /// refused us in turn: both ends told each other busy.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_waiting_for_its_turn_does_not_stop_the_holder_giving_way() {
+        let slot = HostSlot::new();
+        let served = slot
+            .try_serve(1, Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        for _ in 0..2 {
+            let (slot, tx) = (slot.clone(), tx.clone());
+            tokio::spawn(async move {
+                let p = slot
+                    .acquire_probe(1, Duration::from_secs(20), later(60))
+                    .await
+                    .unwrap();
+                let _ = tx.send(p).await;
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(served);
+        let holder = rx.recv().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // One holds the slot, the other still waits with its turn.
+        assert_eq!(slot.held(Role::Probing), 1);
+        assert!(rx.try_recv().is_err());
+        let claim = holder.claim(true);
+        claim.scope(async { aim(addr("10.0.0.2:5301")) }).await;
+        let peer = slot
+            .try_serve_from(1, Instant::now(), asker("10.0.0.2:41234", "10.0.0.1:5301"))
+            .expect("the holder gives way to its peer");
+        assert!(holder.has_given_way());
+        assert_eq!(slot.counters().yields(), 1);
+        assert_eq!(slot.counters().refused(SlotReason::ProbeWaiting), 0);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 0);
+        // A stranger is still kept out by the waiting probe's turn.
+        drop(holder);
+        assert!(slot.try_serve(2, Instant::now()).is_err());
+        // The waiting probe runs once the peer's test is over.
+        drop(peer);
+        let waited = rx.recv().await.unwrap();
+        assert_eq!(slot.held(Role::Probing), 1);
+        drop(waited);
     }
 
     #[tokio::test(start_paused = true)]

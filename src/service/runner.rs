@@ -39,6 +39,16 @@ pub async fn run_contained(
     // task, so that the client can say whom it aims at and when its data
     // starts (crate::slot::gives_way). Loopback probes aim at nobody.
     let claim = crate::slot::ProbeClaim::current();
+    // A target given as an address is aimed at before the probe's task
+    // even starts: a peer asking us in the instants before the client
+    // resolves and connects would otherwise be told busy, and tell us so
+    // in turn. A name is aimed at by the client once resolved.
+    if let (Some(target), Some(_)) = (&endpoint, &claim) {
+        if let Ok(ip) = target.host.parse::<std::net::IpAddr>() {
+            let port = spec.port.unwrap_or(target.port);
+            crate::slot::aim(std::net::SocketAddr::new(ip, port));
+        }
+    }
     let task = AbortOnDrop(tokio::spawn(async move {
         match (endpoint, claim) {
             (Some(target), Some(claim)) => claim.scope(probe::probe(&target, &spec)).await,

@@ -40,6 +40,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+/// How long a prober may wait for our own probes to let go of the slot
+/// before it is told busy ([`HostSlot::settle`]): what a probe takes
+/// between its data ending and its letting go (results, recording, the
+/// next test of a `both` run) is milliseconds; this leaves room for a
+/// loaded host, and is well inside a prober's wait for its answer (5 s).
+pub const SETTLE_GRACE: Duration = Duration::from_secs(1);
+
 /// Which side of a test the host is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -99,6 +106,9 @@ pub struct SlotCounters {
     /// Own probes called off so that the peer they were aimed at could
     /// run its test here first ([`gives_way`]).
     yields: AtomicU64,
+    /// Incoming tests that waited for our own probes to let go of the
+    /// slot rather than be told busy at once ([`HostSlot::settle`]).
+    settles: AtomicU64,
 }
 
 fn index(r: SlotReason) -> usize {
@@ -129,6 +139,10 @@ impl SlotCounters {
     /// Own probes that gave way to the peer they were aimed at.
     pub fn yields(&self) -> u64 {
         self.yields.load(Ordering::Relaxed)
+    }
+    /// Incoming tests that waited for our own probes to let go.
+    pub fn settles(&self) -> u64 {
+        self.settles.load(Ordering::Relaxed)
     }
 }
 
@@ -250,6 +264,18 @@ impl Inner {
         let target = h.aim?;
         gives_way(asker.local, asker.peer.ip(), target).then_some(i)
     }
+
+    /// Whether a prober should wait a moment for the slot rather than be
+    /// told busy at once: it is held by our own probes only, none moving
+    /// data, and none gives way to this prober (that is decided at once).
+    /// Such a holder is letting go (reading its results, recording them),
+    /// between the two tests of a `both` run, or asking its own target,
+    /// which is often this very prober, which then gives way to it.
+    fn settling(&self, asker: Option<Asker>) -> bool {
+        self.count(Role::Probing) > 0
+            && self.held.iter().all(|h| h.role == Role::Probing && !h.moving)
+            && asker.and_then(|a| self.yielder(a)).is_none()
+    }
 }
 
 /// The host's test slot. Share it in an `Arc`.
@@ -364,10 +390,16 @@ impl ProbeClaim {
     }
 
     fn with_held(&self, f: impl FnOnce(&mut Held)) {
-        let mut inner = self.slot.lock();
-        if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
-            f(h);
+        {
+            let mut inner = self.slot.lock();
+            if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
+                f(h);
+            }
         }
+        // A prober waiting for the slot to settle looks again: the holder
+        // may now give way to it, or be moving data (then it is told busy
+        // at once, with the test's real end).
+        self.slot.freed.notify_waiters();
     }
 }
 
@@ -517,6 +549,36 @@ impl HostSlot {
             id,
             gave_way,
         })
+    }
+
+    /// For the responder, before [`HostSlot::try_serve_from`]: while the
+    /// slot is held by this host's own probes only and none of them moves
+    /// data, waits up to `grace` for it to free (or for one of them to give
+    /// way to `asker`, or to start moving data). Two hosts probing each
+    /// other otherwise told each other busy in the instants between one's
+    /// test ending at the other and its probe letting go of its own slot
+    /// (issue 25 point 4), and each such busy cost the other a retry.
+    /// Bounded: a prober waits at most `grace` more before its answer.
+    /// Returns whether it waited.
+    pub async fn settle(&self, asker: Option<Asker>, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut waited = false;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if !self.lock().settling(asker) {
+                break;
+            }
+            waited = true;
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                break;
+            }
+        }
+        if waited {
+            self.counters.settles.fetch_add(1, Ordering::Relaxed);
+        }
+        waited
     }
 
     /// For this host's own probes: waits for a probing slot (at most

@@ -711,7 +711,7 @@ pub static HOST_SLOT_YIELDS: MetricDef = def(
     Counter,
     "pathprobe_host_slot_yields_total",
     &[],
-    "Own scheduled probes called off so that the peer they were aimed at, asking this host for a test at the same moment, was served first (two hosts probing each other outside mesh mode: the end with the lower address gives way, before its probe moves data, at most twice per run); the probe then ran right after the served test. Not failed probes.",
+    "Own scheduled probes called off so that the peer they were aimed at, asking this host for a test at the same moment, was served first (two hosts probing each other outside mesh mode: the end with the lower address gives way, before its probe moves data, at most 8 times per run); the probe then ran right after the served test. Not failed probes.",
 );
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,

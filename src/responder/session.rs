@@ -190,6 +190,9 @@ pub(super) async fn run(
         refuse(&mut control, counters, reason, message, timeout).await;
         return;
     }
+    // Our own probe letting go of the slot, or asking this very prober
+    // for its test, is given a moment before the prober hears busy.
+    shared.slot.settle(asker, crate::slot::SETTLE_GRACE).await;
     let slot = match shared.try_claim(peer.ip(), Instant::now() + planned, asker) {
         Ok(slot) => slot,
         Err(retry_after) => {

@@ -271,9 +271,17 @@ impl Inner {
     /// Such a holder is letting go (reading its results, recording them),
     /// between the two tests of a `both` run, or asking its own target,
     /// which is often this very prober, which then gives way to it.
-    fn settling(&self, asker: Option<Asker>) -> bool {
-        self.count(Role::Probing) > 0
-            && self.held.iter().all(|h| h.role == Role::Probing && !h.moving)
+    ///
+    /// A probe moving data whose test should be over by `horizon` counts
+    /// as letting go (it is reading its results), and so does an own probe
+    /// waiting for its turn while nothing holds the slot (it is about to
+    /// take it, and may then give way).
+    fn settling(&self, asker: Option<Asker>, horizon: Instant) -> bool {
+        (self.count(Role::Probing) > 0 || !self.probes_waiting.is_empty())
+            && self
+                .held
+                .iter()
+                .all(|h| h.role == Role::Probing && (!h.moving || h.end <= horizon))
             && asker.and_then(|a| self.yielder(a)).is_none()
     }
 }
@@ -562,12 +570,13 @@ impl HostSlot {
     /// Returns whether it waited.
     pub async fn settle(&self, asker: Option<Asker>, grace: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + grace;
+        let horizon = Instant::now() + grace;
         let mut waited = false;
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if !self.lock().settling(asker) {
+            if !self.lock().settling(asker, horizon) {
                 break;
             }
             waited = true;
@@ -612,6 +621,9 @@ impl HostSlot {
                     let (id, gave_way) = inner.take(Role::Probing, end);
                     if let Some(w) = ticket.id.take() {
                         inner.probes_waiting.retain(|(x, _)| *x != w);
+                        // A prober waiting for our turn to be taken
+                        // (HostSlot::settle) looks again: we may give way.
+                        self.freed.notify_waiters();
                     }
                     break Ok(SlotPermit {
                         slot: self.clone(),

@@ -192,7 +192,18 @@ pub(super) async fn run(
     }
     // Our own probe letting go of the slot, or asking this very prober
     // for its test, is given a moment before the prober hears busy.
-    shared.slot.settle(asker, crate::slot::SETTLE_GRACE).await;
+    // A prober that closes meanwhile (it gave way to us, or gave up) is
+    // let go without a slot taken for nobody.
+    let mut peeked = [0u8; 1];
+    tokio::select! {
+        _ = shared.slot.settle(asker, crate::slot::SETTLE_GRACE) => {}
+        // A peek, not readable(): readiness left over from reading the
+        // request would end the wait at once.
+        _ = control.stream().peek(&mut peeked) => {
+            tracing::debug!(%peer, "prober left while waiting for the slot");
+            return;
+        }
+    }
     let slot = match shared.try_claim(peer.ip(), Instant::now() + planned, asker) {
         Ok(slot) => slot,
         Err(retry_after) => {

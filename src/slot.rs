@@ -901,6 +901,70 @@ mod tests {
         drop(waited);
     }
 
+    /// Issue 25 point 4: the peer's retry reached us while our probe was
+    /// reading its results (its data over) and was told busy, costing the
+    /// peer a retry each time; now it waits for the slot, within a bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_prober_waits_for_our_probe_to_let_go_within_a_bound() {
+        let slot = HostSlot::new();
+        let b = asker("10.0.0.2:41234", "10.0.0.9:5301");
+        let probe = slot
+            .acquire_probe(1, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        let claim = probe.claim(true);
+        // Data moving with 3 s left: told busy at once, with its real end.
+        let data = claim
+            .clone()
+            .scope(async { moving(Duration::from_secs(3)) })
+            .await;
+        let t0 = tokio::time::Instant::now();
+        assert!(!slot.settle(b, SETTLE_GRACE).await);
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // Its data over (std's clock: the planned end is now), it reads its
+        // results: the prober waits, and takes the slot once it is let go.
+        claim.with_held(|h| h.end = Instant::now());
+        let waiter = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let waited = slot.settle(b, SETTLE_GRACE).await;
+                (
+                    waited,
+                    tokio::time::Instant::now(),
+                    slot.try_serve_from(1, Instant::now(), b).is_ok(),
+                )
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = tokio::time::Instant::now();
+        drop(data);
+        drop(probe);
+        let (waited, at, served) = waiter.await.unwrap();
+        assert!(waited && served);
+        assert_eq!(at, released);
+        assert_eq!(slot.counters().settles(), 1);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prober_waits_no_longer_than_the_grace() {
+        let slot = HostSlot::new();
+        let _probe = slot
+            .acquire_probe(1, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        let t0 = tokio::time::Instant::now();
+        assert!(slot.settle(None, SETTLE_GRACE).await);
+        assert_eq!(t0.elapsed(), SETTLE_GRACE);
+        let r = slot.try_serve_from(1, Instant::now(), None).unwrap_err();
+        assert_eq!(r.reason, SlotReason::Probing);
+        // Nothing held: no wait at all.
+        drop(_probe);
+        let t1 = tokio::time::Instant::now();
+        assert!(!slot.settle(None, SETTLE_GRACE).await);
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn no_way_is_given_outside_the_rule() {
         let slot = HostSlot::new();

@@ -713,6 +713,13 @@ pub static HOST_SLOT_YIELDS: MetricDef = def(
     &[],
     "Own scheduled probes called off so that the peer they were aimed at, asking this host for a test at the same moment, was served first (two hosts probing each other outside mesh mode: the end with the lower address gives way, before its probe moves data, at most 8 times per run); the probe then ran right after the served test. Not failed probes.",
 );
+pub static HOST_SLOT_SETTLES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_settles_total",
+    &[],
+    "Incoming tests that waited (at most 1 s) for this host's own probes to let go of the test slot rather than be told busy at once: a probe reading its results, between the two tests of a both run, or asking the very prober, which then gave way. Not refusals.",
+);
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,
     Gauge,
@@ -929,6 +936,7 @@ pub static ALL: &[&MetricDef] = &[
     &BUDGET_BYTES,
     &BUDGET_REFUSALS,
     &HOST_SLOT_YIELDS,
+    &HOST_SLOT_SETTLES,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,
@@ -1087,7 +1095,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 100);
+        assert_eq!(ALL.len(), 101);
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //!   from overlapping tests the host serves: concurrent tests share the
 //!   NIC and spoil each other's figures.
 //! - A busy responder is retried with backoff inside the interval.
+//! - A run whose peer asks this host for a test at the same moment may
+//!   give way to it (see [`crate::slot::gives_way`]): the served test goes
+//!   first and the run takes the slot right after it, at most
+//!   [`YIELDS_PER_RUN`] times per run.
 //! - Every run has a hard deadline.
 //! - A run that cannot start before its next one is due is skipped and
 //!   counted, rather than piling up; so is a run whose expected bytes do
@@ -146,6 +150,14 @@ impl Default for SchedulerConfig {
         }
     }
 }
+
+/// How many times one run may give way to the peer it probes before it
+/// holds the slot against it: enough for the peer's own runs for us that
+/// come back to back (a few modules, two tests each for `both`: two
+/// allowed too few, and the clashes left ended busy); bounded, so that a
+/// peer asking again and again cannot keep our probe out
+/// (docs/SECURITY.md), and the run's interval bounds it as well.
+pub const YIELDS_PER_RUN: u32 = 8;
 
 /// FNV-1a: stable across runs and releases, unlike std's hasher.
 fn fnv1a(parts: &[&str]) -> u64 {
@@ -305,6 +317,7 @@ async fn run_once<P, R: Runner<P>>(
     let mut backoff = config.busy_backoff;
     let mut first = true;
     let mut retries = 0;
+    let mut yields_left = YIELDS_PER_RUN;
     loop {
         // The job's deadline stands for how long it holds the slot: a
         // prober refused meanwhile is told to come back after it.
@@ -314,8 +327,14 @@ async fn run_once<P, R: Runner<P>>(
         {
             Ok(p) => p,
             Err(_) => {
-                if !(first && opportunistic) {
-                    runner.skipped(job, if first { Skip::Missed } else { Skip::Busy });
+                // Only a run that a responder told busy ends busy. One that
+                // only gave way to its peer and then found the slot taken
+                // until its next run (served tests, our other probes) was
+                // crowded out like one that never got the slot: missed.
+                if retries > 0 {
+                    runner.skipped(job, Skip::Busy);
+                } else if !opportunistic {
+                    runner.skipped(job, Skip::Missed);
                 }
                 return;
             }
@@ -324,9 +343,31 @@ async fn run_once<P, R: Runner<P>>(
             runner.lag(job, Instant::now().saturating_duration_since(start_at));
             first = false;
         }
-        let outcome = tokio::time::timeout(job.timeout, runner.attempt(job)).await;
+        // The probe reports whom it aims at and when its data starts
+        // through the claim; until then its peer, asking us at the same
+        // moment, may be served first.
+        let claim = permit.claim(yields_left > 0);
+        let attempt = claim.scope(tokio::time::timeout(job.timeout, runner.attempt(job)));
+        let outcome = tokio::select! {
+            // A run that finished as the way was given keeps its result.
+            biased;
+            o = attempt => Some(o),
+            () = permit.given_way() => None,
+        };
+        // Gave way: the attempt is dropped (which closes its connections;
+        // no data had moved) and nothing is recorded; the slot now serves
+        // the peer's test, and taking it again waits for that test and
+        // has the next turn after it. A busy answer that raced the yield
+        // is the peer's side of the same clash, and ends the same way.
+        let gave_way =
+            permit.has_given_way() && matches!(outcome, None | Some(Ok(Attempt::Busy(_))));
         // Others may use the slot while this job waits for a busy responder.
         drop(permit);
+        if gave_way {
+            yields_left = yields_left.saturating_sub(1);
+            continue;
+        }
+        let Some(outcome) = outcome else { continue };
         match outcome {
             Err(_) => {
                 runner.skipped(job, Skip::Timeout);
@@ -616,6 +657,81 @@ mod tests {
             "{skips:?}"
         );
         assert!(slot.counters().wait_timeouts(SlotReason::Serving) >= 2);
+    }
+
+    /// A probe that aims at 10.0.0.2:5301 as soon as it starts, then
+    /// takes `work`; records when each attempt started and finished.
+    struct AimingRunner {
+        work: Duration,
+        started: Mutex<Vec<Instant>>,
+        finished: Arc<Mutex<Vec<Instant>>>,
+    }
+
+    impl Runner<()> for AimingRunner {
+        fn attempt(&self, _job: &Job<()>) -> BoxFuture<Attempt> {
+            self.started.lock().unwrap().push(Instant::now());
+            let (work, finished) = (self.work, self.finished.clone());
+            Box::pin(async move {
+                crate::slot::aim("10.0.0.2:5301".parse().unwrap());
+                tokio::time::sleep(work).await;
+                finished.lock().unwrap().push(Instant::now());
+                Attempt::Done
+            })
+        }
+        fn skipped(&self, _job: &Job<()>, why: Skip) {
+            panic!("skipped: {why:?}");
+        }
+    }
+
+    /// Issue 25 point 4: our run, aimed at 10.0.0.2, is asked for a test
+    /// by 10.0.0.2 before it moves data; this end (10.0.0.1) has the lower
+    /// address, so it serves the peer and runs right after, at most
+    /// YIELDS_PER_RUN times, and then holds firm.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_gives_way_to_its_peer_and_runs_right_after() {
+        use crate::slot::{Asker, Role, SlotReason};
+        let runner = Arc::new(AimingRunner {
+            work: Duration::from_secs(5),
+            started: Mutex::new(Vec::new()),
+            finished: Arc::new(Mutex::new(Vec::new())),
+        });
+        let slot = HostSlot::new();
+        let mut s = Scheduler::new(runner.clone(), config(1), slot.clone());
+        s.update(vec![job("b", Duration::from_secs(60))]);
+        while runner.started.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let asker = Some(Asker {
+            peer: "10.0.0.2:40000".parse().unwrap(),
+            local: "10.0.0.1:5301".parse().unwrap(),
+        });
+        let serve =
+            || slot.try_serve_from(1, std::time::Instant::now() + Duration::from_secs(2), asker);
+        for n in 1..=YIELDS_PER_RUN as usize {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let served = serve().expect("the run gives way");
+            assert_eq!(slot.counters().yields(), n as u64);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            // The called-off attempt recorded nothing, and the run waits.
+            assert!(runner.finished.lock().unwrap().is_empty());
+            assert_eq!(runner.started.lock().unwrap().len(), n);
+            assert_eq!(slot.held(Role::Probing), 0);
+            let freed = Instant::now();
+            drop(served);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            // Taken again the moment the served test ended.
+            assert_eq!(runner.started.lock().unwrap()[n], freed);
+        }
+        // The allowance is spent: the peer is told busy this time.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(serve().unwrap_err().reason, SlotReason::Probing);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runner.finished.lock().unwrap().len(), 1);
+        assert_eq!(
+            runner.started.lock().unwrap().len(),
+            YIELDS_PER_RUN as usize + 1
+        );
+        assert_eq!(slot.counters().yields(), YIELDS_PER_RUN as u64);
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,12 +19,33 @@
 //! The type sits below both the responder and the service, which share one
 //! per process; a standalone `pathprobe respond` (or a loopback probe's
 //! in-process responder) has a slot of its own.
+//!
+//! Two hosts probing each other (issue 25) start their probes at the same
+//! instant whenever their schedules line up: each holds its own slot for
+//! its probe, so each responder tells the other `busy`, and both retry.
+//! One side gives way instead ([`gives_way`]): when a prober asks for a
+//! test while the slot is held by one scheduled probe of ours aimed at that
+//! very prober, which has not started moving data, the end with the lower
+//! address (both ends compare the same two addresses, so exactly one
+//! yields) serves the incoming test, and its own probe is called off
+//! ([`SlotPermit::given_way`]) and runs right after the served test. A
+//! peer cannot use this to take the slot at will: only our own current
+//! target, only before our probe moves data, and only as often as the
+//! probe's claim allows ([`SlotPermit::claim`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+
+/// How long a prober may wait for our own probes to let go of the slot
+/// before it is told busy ([`HostSlot::settle`]): what a probe takes
+/// between its data ending and its letting go (results, recording, the
+/// next test of a `both` run) is milliseconds; this leaves room for a
+/// loaded host, and is well inside a prober's wait for its answer (5 s).
+pub const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Which side of a test the host is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +103,12 @@ pub struct SlotCounters {
     wait_timeouts: [AtomicU64; 3],
     /// Total time own probes waited, in nanoseconds.
     wait_nanos: AtomicU64,
+    /// Own probes called off so that the peer they were aimed at could
+    /// run its test here first ([`gives_way`]).
+    yields: AtomicU64,
+    /// Incoming tests that waited for our own probes to let go of the
+    /// slot rather than be told busy at once ([`HostSlot::settle`]).
+    settles: AtomicU64,
 }
 
 fn index(r: SlotReason) -> usize {
@@ -109,6 +136,54 @@ impl SlotCounters {
     pub fn wait_time(&self) -> Duration {
         Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed))
     }
+    /// Own probes that gave way to the peer they were aimed at.
+    pub fn yields(&self) -> u64 {
+        self.yields.load(Ordering::Relaxed)
+    }
+    /// Incoming tests that waited for our own probes to let go.
+    pub fn settles(&self) -> u64 {
+        self.settles.load(Ordering::Relaxed)
+    }
+}
+
+/// The two ends of an incoming test as the responder sees them: the
+/// prober's address, and this host's address that it reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asker {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// An address with IPv4-mapped IPv6 read as IPv4, so that a dual-stack
+/// listener and a plain IPv4 prober name one host alike.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The tie-break between two hosts that probe each other at once: whether
+/// this host, reached at `local` by a prober from `asker`, gives way to it
+/// while its own probe is aimed at `target`.
+///
+/// Only when the asker is the very host our probe is aimed at (same
+/// address), and only on the end whose address is the lower: host A sees
+/// (A, B) and host B sees (B, A), the same two addresses, so exactly one
+/// of them yields and the other keeps its probe. Ports count too, so two
+/// responders on one address (a lab, a test) still differ. Behind NAT the
+/// two may see different addresses; then both or neither yield, which
+/// costs one retry (the claim allows a bounded number of yields).
+pub fn gives_way(local: SocketAddr, asker: IpAddr, target: SocketAddr) -> bool {
+    let key = |a: SocketAddr| (canonical(a.ip()), a.port());
+    canonical(asker) == canonical(target.ip()) && key(local) < key(target)
+}
+
+/// Told to a probe that gave way: set once, awaited by its scheduler.
+#[derive(Debug, Default)]
+struct GaveWay {
+    done: AtomicBool,
+    notify: Notify,
 }
 
 struct Held {
@@ -116,6 +191,13 @@ struct Held {
     role: Role,
     /// When the holder is expected to let go: the basis of retry hints.
     end: Instant,
+    /// A scheduled probe's peer, once it knows the address.
+    aim: Option<SocketAddr>,
+    /// The probe's test was accepted: data moves, so it never gives way.
+    moving: bool,
+    /// Whether the holder may still give way (its claim's allowance).
+    may_yield: bool,
+    gave_way: Arc<GaveWay>,
 }
 
 #[derive(Default)]
@@ -141,11 +223,66 @@ impl Inner {
             .unwrap_or(Duration::ZERO)
     }
 
-    fn take(&mut self, role: Role, end: Instant) -> u64 {
+    fn take(&mut self, role: Role, end: Instant) -> (u64, Arc<GaveWay>) {
         let id = self.next_id;
         self.next_id += 1;
-        self.held.push(Held { id, role, end });
-        id
+        let gave_way = Arc::new(GaveWay::default());
+        self.held.push(Held {
+            id,
+            role,
+            end,
+            aim: None,
+            moving: false,
+            may_yield: false,
+            gave_way: gave_way.clone(),
+        });
+        (id, gave_way)
+    }
+
+    /// The one probe that gives way to `asker`, if the rule says so: the
+    /// slot is held by exactly one probe and nothing else (no served
+    /// test), aimed at the asker, not yet moving data, with a yield left
+    /// in its claim.
+    ///
+    /// Own probes waiting for their turn do not stop it: they wait for the
+    /// holder anyway, and one of them is often this very run's other job
+    /// (two modules for the same peer); refusing the peer then made both
+    /// ends tell each other busy (issue 25 point 4).
+    fn yielder(&self, asker: Asker) -> Option<usize> {
+        if self.count(Role::Serving) > 0 {
+            return None;
+        }
+        let mut probing = self
+            .held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.role == Role::Probing);
+        let (i, h) = probing.next()?;
+        if probing.next().is_some() || h.moving || !h.may_yield {
+            return None;
+        }
+        let target = h.aim?;
+        gives_way(asker.local, asker.peer.ip(), target).then_some(i)
+    }
+
+    /// Whether a prober should wait a moment for the slot rather than be
+    /// told busy at once: it is held by our own probes only, none moving
+    /// data, and none gives way to this prober (that is decided at once).
+    /// Such a holder is letting go (reading its results, recording them),
+    /// between the two tests of a `both` run, or asking its own target,
+    /// which is often this very prober, which then gives way to it.
+    ///
+    /// A probe moving data whose test should be over by `horizon` counts
+    /// as letting go (it is reading its results), and so does an own probe
+    /// waiting for its turn while nothing holds the slot (it is about to
+    /// take it, and may then give way).
+    fn settling(&self, asker: Option<Asker>, horizon: Instant) -> bool {
+        (self.count(Role::Probing) > 0 || !self.probes_waiting.is_empty())
+            && self
+                .held
+                .iter()
+                .all(|h| h.role == Role::Probing && (!h.moving || h.end <= horizon))
+            && asker.and_then(|a| self.yielder(a)).is_none()
     }
 }
 
@@ -172,6 +309,7 @@ impl std::fmt::Debug for HostSlot {
 pub struct SlotPermit {
     slot: Arc<HostSlot>,
     id: u64,
+    gave_way: Arc<GaveWay>,
 }
 
 impl std::fmt::Debug for SlotPermit {
@@ -186,6 +324,128 @@ impl SlotPermit {
         let mut inner = self.slot.lock();
         if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
             h.end = end;
+        }
+    }
+
+    /// For a scheduled probe: a handle its probe reports through (whom it
+    /// aims at, when data starts; see [`ProbeClaim::scope`]), and whether
+    /// this hold may still give way to that peer ([`gives_way`]). The
+    /// scheduler allows it a bounded number of times per run, so that a
+    /// peer asking again and again cannot keep our own probe out.
+    pub fn claim(&self, may_yield: bool) -> ProbeClaim {
+        let mut inner = self.slot.lock();
+        if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
+            h.may_yield = may_yield && h.role == Role::Probing;
+        }
+        ProbeClaim {
+            slot: self.slot.clone(),
+            id: self.id,
+        }
+    }
+
+    /// Whether this hold gave way to the peer its probe was aimed at: the
+    /// slot is no longer this holder's, and its probe must not go on.
+    pub fn has_given_way(&self) -> bool {
+        self.gave_way.done.load(Ordering::Acquire)
+    }
+
+    /// Resolves once this hold has given way (never, if it does not).
+    pub async fn given_way(&self) {
+        loop {
+            let told = self.gave_way.notify.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self.has_given_way() {
+                return;
+            }
+            told.await;
+        }
+    }
+}
+
+/// What a scheduled probe tells the slot about itself while it runs.
+/// Cheap to clone; stale once the permit is dropped (then every call is a
+/// no-op).
+#[derive(Clone)]
+pub struct ProbeClaim {
+    slot: Arc<HostSlot>,
+    id: u64,
+}
+
+impl std::fmt::Debug for ProbeClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeClaim").field("id", &self.id).finish()
+    }
+}
+
+tokio::task_local! {
+    /// The claim of the scheduled probe running in this task. A task-local
+    /// rather than a parameter, because the probe runs several layers down
+    /// (runner, probe task, client) and only the client knows the peer's
+    /// address and when data starts; /probe and the CLI run without one.
+    static CLAIM: ProbeClaim;
+}
+
+impl ProbeClaim {
+    /// The claim of the probe running in this task, if any.
+    pub fn current() -> Option<ProbeClaim> {
+        CLAIM.try_with(|c| c.clone()).ok()
+    }
+
+    /// Runs `fut` with this claim as the current one.
+    pub async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
+        CLAIM.scope(self, fut).await
+    }
+
+    fn with_held(&self, f: impl FnOnce(&mut Held)) {
+        {
+            let mut inner = self.slot.lock();
+            if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
+                f(h);
+            }
+        }
+        // A prober waiting for the slot to settle looks again: the holder
+        // may now give way to it, or be moving data (then it is told busy
+        // at once, with the test's real end).
+        self.slot.freed.notify_waiters();
+    }
+}
+
+/// The current probe is about to ask `peer` for a test: a test `peer`
+/// asks of us meanwhile may be given way to. No-op outside a claim.
+pub fn aim(peer: SocketAddr) {
+    if let Some(c) = ProbeClaim::current() {
+        c.with_held(|h| h.aim = Some(peer));
+    }
+}
+
+/// The current probe's test was accepted and data starts; it should be
+/// over in `remaining`. Until the returned guard is dropped (the test is
+/// over, well or not) it never gives way, and probers told busy meanwhile
+/// hear of its planned end rather than the run's deadline. After it, the
+/// hold may give way again: a `both` run between its two tests, or a run
+/// whose results are still being read, would otherwise refuse the peer
+/// that has just served it, which in turn refuses that run's next test.
+pub fn moving(remaining: Duration) -> Moving {
+    let claim = ProbeClaim::current();
+    if let Some(c) = &claim {
+        let end = Instant::now() + remaining;
+        c.with_held(|h| {
+            h.moving = true;
+            h.end = end;
+        });
+    }
+    Moving(claim)
+}
+
+/// Returned by [`moving`]: the test's data phase, ended on drop.
+#[must_use = "the data phase ends when this is dropped"]
+pub struct Moving(Option<ProbeClaim>);
+
+impl Drop for Moving {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.with_held(|h| h.moving = false);
         }
     }
 }
@@ -242,11 +502,37 @@ impl HostSlot {
         max_serving: usize,
         planned_end: Instant,
     ) -> Result<SlotPermit, Refused> {
+        self.try_serve_from(max_serving, planned_end, None)
+    }
+
+    /// [`HostSlot::try_serve`] for a prober at a known address: when our
+    /// own probe is aimed at that prober and the tie-break says this end
+    /// yields ([`gives_way`]), the probe is called off (its permit hears
+    /// of it) and the prober is served. Counted in [`SlotCounters::yields`].
+    pub fn try_serve_from(
+        self: &Arc<Self>,
+        max_serving: usize,
+        planned_end: Instant,
+        asker: Option<Asker>,
+    ) -> Result<SlotPermit, Refused> {
         let now = Instant::now();
         let mut inner = self.lock();
+        let yielded = match asker.and_then(|a| inner.yielder(a)) {
+            Some(i) => {
+                let h = inner.held.remove(i);
+                h.gave_way.done.store(true, Ordering::Release);
+                h.gave_way.notify.notify_one();
+                self.counters.yields.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        };
         let reason = if inner.count(Role::Probing) > 0 {
             Some(SlotReason::Probing)
-        } else if !inner.probes_waiting.is_empty() {
+        } else if !yielded && !inner.probes_waiting.is_empty() {
+            // Our own probes' turn keeps strangers out; a peer given way to
+            // takes the turn of the probe that gave way, and the waiting
+            // ones run after it as they would have after that probe.
             Some(SlotReason::ProbeWaiting)
         } else if inner.count(Role::Serving) >= max_serving.max(1) {
             Some(SlotReason::Serving)
@@ -265,11 +551,43 @@ impl HostSlot {
                 retry_after,
             });
         }
-        let id = inner.take(Role::Serving, planned_end);
+        let (id, gave_way) = inner.take(Role::Serving, planned_end);
         Ok(SlotPermit {
             slot: self.clone(),
             id,
+            gave_way,
         })
+    }
+
+    /// For the responder, before [`HostSlot::try_serve_from`]: while the
+    /// slot is held by this host's own probes only and none of them moves
+    /// data, waits up to `grace` for it to free (or for one of them to give
+    /// way to `asker`, or to start moving data). Two hosts probing each
+    /// other otherwise told each other busy in the instants between one's
+    /// test ending at the other and its probe letting go of its own slot
+    /// (issue 25 point 4), and each such busy cost the other a retry.
+    /// Bounded: a prober waits at most `grace` more before its answer.
+    /// Returns whether it waited.
+    pub async fn settle(&self, asker: Option<Asker>, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        let horizon = Instant::now() + grace;
+        let mut waited = false;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if !self.lock().settling(asker, horizon) {
+                break;
+            }
+            waited = true;
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                break;
+            }
+        }
+        if waited {
+            self.counters.settles.fetch_add(1, Ordering::Relaxed);
+        }
+        waited
     }
 
     /// For this host's own probes: waits for a probing slot (at most
@@ -300,13 +618,17 @@ impl HostSlot {
                 let serving = inner.count(Role::Serving);
                 if serving == 0 && inner.count(Role::Probing) < max_probing.max(1) {
                     let end = Instant::now() + planned;
-                    let id = inner.take(Role::Probing, end);
+                    let (id, gave_way) = inner.take(Role::Probing, end);
                     if let Some(w) = ticket.id.take() {
                         inner.probes_waiting.retain(|(x, _)| *x != w);
+                        // A prober waiting for our turn to be taken
+                        // (HostSlot::settle) looks again: we may give way.
+                        self.freed.notify_waiters();
                     }
                     break Ok(SlotPermit {
                         slot: self.clone(),
                         id,
+                        gave_way,
                     });
                 }
                 last_reason = if serving > 0 {
@@ -417,6 +739,297 @@ mod tests {
         drop(permit);
         assert!(slot.try_serve(1, Instant::now()).is_ok());
         assert_eq!(slot.counters().refused(SlotReason::ProbeWaiting), 1);
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn exactly_one_of_two_hosts_gives_way() {
+        let pairs = [
+            ("10.0.0.1:5301", "10.0.0.2:5301"),
+            ("10.0.0.9:5301", "10.0.0.10:5301"),
+            // Two responders on one address: the ports decide.
+            ("127.0.0.1:40001", "127.0.0.1:39999"),
+            ("[2001:db8::1]:5301", "[2001:db8::2]:5301"),
+            ("10.0.0.1:5301", "[2001:db8::2]:5301"),
+        ];
+        for (a, b) in pairs {
+            let (a, b) = (addr(a), addr(b));
+            // A is asked by B while aimed at B; B likewise.
+            let a_yields = gives_way(a, b.ip(), b);
+            let b_yields = gives_way(b, a.ip(), a);
+            assert!(a_yields != b_yields, "{a} {b}: {a_yields} {b_yields}");
+            assert_eq!(
+                a_yields,
+                (canonical(a.ip()), a.port()) < (canonical(b.ip()), b.port())
+            );
+        }
+        // A dual-stack listener sees an IPv4 prober as IPv4-mapped; both
+        // ends still compare the same two addresses.
+        let mapped = addr("[::ffff:10.0.0.1]:5301");
+        assert!(gives_way(
+            mapped,
+            "::ffff:10.0.0.2".parse().unwrap(),
+            addr("10.0.0.2:5301")
+        ));
+        assert!(!gives_way(
+            addr("10.0.0.2:5301"),
+            "10.0.0.1".parse().unwrap(),
+            mapped
+        ));
+        // A prober other than our target never gets the way.
+        assert!(!gives_way(
+            addr("10.0.0.1:5301"),
+            "10.0.0.3".parse().unwrap(),
+            addr("10.0.0.2:5301")
+        ));
+    }
+
+    fn asker(peer: &str, local: &str) -> Option<Asker> {
+        Some(Asker {
+            peer: addr(peer),
+            local: addr(local),
+        })
+    }
+
+    /// Our probe holds the slot, aimed at 10.0.0.2, whose own probe asks
+    /// us (10.0.0.1, the lower address) for a test at the same moment.
+    #[tokio::test(start_paused = true)]
+    async fn the_lower_end_serves_its_target_and_calls_its_probe_off() {
+        let slot = HostSlot::new();
+        let probe = slot
+            .acquire_probe(1, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        let claim = probe.claim(true);
+        claim
+            .clone()
+            .scope(async { aim(addr("10.0.0.2:5301")) })
+            .await;
+        let end = Instant::now() + Duration::from_secs(2);
+        let served = slot
+            .try_serve_from(1, end, asker("10.0.0.2:41234", "10.0.0.1:5301"))
+            .unwrap();
+        assert!(probe.has_given_way());
+        // The scheduler hears of it at once.
+        tokio::time::timeout(Duration::from_millis(1), probe.given_way())
+            .await
+            .unwrap();
+        assert_eq!(slot.counters().yields(), 1);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 0);
+        assert_eq!((slot.held(Role::Serving), slot.held(Role::Probing)), (1, 0));
+        // The called-off probe's permit frees nothing of the served test,
+        // and its late reports change nothing.
+        drop(claim.scope(async { moving(Duration::from_secs(1)) }).await);
+        drop(probe);
+        assert_eq!(slot.held(Role::Serving), 1);
+        // Its next try waits for the served test and has the next turn.
+        let again = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let p = slot
+                    .acquire_probe(1, Duration::from_secs(20), later(60))
+                    .await
+                    .unwrap();
+                (tokio::time::Instant::now(), p)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let freed = tokio::time::Instant::now();
+        drop(served);
+        let (took, again) = again.await.unwrap();
+        assert_eq!(took, freed);
+        // That try holds firm: the claim allows no more yields.
+        again
+            .claim(false)
+            .scope(async { aim(addr("10.0.0.2:5301")) })
+            .await;
+        let r = slot
+            .try_serve_from(1, Instant::now(), asker("10.0.0.2:41235", "10.0.0.1:5301"))
+            .unwrap_err();
+        assert_eq!(r.reason, SlotReason::Probing);
+        assert!(!again.has_given_way());
+        assert_eq!(slot.counters().yields(), 1);
+    }
+
+    /// Issue 25 point 4: a host probing its peer with two modules has one
+    /// run holding the slot and the other waiting for its turn. The peer
+    /// asking then was refused (the waiting turn stopped the yield), and
+    /// refused us in turn: both ends told each other busy.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_waiting_for_its_turn_does_not_stop_the_holder_giving_way() {
+        let slot = HostSlot::new();
+        let served = slot
+            .try_serve(1, Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        for _ in 0..2 {
+            let (slot, tx) = (slot.clone(), tx.clone());
+            tokio::spawn(async move {
+                let p = slot
+                    .acquire_probe(1, Duration::from_secs(20), later(60))
+                    .await
+                    .unwrap();
+                let _ = tx.send(p).await;
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(served);
+        let holder = rx.recv().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // One holds the slot, the other still waits with its turn.
+        assert_eq!(slot.held(Role::Probing), 1);
+        assert!(rx.try_recv().is_err());
+        let claim = holder.claim(true);
+        claim.scope(async { aim(addr("10.0.0.2:5301")) }).await;
+        let peer = slot
+            .try_serve_from(1, Instant::now(), asker("10.0.0.2:41234", "10.0.0.1:5301"))
+            .expect("the holder gives way to its peer");
+        assert!(holder.has_given_way());
+        assert_eq!(slot.counters().yields(), 1);
+        assert_eq!(slot.counters().refused(SlotReason::ProbeWaiting), 0);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 0);
+        // A stranger is still kept out by the waiting probe's turn.
+        drop(holder);
+        assert!(slot.try_serve(2, Instant::now()).is_err());
+        // The waiting probe runs once the peer's test is over.
+        drop(peer);
+        let waited = rx.recv().await.unwrap();
+        assert_eq!(slot.held(Role::Probing), 1);
+        drop(waited);
+    }
+
+    /// Issue 25 point 4: the peer's retry reached us while our probe was
+    /// reading its results (its data over) and was told busy, costing the
+    /// peer a retry each time; now it waits for the slot, within a bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_prober_waits_for_our_probe_to_let_go_within_a_bound() {
+        let slot = HostSlot::new();
+        let b = asker("10.0.0.2:41234", "10.0.0.9:5301");
+        let probe = slot
+            .acquire_probe(1, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        let claim = probe.claim(true);
+        // Data moving with 3 s left: told busy at once, with its real end.
+        let data = claim
+            .clone()
+            .scope(async { moving(Duration::from_secs(3)) })
+            .await;
+        let t0 = tokio::time::Instant::now();
+        assert!(!slot.settle(b, SETTLE_GRACE).await);
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // Its data over (std's clock: the planned end is now), it reads its
+        // results: the prober waits, and takes the slot once it is let go.
+        claim.with_held(|h| h.end = Instant::now());
+        let waiter = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let waited = slot.settle(b, SETTLE_GRACE).await;
+                (
+                    waited,
+                    tokio::time::Instant::now(),
+                    slot.try_serve_from(1, Instant::now(), b).is_ok(),
+                )
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = tokio::time::Instant::now();
+        drop(data);
+        drop(probe);
+        let (waited, at, served) = waiter.await.unwrap();
+        assert!(waited && served);
+        assert_eq!(at, released);
+        assert_eq!(slot.counters().settles(), 1);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prober_waits_no_longer_than_the_grace() {
+        let slot = HostSlot::new();
+        let _probe = slot
+            .acquire_probe(1, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        let t0 = tokio::time::Instant::now();
+        assert!(slot.settle(None, SETTLE_GRACE).await);
+        assert_eq!(t0.elapsed(), SETTLE_GRACE);
+        let r = slot.try_serve_from(1, Instant::now(), None).unwrap_err();
+        assert_eq!(r.reason, SlotReason::Probing);
+        // Nothing held: no wait at all.
+        drop(_probe);
+        let t1 = tokio::time::Instant::now();
+        assert!(!slot.settle(None, SETTLE_GRACE).await);
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_way_is_given_outside_the_rule() {
+        let slot = HostSlot::new();
+        let refused = |slot: &Arc<HostSlot>, a: Option<Asker>| {
+            slot.try_serve_from(1, Instant::now(), a)
+                .unwrap_err()
+                .reason
+        };
+        let probe = slot
+            .acquire_probe(2, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        // Not aimed yet (or never: /probe, loopback): nothing to compare.
+        let claim = probe.claim(true);
+        let b = asker("10.0.0.2:41234", "10.0.0.1:5301");
+        assert_eq!(refused(&slot, b), SlotReason::Probing);
+        // Aimed at someone else than the asker.
+        claim
+            .clone()
+            .scope(async { aim(addr("10.0.0.3:5301")) })
+            .await;
+        assert_eq!(refused(&slot, b), SlotReason::Probing);
+        // Aimed at the asker, but this end has the higher address.
+        claim
+            .clone()
+            .scope(async { aim(addr("10.0.0.2:5301")) })
+            .await;
+        assert_eq!(
+            refused(&slot, asker("10.0.0.2:41234", "10.0.0.9:5301")),
+            SlotReason::Probing
+        );
+        // An asker without addresses (the iperf3 port).
+        assert_eq!(refused(&slot, None), SlotReason::Probing);
+        // Two of our probes hold the slot: giving way would still not free it.
+        let second = slot
+            .acquire_probe(2, Duration::from_secs(20), later(1))
+            .await
+            .unwrap();
+        assert_eq!(refused(&slot, b), SlotReason::Probing);
+        drop(second);
+        // Data moves: never called off, and a prober hears of the test's
+        // real end, not of the probe's 20 s deadline.
+        let data = claim
+            .clone()
+            .scope(async { moving(Duration::from_secs(3)) })
+            .await;
+        let r = slot.try_serve_from(1, Instant::now(), b).unwrap_err();
+        assert_eq!(r.reason, SlotReason::Probing);
+        // 3 s left plus the 1 s margin (std's clock runs on meanwhile).
+        assert!(
+            r.retry_after > Duration::from_millis(3900) && r.retry_after <= Duration::from_secs(4),
+            "{r:?}"
+        );
+        assert!(!probe.has_given_way());
+        assert_eq!(slot.counters().yields(), 0);
+        assert_eq!(slot.counters().refused(SlotReason::Probing), 6);
+        // Its test over (a `both` run between its two tests), the hold may
+        // give way again.
+        drop(data);
+        assert!(slot.try_serve_from(1, Instant::now(), b).is_ok());
+        assert!(probe.has_given_way());
+        // Outside any claim the reports are no-ops.
+        aim(addr("10.0.0.2:5301"));
+        drop(moving(Duration::ZERO));
+        assert!(ProbeClaim::current().is_none());
     }
 
     #[tokio::test(start_paused = true)]

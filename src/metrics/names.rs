@@ -706,6 +706,20 @@ pub static BUDGET_REFUSALS: MetricDef = def(
     &[ROLE],
     "Tests the host's byte budget kept from starting, by role: prober (scheduled runs skipped, also counted as pathprobe_scheduler_runs_skipped_total{reason=\"byte_budget\"}) and responder (probers refused with a retry hint, also counted as pathprobe_responder_rejections_total{reason=\"budget_exhausted\"}).",
 );
+pub static HOST_SLOT_YIELDS: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_yields_total",
+    &[],
+    "Own scheduled probes called off so that the peer they were aimed at, asking this host for a test at the same moment, was served first (two hosts probing each other outside mesh mode: the end with the lower address gives way, before its probe moves data, at most 8 times per run); the probe then ran right after the served test. Not failed probes.",
+);
+pub static HOST_SLOT_SETTLES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_host_slot_settles_total",
+    &[],
+    "Incoming tests that waited (at most 1 s) for this host's own probes to let go of the test slot rather than be told busy at once: a probe reading its results, between the two tests of a both run, or asking the very prober, which then gave way. Not refusals.",
+);
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,
     Gauge,
@@ -921,6 +935,8 @@ pub static ALL: &[&MetricDef] = &[
     &BUDGET_WINDOW_BYTES,
     &BUDGET_BYTES,
     &BUDGET_REFUSALS,
+    &HOST_SLOT_YIELDS,
+    &HOST_SLOT_SETTLES,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,
@@ -1079,7 +1095,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 99);
+        assert_eq!(ALL.len(), 101);
     }
 
     #[test]

@@ -274,6 +274,8 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
             b.refused(role) as f64,
         );
     }
+    out.add(&names::HOST_SLOT_YIELDS, &[], c.yields() as f64);
+    out.add(&names::HOST_SLOT_SETTLES, &[], c.settles() as f64);
     let mesh = *s.mesh.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = mesh {
         out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());

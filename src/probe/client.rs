@@ -72,6 +72,9 @@ async fn probe_unbounded(target: &Target, spec: &ProbeSpec) -> Result<ProbeResul
     let addrs = resolve(target, spec.bind, spec.family).await?;
     let mut last = None;
     for addr in addrs {
+        // A scheduled probe says whom it asks before it asks, so that the
+        // peer asking us at the same moment can be given way to.
+        crate::slot::aim(addr);
         match tcp::connect(addr, spec.bind, None, spec.connect_timeout).await {
             Ok(control) => return run_test(control, addr, target, spec).await,
             Err(e) => last = Some(e),
@@ -230,6 +233,12 @@ async fn run_test(
         } => (derived_token.unwrap_or(token), agreed, clamped),
         other => return Err(refusal(other, "accepted")),
     };
+    // Data moves from here: the host slot no longer gives way for this
+    // probe, and a prober told busy meanwhile hears of its planned end (as
+    // the responder plans its served tests), not of the run's deadline.
+    let _moving = crate::slot::moving(Duration::from_millis(
+        request.omit_ms.saturating_add(request.duration_ms),
+    ));
     // Nothing the responder's terms ask for may exceed the request: a
     // bigger test would have this side allocate and send without bound.
     verify::check_accepted(&asked, &request).map_err(ProbeError::Protocol)?;

@@ -407,7 +407,7 @@ async fn session(
         refuse_with(control, &[State::AccessDenied.byte()]).await;
         return;
     }
-    let Ok(slot) = shared.try_claim(peer.ip(), Instant::now() + planned) else {
+    let Ok(slot) = shared.try_claim(peer.ip(), Instant::now() + planned, None) else {
         ResponderCounters::inc(&counters.rejected_busy);
         limited_info!(shared.log, "iperf3_busy", %peer, "iperf3 client told busy: the test slots are taken");
         refuse_with(control, &[State::AccessDenied.byte()]).await;

@@ -47,7 +47,7 @@ use crate::control::{read_message, Control, ControlError};
 use crate::engine::datapath::DataSocket;
 use crate::protocol::message::Limits;
 use crate::protocol::{Message, RejectReason};
-use crate::slot::{HostSlot, SlotPermit};
+use crate::slot::{Asker, HostSlot, SlotPermit};
 
 /// The default largest write or datagram size a responder accepts.
 pub const DEFAULT_MAX_LENGTH: u32 = 1 << 20;
@@ -380,7 +380,16 @@ impl ResponderState {
     /// to the next free slot until shortly after the time it was told, so
     /// that a client running test after test cannot keep the slot from
     /// everyone else by asking again the instant its test ends.
-    fn try_claim(&self, client: IpAddr, planned_end: Instant) -> Result<SlotGuard<'_>, Duration> {
+    ///
+    /// `asker` (the prober's and our own address of its connection) lets
+    /// a probe of ours aimed at that prober give way to it
+    /// ([`crate::slot::gives_way`]); the iperf3 port passes none.
+    fn try_claim(
+        &self,
+        client: IpAddr,
+        planned_end: Instant,
+        asker: Option<Asker>,
+    ) -> Result<SlotGuard<'_>, Duration> {
         let now = Instant::now();
         let key = access::client_key(client);
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
@@ -396,7 +405,7 @@ impl ResponderState {
             Err(Duration::from_secs(1))
         } else {
             self.slot
-                .try_serve(self.config().max_concurrent_tests, planned_end)
+                .try_serve_from(self.config().max_concurrent_tests, planned_end, asker)
                 .map_err(|refused| refused.retry_after)
         };
         let permit = match claimed {

@@ -35,6 +35,12 @@ pub(super) async fn run(
     unit: &super::access::ClientPermit,
 ) {
     let _ = stream.set_nodelay(true);
+    // Our address as this prober reached it: the tie-break when its test
+    // and ours start at the same moment compares it with our target's.
+    let asker = stream
+        .local_addr()
+        .ok()
+        .map(|local| crate::slot::Asker { peer, local });
     let mut control = Control::new(stream);
     let config = shared.config();
     let timeout = config.idle_timeout;
@@ -184,7 +190,21 @@ pub(super) async fn run(
         refuse(&mut control, counters, reason, message, timeout).await;
         return;
     }
-    let slot = match shared.try_claim(peer.ip(), Instant::now() + planned) {
+    // Our own probe letting go of the slot, or asking this very prober
+    // for its test, is given a moment before the prober hears busy.
+    // A prober that closes meanwhile (it gave way to us, or gave up) is
+    // let go without a slot taken for nobody.
+    let mut peeked = [0u8; 1];
+    tokio::select! {
+        _ = shared.slot.settle(asker, crate::slot::SETTLE_GRACE) => {}
+        // A peek, not readable(): readiness left over from reading the
+        // request would end the wait at once.
+        _ = control.stream().peek(&mut peeked) => {
+            tracing::debug!(%peer, "prober left while waiting for the slot");
+            return;
+        }
+    }
+    let slot = match shared.try_claim(peer.ip(), Instant::now() + planned, asker) {
         Ok(slot) => slot,
         Err(retry_after) => {
             ResponderCounters::inc(&counters.rejected_busy);

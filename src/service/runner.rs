@@ -35,10 +35,25 @@ pub async fn run_contained(
     spec: ProbeSpec,
     ipv6: bool,
 ) -> Result<ProbeResult, (ProbeFailure, Option<Duration>)> {
+    // The scheduler's claim on the host slot follows the probe into its
+    // task, so that the client can say whom it aims at and when its data
+    // starts (crate::slot::gives_way). Loopback probes aim at nobody.
+    let claim = crate::slot::ProbeClaim::current();
+    // A target given as an address is aimed at before the probe's task
+    // even starts: a peer asking us in the instants before the client
+    // resolves and connects would otherwise be told busy, and tell us so
+    // in turn. A name is aimed at by the client once resolved.
+    if let (Some(target), Some(_)) = (&endpoint, &claim) {
+        if let Ok(ip) = target.host.parse::<std::net::IpAddr>() {
+            let port = spec.port.unwrap_or(target.port);
+            crate::slot::aim(std::net::SocketAddr::new(ip, port));
+        }
+    }
     let task = AbortOnDrop(tokio::spawn(async move {
-        match endpoint {
-            Some(target) => probe::probe(&target, &spec).await,
-            None => crate::loopback::probe_loopback(&spec, ipv6).await,
+        match (endpoint, claim) {
+            (Some(target), Some(claim)) => claim.scope(probe::probe(&target, &spec)).await,
+            (Some(target), None) => probe::probe(&target, &spec).await,
+            (None, _) => crate::loopback::probe_loopback(&spec, ipv6).await,
         }
     }));
     match (&mut { task }.0).await {

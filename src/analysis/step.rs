@@ -6,9 +6,11 @@
 //! the pooled probes is counted, at most C(17, 5) = 6188), of the last
 //! [`RECENT`] probes against up to [`MAX_BEFORE`] before them, and fires
 //! only when it is significant ([`MAX_P`]) *and* the medians differ by a
-//! real amount ([`Figure::moved`]): ranks make it deaf to one outlier of a
-//! busy host, medians to a few, and the effect size keeps a small
-//! but consistent drift from reading as a step. With [`MIN_BEFORE`]
+//! real amount ([`Figure::moved`]) and lies beyond all but one of the
+//! baseline's probes: ranks make it deaf to one outlier of a busy host,
+//! medians to a few, the baseline's range to a loaded minority of its
+//! probes, and the effect size keeps a small but consistent drift from
+//! reading as a step. With [`MIN_BEFORE`]
 //! probes of baseline, a step is found at the [`RECENT`]th probe after it,
 //! whatever history came before: the baseline is the path's own, not a
 //! 7-day one. After a step the figure's baseline starts again at the step,
@@ -388,6 +390,22 @@ impl Detector {
         } = self.split(figure)?;
         let sign = figure.moved_by(mb, mr, scale);
         if sign == 0 {
+            return None;
+        }
+        // The recent median must also lie beyond all but one of the
+        // baseline's probes: a busy host loads a minority of its probes,
+        // which the MAD does not see, and five loaded ones in a row (the
+        // recorded healthy day had such runs: docs/DIAGNOSIS.md) are no
+        // step while the baseline holds probes as low. One outlier in the
+        // baseline still does not delay a real step.
+        let mut sorted = b.clone();
+        sorted.sort_by(f64::total_cmp);
+        let second = if sign < 0 {
+            sorted[1]
+        } else {
+            sorted[sorted.len() - 2]
+        };
+        if (sign < 0 && mr >= second) || (sign > 0 && mr <= second) {
             return None;
         }
         // Every recent probe moved the same way, by at least three

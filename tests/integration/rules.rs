@@ -1623,8 +1623,10 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
         .into_iter()
         .map(|f| (f, Vec::new()))
         .collect();
-    // The newest step of each figure: its labels and values, from its minute on.
-    let mut last: BTreeMap<Figure, (u64, String, f64, f64)> = BTreeMap::new();
+    // Every step: its figure, minute, labels and ratio. serve exports the
+    // newest of each figure; a newer one replaces the older's series.
+    let mut all: Vec<(Figure, u64, String, f64)> = Vec::new();
+    let mut at_seconds: BTreeMap<Figure, Vec<Option<f64>>> = BTreeMap::new();
     let mut bytes = Vec::new();
     for (i, p) in probes.iter().enumerate() {
         let bits = if i >= from { p.bits * factor } else { p.bits };
@@ -1649,7 +1651,16 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
                 s.verdict.as_deref().unwrap_or(""),
                 s.changes_text("local", "remote"),
             );
-            last.insert(s.figure, (p.minute, labels, s.ratio, s.detected_seconds));
+            all.push((s.figure, p.minute, labels, s.ratio));
+            at_seconds.entry(s.figure).or_insert_with(|| vec![None; i]);
+        }
+        for (f, v) in at_seconds.iter_mut() {
+            let newest = steps
+                .iter()
+                .find(|s| s.figure == *f)
+                .map(|s| s.detected_seconds)
+                .or(v.last().copied().flatten());
+            v.push(newest);
         }
         for (f, v) in detected.iter_mut() {
             let before = v.last().copied().unwrap_or(0.0);
@@ -1665,7 +1676,7 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
     };
     add(
         "pathprobe_throughput_bytes_per_second",
-        r#","flow="receive""#,
+        r#",flow="receive""#,
         promtool_values(&bytes),
     );
     add("pathprobe_probe_success", "", format!("1x{span}"));
@@ -1677,12 +1688,12 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
     // The lab's MTU is 1500: an MSS of 1448 (the fixture keeps no MSS).
     add(
         "pathprobe_tcp_mss_bytes",
-        r#","flow="receive""#,
+        r#",flow="receive""#,
         format!("1448x{span}"),
     );
     add(
         "pathprobe_tcp_retransmits",
-        r#","flow="receive""#,
+        r#",flow="receive""#,
         promtool_values(
             &probes
                 .iter()
@@ -1692,7 +1703,7 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
     );
     add(
         "pathprobe_probe_received_bytes",
-        r#","flow="receive""#,
+        r#",flow="receive""#,
         promtool_values(&bytes.iter().map(|b| (b * 0.5).round()).collect::<Vec<_>>()),
     );
     for (side, fp) in [
@@ -1702,13 +1713,13 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
         let kernel = fp.get("kernel").unwrap_or("");
         add(
             "pathprobe_probe_kernel_info",
-            &format!(r#","side="{side}",release="{kernel}""#),
+            &format!(r#",side="{side}",release="{kernel}""#),
             format!("1x{span}"),
         );
         add(
             "pathprobe_probe_fingerprint_info",
             &format!(
-                r#","side="{side}",hash="{}",kernel_release="{kernel}""#,
+                r#",side="{side}",hash="{}",kernel_release="{kernel}""#,
                 fp.hash()
             ),
             format!("1x{span}"),
@@ -1717,21 +1728,29 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
     for (f, v) in &detected {
         add(
             "pathprobe_step_detected_total",
-            &format!(r#","figure="{}""#, f.as_str()),
+            &format!(r#",figure="{}""#, f.as_str()),
             promtool_values(v),
         );
     }
-    for (f, (minute, labels, ratio, at)) in &last {
-        let (before, after) = (*minute as usize, span - *minute as usize);
-        add(
-            "pathprobe_step_last_ratio",
-            &format!(",{labels}"),
-            format!("_x{before} {ratio}x{after}"),
-        );
+    for (k, (f, minute, labels, ratio)) in all.iter().enumerate() {
+        let start = *minute as usize;
+        let end = all[k + 1..]
+            .iter()
+            .find(|(g, ..)| g == f)
+            .map_or(n, |(_, m, ..)| *m as usize);
+        let mut values = format!("_x{start} {ratio}x{}", end - start - 1);
+        if end < n {
+            values.push_str(" stale");
+        }
+        add("pathprobe_step_last_ratio", &format!(",{labels}"), values);
+    }
+    for (f, v) in &at_seconds {
+        let first = v.iter().position(Option::is_some).unwrap_or(n);
+        let known: Vec<f64> = v[first..].iter().map(|x| x.unwrap_or(0.0)).collect();
         add(
             "pathprobe_step_last_timestamp_seconds",
-            &format!(r#","figure="{}""#, f.as_str()),
-            format!("_x{before} {at}x{after}"),
+            &format!(r#",figure="{}""#, f.as_str()),
+            format!("_x{first} {}", promtool_values(&known)),
         );
     }
     (s, found)

@@ -6,9 +6,11 @@
 //! the pooled probes is counted, at most C(17, 5) = 6188), of the last
 //! [`RECENT`] probes against up to [`MAX_BEFORE`] before them, and fires
 //! only when it is significant ([`MAX_P`]) *and* the medians differ by a
-//! real amount ([`Figure::moved`]): ranks make it deaf to one outlier of a
-//! busy host, medians to a few, and the effect size keeps a small
-//! but consistent drift from reading as a step. With [`MIN_BEFORE`]
+//! real amount ([`Figure::moved`]) and lies beyond all but one of the
+//! baseline's probes: ranks make it deaf to one outlier of a busy host,
+//! medians to a few, the baseline's range to a loaded minority of its
+//! probes, and the effect size keeps a small but consistent drift from
+//! reading as a step. With [`MIN_BEFORE`]
 //! probes of baseline, a step is found at the [`RECENT`]th probe after it,
 //! whatever history came before: the baseline is the path's own, not a
 //! 7-day one. After a step the figure's baseline starts again at the step,
@@ -224,6 +226,33 @@ impl Step {
     }
 }
 
+/// How near a path's latest probes came to a step of one figure: a step
+/// needs `median_move >= 1`, `weakest_move >= 1` and `p_value <= MAX_P`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Margin {
+    /// How far the recent median moved from the baseline's, in units of
+    /// the threshold it must reach (the larger of the figure's minimum
+    /// and [`NOISE_MULTIPLE`] robust sds of the baseline).
+    pub median_move: f64,
+    /// The recent probe that moved least the median's way, in units of
+    /// three quarters of that threshold (negative: it moved the other way).
+    pub weakest_move: f64,
+    /// The rank test's two-sided p.
+    pub p_value: f64,
+}
+
+/// The baseline and recent probes of one figure, as [`Detector::test`]
+/// and [`Detector::margin`] read them.
+struct Split<'a> {
+    before: Vec<&'a Observation>,
+    recent: Vec<&'a Observation>,
+    b: Vec<f64>,
+    r: Vec<f64>,
+    mb: f64,
+    mr: f64,
+    scale: f64,
+}
+
 /// One path's recent probes and its stable verdict.
 #[derive(Debug, Clone, Default)]
 pub struct Detector {
@@ -279,7 +308,38 @@ impl Detector {
         Some((v.clone(), advice))
     }
 
-    fn test(&self, figure: Figure) -> Option<Step> {
+    /// How near the latest probes came to a step of `figure`, by each of
+    /// the three tests [`Detector::observe`] makes (`None` with too few
+    /// probes): a replay of a recorded day reports how much room the
+    /// detector left on it.
+    pub fn margin(&self, figure: Figure) -> Option<Margin> {
+        let w = self.split(figure)?;
+        let threshold = |v: f64, scale: f64| {
+            let delta = match figure {
+                Figure::Loss => v - w.mb,
+                _ => (v - w.mb) / w.mb,
+            };
+            let min = match figure {
+                Figure::Loss => MIN_LOSS,
+                _ => MIN_RELATIVE,
+            };
+            delta / (min * scale)
+        };
+        let median_move = threshold(w.mr, w.scale);
+        let weakest_move =
+            w.r.iter()
+                .map(|v| threshold(*v, 0.75 * w.scale) * median_move.signum())
+                .fold(f64::INFINITY, f64::min);
+        Some(Margin {
+            median_move: median_move.abs(),
+            weakest_move,
+            p_value: mann_whitney_p(&w.r, &w.b),
+        })
+    }
+
+    /// The probes with `figure` split into the baseline and the recent
+    /// ones, their medians and the noise scale of the threshold.
+    fn split(&self, figure: Figure) -> Option<Split<'_>> {
         let i = figure.index();
         let all: Vec<&Observation> = self
             .window
@@ -290,7 +350,8 @@ impl Detector {
             return None;
         }
         let (before, recent) = all.split_at(all.len() - RECENT);
-        let before = &before[before.len().saturating_sub(MAX_BEFORE)..];
+        let before = before[before.len().saturating_sub(MAX_BEFORE)..].to_vec();
+        let recent = recent.to_vec();
         let value = |o: &&Observation| o.figures[i].unwrap_or(f64::NAN);
         let b: Vec<f64> = before.iter().map(value).collect();
         let r: Vec<f64> = recent.iter().map(value).collect();
@@ -304,8 +365,47 @@ impl Detector {
             _ if mb > 0.0 => (NOISE_MULTIPLE * 1.4826 * mad / mb / MIN_RELATIVE).max(1.0),
             _ => return None,
         };
+        Some(Split {
+            before,
+            recent,
+            b,
+            r,
+            mb,
+            mr,
+            scale,
+        })
+    }
+
+    fn test(&self, figure: Figure) -> Option<Step> {
+        let i = figure.index();
+        let value = |o: &&Observation| o.figures[i].unwrap_or(f64::NAN);
+        let Split {
+            before,
+            recent,
+            b,
+            r,
+            mb,
+            mr,
+            scale,
+        } = self.split(figure)?;
         let sign = figure.moved_by(mb, mr, scale);
         if sign == 0 {
+            return None;
+        }
+        // The recent median must also lie beyond all but one of the
+        // baseline's probes: a busy host loads a minority of its probes,
+        // which the MAD does not see, and five loaded ones in a row (the
+        // recorded healthy day had such runs: docs/DIAGNOSIS.md) are no
+        // step while the baseline holds probes as low. One outlier in the
+        // baseline still does not delay a real step.
+        let mut sorted = b.clone();
+        sorted.sort_by(f64::total_cmp);
+        let second = if sign < 0 {
+            sorted[1]
+        } else {
+            sorted[sorted.len() - 2]
+        };
+        if (sign < 0 && mr >= second) || (sign > 0 && mr <= second) {
             return None;
         }
         // Every recent probe moved the same way, by at least three

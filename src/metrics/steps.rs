@@ -108,6 +108,13 @@ impl PathSteps {
         steps
     }
 
+    /// How near the path's latest probes came to a step of `figure` (the
+    /// replay of a recorded day reports it).
+    #[cfg(test)]
+    pub fn margin(&self, figure: Figure) -> Option<crate::analysis::step::Margin> {
+        self.detector.margin(figure)
+    }
+
     /// The verdict most of the path's recent probes gave, with its advice.
     pub fn stable_verdict(&self) -> Option<(Arc<str>, Option<Arc<str>>)> {
         self.detector.stable_verdict()

@@ -2307,3 +2307,226 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
         0.0
     );
 }
+
+// ---- a recorded healthy day (issue 24) ---------------------------------------
+
+/// One probe of tests/fixtures/step/healthy_day.csv (recorded by
+/// tests/integration/step_replay.rs, `record_healthy_day`).
+struct DayProbe {
+    minute: u64,
+    bits: f64,
+    retransmits: u64,
+    rtt: f64,
+    verdict: String,
+    local: usize,
+    remote: usize,
+}
+
+/// The recorded day: each end's fingerprints (by the index the rows name)
+/// and its probes, in order.
+fn healthy_day() -> (
+    Vec<crate::protocol::fingerprint::HostFingerprint>,
+    Vec<DayProbe>,
+) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/step/healthy_day.csv"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut fingerprints = Vec::new();
+    let mut probes = Vec::new();
+    for line in text.lines() {
+        if let Some(f) = line.strip_prefix("# fingerprint ") {
+            let (_, settings) = f.split_once(' ').unwrap();
+            fingerprints.push(crate::protocol::fingerprint::HostFingerprint {
+                settings: settings
+                    .split('|')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+            continue;
+        }
+        if line.starts_with('#') || line.starts_with("minute,") {
+            continue;
+        }
+        let c: Vec<&str> = line.split(',').collect();
+        assert_eq!(c[1..3], ["tcp", "receive"], "{line}");
+        probes.push(DayProbe {
+            minute: c[0].parse().unwrap(),
+            bits: c[3].parse().unwrap(),
+            retransmits: c[4].parse().unwrap(),
+            rtt: c[5].parse().unwrap(),
+            verdict: c[6].to_string(),
+            local: c[7].parse().unwrap(),
+            remote: c[8].parse().unwrap(),
+        });
+    }
+    (fingerprints, probes)
+}
+
+/// A recorded probe as serve records it: a TCP probe of b sending (its
+/// figures, its verdict, both ends' fingerprints), at its minute of the
+/// day, with its throughput `bits` (the recorded one, or a step's).
+fn day_outcome(
+    p: &DayProbe,
+    bits: f64,
+    fingerprints: &[crate::protocol::fingerprint::HostFingerprint],
+) -> ProbeOutcome {
+    let mut flow = tcp_flow(
+        FlowDirection::Receive,
+        (bits * 0.5 / 8.0) as u64,
+        bits,
+        p.retransmits,
+    );
+    flow.duration_seconds = 0.5;
+    if let Some(t) = &mut flow.tcp {
+        t.rtt_seconds = Some(p.rtt);
+    }
+    if let Some(d) = &mut flow.diagnosis {
+        if let Some(l) = crate::analysis::diagnosis::Limit::ALL
+            .into_iter()
+            .find(|l| l.as_str() == p.verdict)
+        {
+            d.limit = l;
+        }
+        // The recording keeps the verdict, not its advice.
+        d.advice.clear();
+    }
+    let mut r = result(Kind::Tcp, Direction::Receive, vec![flow]);
+    r.tcp = r.directions[0].tcp.clone();
+    r.diagnosis = r.directions[0].diagnosis.clone();
+    r.local.fingerprint = Some(fingerprints[p.local].clone());
+    r.remote.fingerprint = Some(fingerprints[p.remote].clone());
+    outcome("tcp", Direction::Receive, T0 + 60 * p.minute, Ok(r))
+}
+
+/// What a replay of the day found: the steps (with the index of the probe
+/// that completed each) and, per figure, the probe that came nearest to a
+/// step (its index and margin: nearest is the largest of the smaller of
+/// the two move tests, as the rank test alone is passed by any run of
+/// five probes above or below the baseline).
+type DayReplay = (
+    Vec<(usize, crate::analysis::step::Step)>,
+    BTreeMap<crate::analysis::step::Figure, (usize, crate::analysis::step::Margin)>,
+);
+
+/// Replays the day through serve's path (`ResultStore::record`, which
+/// feeds the path's step detector), its throughput times `factor` from
+/// probe `from` on.
+fn replay_day(from: usize, factor: f64) -> DayReplay {
+    let (fingerprints, probes) = healthy_day();
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_r");
+    let labels = BTreeMap::new();
+    store.register(
+        key.clone(),
+        SeriesPlan {
+            kind: "tcp",
+            tcp: true,
+            directions: vec![Direction::Receive],
+            labels: &labels,
+            skip_reasons: &[],
+            adaptive: false,
+        },
+    );
+    let mut steps = Vec::new();
+    let mut nearest: BTreeMap<_, (usize, crate::analysis::step::Margin)> = BTreeMap::new();
+    for (i, p) in probes.iter().enumerate() {
+        let bits = if i >= from { p.bits * factor } else { p.bits };
+        for s in store.record(key.clone(), day_outcome(p, bits, &fingerprints)) {
+            steps.push((i, s));
+        }
+        let targets = store.lock();
+        let st = &targets[&key].directions["receive"].steps;
+        for f in st.figures {
+            let Some(m) = st.margin(*f) else { continue };
+            let near = |m: &crate::analysis::step::Margin| m.median_move.min(m.weakest_move);
+            if nearest.get(f).is_none_or(|(_, n)| near(&m) > near(n)) {
+                nearest.insert(*f, (i, m));
+            }
+        }
+    }
+    (steps, nearest)
+}
+
+/// Issue 24's "no false step on a healthy path over at least 24 hours of
+/// real noisy probes": the recorded day, replayed through serve's step
+/// path, should find nothing. It does not yet: runs of five loaded probes
+/// read as steps (docs/DIAGNOSIS.md, "A recorded healthy day"), so this
+/// stays out of CI until the detector passes it.
+#[test]
+#[ignore = "issue 24: the recorded healthy day still finds 2 false steps (docs/DIAGNOSIS.md)"]
+fn a_recorded_healthy_day_finds_no_step() {
+    use crate::analysis::step::{median, Figure};
+    let (_, probes) = healthy_day();
+    assert!(probes.len() >= 1440, "{} probes", probes.len());
+    let mut bits: Vec<f64> = probes.iter().map(|p| p.bits).collect();
+    bits.sort_by(f64::total_cmp);
+    let mean = bits.iter().sum::<f64>() / bits.len() as f64;
+    let sd = (bits.iter().map(|b| (b - mean).powi(2)).sum::<f64>() / bits.len() as f64).sqrt();
+    let (min, med, max) = (bits[0], median(&bits), bits[bits.len() - 1]);
+    eprintln!(
+        "{} probes over {} minutes; throughput min/median/max {:.1}/{:.1}/{:.1} Mbit/s, cv {:.3}",
+        probes.len(),
+        probes.last().unwrap().minute + 1,
+        min / 1e6,
+        med / 1e6,
+        max / 1e6,
+        sd / mean
+    );
+    // Noisy for real: a flat recording would pass any detector.
+    assert!(sd / mean > 0.1, "cv {}", sd / mean);
+    assert!(min < 0.6 * med, "min {min} median {med}");
+
+    let (steps, nearest) = replay_day(usize::MAX, 1.0);
+    for (f, (i, m)) in &nearest {
+        eprintln!(
+            "{}: nearest at probe {i}: median move {:.2}, weakest move {:.2} of their thresholds (a step needs both >= 1), p {:.4}",
+            f.as_str(),
+            m.median_move,
+            m.weakest_move,
+            m.p_value
+        );
+    }
+    assert!(
+        steps.is_empty(),
+        "false steps on the healthy day: {:?}",
+        steps
+            .iter()
+            .map(|(i, s)| (i, s.describe("a", "b")))
+            .collect::<Vec<_>>()
+    );
+    assert!(nearest.contains_key(&Figure::Throughput) && nearest.contains_key(&Figure::Rtt));
+}
+
+/// The replay's positive control: the recorded day with its second half
+/// at 0.55 (the seed's ratio) is found within 5 probes of the step, and
+/// nothing before it is, so a replay that finds nothing means something.
+#[test]
+fn a_step_injected_into_the_recorded_day_is_found_within_five_probes() {
+    use crate::analysis::step::Figure;
+    let (_, probes) = healthy_day();
+    let half = probes.len() / 2;
+    let (steps, _) = replay_day(half, 0.55);
+    let first = steps
+        .iter()
+        .find(|(i, s)| *i >= half && s.figure == Figure::Throughput)
+        .unwrap_or_else(|| panic!("the injected step was not found: {steps:?}"));
+    let delay = first.0 + 1 - half;
+    eprintln!(
+        "injected step (x0.55 from probe {half}) found at its probe {delay}: {}",
+        first.1.describe("a", "b")
+    );
+    // Before the step the day is as recorded: only its own (false) steps.
+    let (healthy, _) = replay_day(usize::MAX, 1.0);
+    let before = |v: &[(usize, crate::analysis::step::Step)]| {
+        v.iter()
+            .filter(|(i, _)| *i < half)
+            .map(|(i, s)| (*i, s.figure))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(before(&steps), before(&healthy));
+    assert!(delay <= 5, "found {delay} probes after the step");
+    assert!(first.1.worse() && first.1.ratio < 0.75, "{:?}", first.1);
+}

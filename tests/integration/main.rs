@@ -38,6 +38,7 @@ mod series_budget;
 mod serve;
 mod serve_process;
 mod serve_trace;
+mod step_replay;
 mod trace_lab;
 mod udp_rr;
 mod web;

@@ -1535,3 +1535,269 @@ async fn fleet_rule_tests_read_series_shaped_as_a_fleet_detail_host_exports_them
         assert!(found, "tests/rules/fleet.yml does not exercise {name}");
     }
 }
+
+// ---- a recorded healthy day (issue 24) ---------------------------------------
+
+/// One probe of tests/fixtures/step/healthy_day.csv: minute, throughput
+/// (bit/s), retransmits, RTT (s), verdict, and its ends' fingerprints.
+struct DayProbe {
+    minute: u64,
+    bits: f64,
+    retransmits: u64,
+    rtt: f64,
+    verdict: String,
+    local: usize,
+    remote: usize,
+}
+
+fn healthy_day() -> (
+    Vec<pathprobe::protocol::fingerprint::HostFingerprint>,
+    Vec<DayProbe>,
+) {
+    let text = std::fs::read_to_string(root().join("tests/fixtures/step/healthy_day.csv")).unwrap();
+    let mut fingerprints = Vec::new();
+    let mut probes = Vec::new();
+    for line in text.lines() {
+        if let Some(f) = line.strip_prefix("# fingerprint ") {
+            let (_, settings) = f.split_once(' ').unwrap();
+            fingerprints.push(pathprobe::protocol::fingerprint::HostFingerprint {
+                settings: settings
+                    .split('|')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+        } else if !line.starts_with('#') && !line.starts_with("minute,") {
+            let c: Vec<&str> = line.split(',').collect();
+            probes.push(DayProbe {
+                minute: c[0].parse().unwrap(),
+                bits: c[3].parse().unwrap(),
+                retransmits: c[4].parse().unwrap(),
+                rtt: c[5].parse().unwrap(),
+                verdict: c[6].to_string(),
+                local: c[7].parse().unwrap(),
+                remote: c[8].parse().unwrap(),
+            });
+        }
+    }
+    (fingerprints, probes)
+}
+
+/// A counter's or gauge's values, minute by minute, in promtool's
+/// notation: runs of one value as `VxN` (a run of n+1 samples).
+fn promtool_values(values: &[f64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < values.len() {
+        let mut j = i;
+        while j + 1 < values.len() && values[j + 1] == values[i] {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}x{}", values[i], j - i)
+        } else {
+            format!("{}", values[i])
+        });
+        i = j + 1;
+    }
+    out.join(" ")
+}
+
+/// The series a serve probing b over the recorded day (its throughput
+/// times `factor` from probe `from` on) exports for the shipped rules, one
+/// scrape a minute: the throughput and TCP gauges, success, the kernel and
+/// fingerprint info series and the step detector's series, fed by the
+/// same detector serve runs (`pathprobe::analysis::step::Detector`).
+/// Returns them as promtool input series, and the minute of each step
+/// the detector found.
+fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) {
+    use pathprobe::analysis::step::{Detector, Figure, Observation};
+    use std::sync::Arc;
+    let (fingerprints, probes) = healthy_day();
+    let fps: Vec<Arc<_>> = fingerprints.into_iter().map(Arc::new).collect();
+    let n = probes.len();
+    let base = r#"target="b",module="tcp_r",kind="tcp",direction="receive",instance="a:9813",job="pathprobe""#;
+    let mut detector = Detector::default();
+    let mut found = Vec::new();
+    let mut detected: BTreeMap<Figure, Vec<f64>> = [Figure::Throughput, Figure::Rtt]
+        .into_iter()
+        .map(|f| (f, Vec::new()))
+        .collect();
+    // Every step: its figure, minute, labels and ratio. serve exports the
+    // newest of each figure; a newer one replaces the older's series.
+    let mut all: Vec<(Figure, u64, String, f64)> = Vec::new();
+    let mut at_seconds: BTreeMap<Figure, Vec<Option<f64>>> = BTreeMap::new();
+    let mut bytes = Vec::new();
+    for (i, p) in probes.iter().enumerate() {
+        let bits = if i >= from { p.bits * factor } else { p.bits };
+        bytes.push((bits / 8.0).round());
+        let steps = detector.observe(Observation {
+            time: 60.0 * p.minute as f64,
+            figures: [Some(bits), None, Some(p.rtt), None],
+            local: Some(fps[p.local].clone()),
+            remote: Some(fps[p.remote].clone()),
+            verdict: Some(Arc::from(p.verdict.as_str())),
+            advice: None,
+        });
+        for s in &steps {
+            found.push((p.minute, s.describe("a", "b")));
+            let labels = format!(
+                r#"figure="{}",from_release="{}",to_release="{}",before="{}",after="{}",verdict="{}",advice="",changes="{}""#,
+                s.figure.as_str(),
+                s.release_before.as_deref().unwrap_or(""),
+                s.release_after.as_deref().unwrap_or(""),
+                s.figure.format(s.before),
+                s.figure.format(s.after),
+                s.verdict.as_deref().unwrap_or(""),
+                s.changes_text("local", "remote"),
+            );
+            all.push((s.figure, p.minute, labels, s.ratio));
+            at_seconds.entry(s.figure).or_insert_with(|| vec![None; i]);
+        }
+        for (f, v) in at_seconds.iter_mut() {
+            let newest = steps
+                .iter()
+                .find(|s| s.figure == *f)
+                .map(|s| s.detected_seconds)
+                .or(v.last().copied().flatten());
+            v.push(newest);
+        }
+        for (f, v) in detected.iter_mut() {
+            let before = v.last().copied().unwrap_or(0.0);
+            v.push(before + steps.iter().filter(|s| s.figure == *f).count() as f64);
+        }
+    }
+    let span = n - 1;
+    let mut s = String::new();
+    let mut add = |name: &str, labels: &str, values: String| {
+        s.push_str(&format!(
+            "      - series: '{name}{{{base}{labels}}}'\n        values: '{values}'\n"
+        ));
+    };
+    add(
+        "pathprobe_throughput_bytes_per_second",
+        r#",flow="receive""#,
+        promtool_values(&bytes),
+    );
+    add("pathprobe_probe_success", "", format!("1x{span}"));
+    add(
+        "pathprobe_probe_last_run_timestamp_seconds",
+        "",
+        format!("0+60x{span}"),
+    );
+    // The lab's MTU is 1500: an MSS of 1448 (the fixture keeps no MSS).
+    add(
+        "pathprobe_tcp_mss_bytes",
+        r#",flow="receive""#,
+        format!("1448x{span}"),
+    );
+    add(
+        "pathprobe_tcp_retransmits",
+        r#",flow="receive""#,
+        promtool_values(
+            &probes
+                .iter()
+                .map(|p| p.retransmits as f64)
+                .collect::<Vec<_>>(),
+        ),
+    );
+    add(
+        "pathprobe_probe_received_bytes",
+        r#",flow="receive""#,
+        promtool_values(&bytes.iter().map(|b| (b * 0.5).round()).collect::<Vec<_>>()),
+    );
+    for (side, fp) in [
+        ("local", &fps[probes[0].local]),
+        ("remote", &fps[probes[0].remote]),
+    ] {
+        let kernel = fp.get("kernel").unwrap_or("");
+        add(
+            "pathprobe_probe_kernel_info",
+            &format!(r#",side="{side}",release="{kernel}""#),
+            format!("1x{span}"),
+        );
+        add(
+            "pathprobe_probe_fingerprint_info",
+            &format!(
+                r#",side="{side}",hash="{}",kernel_release="{kernel}""#,
+                fp.hash()
+            ),
+            format!("1x{span}"),
+        );
+    }
+    for (f, v) in &detected {
+        add(
+            "pathprobe_step_detected_total",
+            &format!(r#",figure="{}""#, f.as_str()),
+            promtool_values(v),
+        );
+    }
+    for (k, (f, minute, labels, ratio)) in all.iter().enumerate() {
+        let start = *minute as usize;
+        let end = all[k + 1..]
+            .iter()
+            .find(|(g, ..)| g == f)
+            .map_or(n, |(_, m, ..)| *m as usize);
+        let mut values = format!("_x{start} {ratio}x{}", end - start - 1);
+        if end < n {
+            values.push_str(" stale");
+        }
+        add("pathprobe_step_last_ratio", &format!(",{labels}"), values);
+    }
+    for (f, v) in &at_seconds {
+        let first = v.iter().position(Option::is_some).unwrap_or(n);
+        let known: Vec<f64> = v[first..].iter().map(|x| x.unwrap_or(0.0)).collect();
+        add(
+            "pathprobe_step_last_timestamp_seconds",
+            &format!(r#",figure="{}""#, f.as_str()),
+            format!("_x{first} {}", promtool_values(&known)),
+        );
+    }
+    (s, found)
+}
+
+/// Issue 24's "no false step on a healthy path over at least 24 hours of
+/// real noisy probes, replayed with promtool": the series serve would
+/// export over the recorded day should fire no alert of config/alerts.yml
+/// at any half hour of it. Out of CI while the detector still finds false
+/// steps on the day (docs/DIAGNOSIS.md, "A recorded healthy day").
+#[test]
+#[ignore = "issue 24: the recorded healthy day still finds 2 false steps (docs/DIAGNOSIS.md)"]
+fn a_recorded_healthy_day_fires_no_alert() {
+    let (series, found) = healthy_day_series(usize::MAX, 1.0);
+    eprintln!("the detector found: {found:?}");
+    let minutes = healthy_day().1.len();
+    assert!(minutes >= 1440, "{minutes} probes");
+    let mut tests = String::new();
+    for half_hours in 2..=(minutes / 30) {
+        tests.push_str(&format!(
+            "      - expr: 'ALERTS{{alertstate=\"firing\"}}'\n        eval_time: {}m\n        exp_samples: []\n",
+            half_hours * 30
+        ));
+    }
+    promtool_live_test("recorded healthy day", &series, &tests);
+}
+
+/// The promtool replay's positive control: the recorded day with the
+/// seed's drop (x0.55) injected halfway fires the step alert at the probe
+/// the detector finds it, within 5 of the step, and not before.
+#[test]
+fn a_step_injected_into_the_recorded_day_fires_the_step_alert() {
+    let minutes = healthy_day().1.len();
+    let half = minutes / 2;
+    let (series, found) = healthy_day_series(half, 0.55);
+    let (at, text) = found
+        .iter()
+        .find(|(_, t)| t.starts_with("throughput"))
+        .unwrap_or_else(|| panic!("no step found: {found:?}"));
+    let delay = *at as usize + 1 - half;
+    eprintln!("injected step found at its probe {delay}: {text}");
+    assert!(delay <= 5, "found {delay} probes after the step");
+    let count = "count(ALERTS{alertname=\"PathprobeThroughputStep\",alertstate=\"firing\"})";
+    let tests = format!(
+        "      - expr: '{count}'\n        eval_time: {}m\n        exp_samples: []\n\
+         \x20     - expr: '{count}'\n        eval_time: {at}m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1\n",
+        at - 1
+    );
+    promtool_live_test("recorded day with a step injected", &series, &tests);
+}

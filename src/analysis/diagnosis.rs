@@ -476,6 +476,11 @@ fn cpu_candidates(t: &ThreadEvidence) -> (f64, Option<f64>) {
     }
 }
 
+/// Whether a side's cgroup used its CPU quota up in nearly every period.
+fn capped(throttled: Option<f64>) -> bool {
+    throttled.is_some_and(|t| t >= CPU_SATURATED)
+}
+
 /// The verdict: see docs/DIAGNOSIS.md for each rule.
 pub fn diagnose(e: &Evidence) -> Diagnosis {
     let mut candidates: Vec<Candidate> = Vec::new();
@@ -571,6 +576,20 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         eligible.push(Limit::Network);
     } else if rate.is_some_and(|r| r >= RATE_REACHED) {
         eligible.push(Limit::RateLimit);
+    } else if capped(e.sender_throttled) || capped(e.receiver_throttled) {
+        // A cgroup quota used up in nearly every period is a cap the host
+        // set and met, as the rate limit is one the probe set: it explains
+        // the other side's full CPU too. Held by the quota, the receiver's
+        // reads come seldom, and on veth the receive path's softirq work
+        // then fills what the blocked sender leaves of its CPU, so that
+        // side reads saturated as well (CI: run 0.65, wait 0.02,
+        // interrupts 0.42, against a receiver throttled in every period).
+        if capped(e.sender_throttled) {
+            eligible.push(Limit::SenderCpu);
+        }
+        if capped(e.receiver_throttled) {
+            eligible.push(Limit::ReceiverCpu);
+        }
     } else {
         if sender_sat >= CPU_SATURATED {
             eligible.push(Limit::SenderCpu);
@@ -752,6 +771,29 @@ mod tests {
         let mut e = quota_on_a_busy_host();
         e.receiver_throttled = Some(0.2);
         assert_eq!(diagnose(&e).limit, Limit::Network);
+    }
+
+    /// The CI run that read `sender_cpu` for a responder held to 15% of a
+    /// CPU: the receiver throttled in every period, the sender's thread
+    /// blocked a third of the window while softirq work filled its CPU.
+    #[test]
+    fn a_quota_met_in_every_period_outranks_the_other_side_s_full_cpu() {
+        let mut e = tcp(thread(0.647, 0.021, 0.415), thread(0.150, 0.317, 0.126));
+        e.busy = Some(1.0);
+        e.rwnd_limited = Some(0.0);
+        e.sndbuf_limited = Some(0.0);
+        e.sender_throttled = Some(0.0);
+        e.receiver_throttled = Some(1.0);
+        e.receiver_quota_cpus = Some(0.15);
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::ReceiverCpu, "{d:#?}");
+        assert!((d.strength - 1.0).abs() < 1e-9);
+        // Without the quota's evidence the sender's full CPU is the verdict.
+        e.receiver_throttled = None;
+        assert_eq!(diagnose(&e).limit, Limit::SenderCpu);
+        // A quota met in most but not nearly all periods is no cap.
+        e.receiver_throttled = Some(0.8);
+        assert_eq!(diagnose(&e).limit, Limit::SenderCpu);
     }
 
     #[test]

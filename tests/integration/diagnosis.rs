@@ -385,7 +385,7 @@ fn a_receiver_held_to_15_percent_of_a_cpu_by_a_cgroup_quota_is_the_receiver_cpu(
         &lab,
         lab.exec_keeping_sys("b", env!("CARGO_BIN_EXE_pathprobe")),
         // A receiver that copies what it reads, as applications do: one
-        // that discards in the kernel (MSG_TRUNC, the default now) spends
+        // that discards in the kernel (MSG_TRUNC, with `--zerocopy on`) spends
         // so little of its own CPU per byte that 15% of a CPU keeps up,
         // and the quota would stage nothing.
         &["--zerocopy", "off"],

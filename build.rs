@@ -33,10 +33,13 @@ fn main() {
     }
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
         let common = PathBuf::from(common);
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join("packed-refs").display()
-        );
+        // Only if it exists: cargo counts a missing file as changed, and a
+        // clone whose refs were never packed rebuilt on every run. A later
+        // gc that packs the branch deletes its loose ref, watched below.
+        let packed = common.join("packed-refs");
+        if packed.exists() {
+            println!("cargo:rerun-if-changed={}", packed.display());
+        }
         if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={}", common.join(branch).display());
         }

@@ -268,6 +268,15 @@ impl App for ServiceApp {
         if !super::web::ROUTES.contains(&path) {
             return None;
         }
+        // Until the first schedule is in force the page knows no jobs, and
+        // a 404 for a configured job would be a false answer: say "not yet".
+        if !self.ready() {
+            return Some((
+                503,
+                "text/plain; charset=utf-8",
+                "Starting: the probe schedule is not in force yet; retry.\n".to_string(),
+            ));
+        }
         let config = s.config();
         let jobs = s.web_jobs.read().unwrap_or_else(|p| p.into_inner()).clone();
         let paths = s.state.paths();

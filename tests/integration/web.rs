@@ -578,3 +578,42 @@ async fn probe_takes_a_target_name_and_debug_reads_as_config() {
     assert!(success(&body), "{body}");
     run.shutdown().await;
 }
+
+/// From the first instant the HTTP listener answers, a configured job's
+/// history is either there (200) or the service says it is starting
+/// (503), never "no such job" (404): a CI run once read that 404 in the
+/// instants before the first schedule was in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_job_is_never_unknown_while_serve_starts() {
+    let run = InProcess::spawn(
+        r#"
+modules:
+  rr: {kind: tcp_rr, duration: 300ms}
+targets:
+  - {name: peer, address: "PEER", modules: [rr], interval: 1s}
+"#,
+        pathprobe::responder::ResponderConfig::default(),
+    )
+    .await;
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let (status, body) = run
+            .request("GET", "/api/v1/history?target=peer&module=rr")
+            .await;
+        assert!(status == 200 || status == 503, "{status}: {body}");
+        if status == 503 {
+            assert!(body.contains("Starting"), "{body}");
+        }
+        seen.push(status);
+        if status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never ready: {seen:?}"
+        );
+    }
+    eprintln!("answers while starting: {seen:?}");
+    run.shutdown().await;
+}

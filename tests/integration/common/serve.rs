@@ -423,6 +423,27 @@ impl InProcess {
         yaml: &str,
         peer_config: pathprobe::responder::ResponderConfig,
     ) -> InProcess {
+        let run = Self::spawn(yaml, peer_config).await;
+        // The web routes answer 503 until the schedule is in force: a test
+        // starts from a service that knows its jobs.
+        let start = Instant::now();
+        while run.request("GET", "/-/ready").await.0 != 200 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "serve was not ready within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        run
+    }
+
+    /// As [`InProcess::start_with_peer`], returning as soon as the service
+    /// task is spawned: its HTTP listener answers, the schedule may not be
+    /// in force yet.
+    pub async fn spawn(
+        yaml: &str,
+        peer_config: pathprobe::responder::ResponderConfig,
+    ) -> InProcess {
         use pathprobe::responder::bind;
         use pathprobe::service::{self, ConfigSource, Listeners};
         let turn = turn::shared();

@@ -53,6 +53,10 @@ pub const UDP_BUFFER_MAX: usize = 32 << 20;
 /// lost 0.02-0.08% in 2 runs of 6; 32 MiB lost nothing in 8 of 8.
 const BUFFER_TIME: Duration = Duration::from_millis(16);
 
+/// How far before this side's start the receiver's window may open, for
+/// datagrams the sender sent before this side read the start message.
+const MAX_EARLY_START: Duration = Duration::from_secs(1);
+
 /// Socket buffer to ask for on a flow of `bits_per_second` (0: unpaced):
 /// the `window` when the test sets one, else what the rate moves in
 /// [`BUFFER_TIME`], within [`UDP_BUFFER`] and [`UDP_BUFFER_MAX`]. An
@@ -339,6 +343,12 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     let mut account = UdpAccount::default();
     let mut bytes = 0u64;
     let mut last_arrival = start;
+    // When the first counted datagram reached the socket, by the kernel's
+    // stamp: a sender whose start came first (its gate opened before this
+    // side read the start message, late on a loaded host) has datagrams
+    // queued here before this side's window opened, and the window must
+    // cover them, or bytes over a short window read as a rate never sent.
+    let mut first_counted: Option<Instant> = None;
     let mut sender_packets = None;
     let mut log = ctx.recorder(stats.id, start);
     // Bytes already counted toward an adaptive test's estimate.
@@ -434,6 +444,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                     account.record_untimed(seq);
                 }
                 if account.unique() > before {
+                    if first_counted.is_none() {
+                        let ago = fallback_ns.saturating_sub(arrival);
+                        first_counted =
+                            Some(now.checked_sub(Duration::from_nanos(ago)).unwrap_or(now));
+                    }
                     bytes += dgram.len() as u64;
                     coalesced += u64::from(many);
                     last_arrival = now;
@@ -458,6 +473,12 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         }
     }
     let opened = meter.opened_at().unwrap_or(window_start);
+    // At most a second early: a step of the realtime clock between the
+    // kernel's stamp and our read must not stretch the window.
+    let opened = first_counted.map_or(opened, |t| {
+        t.max(opened.checked_sub(MAX_EARLY_START).unwrap_or(opened))
+            .min(opened)
+    });
     stats.bytes = bytes;
     if let Some(log) = log {
         log.finish(last_arrival, bytes);
@@ -552,5 +573,87 @@ mod tests {
         // -w is the user's word, small or large.
         assert_eq!(buffer_size(Some(65_536), 20_000_000_000), 65_536);
         assert_eq!(buffer_size(Some(u32::MAX), 0), u32::MAX as usize);
+    }
+}
+
+#[cfg(test)]
+mod late_start_tests {
+    use super::*;
+    use crate::engine::datapath::{Plan, Progress, StartGate, StopFlag};
+    use crate::engine::stats::Role;
+    use crate::protocol::model::FlowDirection;
+
+    fn ctx() -> StreamContext {
+        StreamContext {
+            plan: Plan {
+                omit: Duration::ZERO,
+                duration: Duration::from_millis(1500),
+                length: 1000,
+                bitrate_per_stream: 8_000_000,
+                affinity: None,
+                test_id: 7,
+                interval: None,
+                offload: false,
+                rr: None,
+                wire: UdpWire::Pathprobe,
+                send_limit: None,
+                zerocopy: Default::default(),
+                adaptive: None,
+            },
+            gate: StartGate::default(),
+            stop: StopFlag::default(),
+            progress: Progress::default(),
+            intervals: None,
+        }
+    }
+
+    /// The receiver read the start 400 ms after the sender began (a loaded
+    /// host's control task): the datagrams queued meanwhile are counted,
+    /// and so the window covers them. Before, 1.5 s of 8 Mbit/s read as
+    /// about 1.1 s at 11 Mbit/s (a CI run once read a 5 s probe as 4.79 s).
+    #[test]
+    fn a_receiver_that_starts_late_still_measures_the_senders_rate() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.connect(tx.local_addr().unwrap()).unwrap();
+        configure_socket(&rx, 4 << 20);
+        configure_socket(&tx, 1 << 20);
+        let (send_ctx, recv_ctx) = (ctx(), ctx());
+        let recv_gate = recv_ctx.gate.clone();
+        let receiver = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                ..StreamStats::default()
+            };
+            receive(rx, &recv_ctx, &mut stats);
+            stats
+        });
+        let sender = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Send),
+                role: Some(Role::Sender),
+                ..StreamStats::default()
+            };
+            send_ctx.gate.open();
+            send(tx, &send_ctx, &mut stats);
+            stats
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        recv_gate.open();
+        let sent = sender.join().unwrap();
+        let got = receiver.join().unwrap();
+        let rate = got.bytes as f64 * 8.0 / got.seconds;
+        assert!(got.bytes > 0 && got.bytes as f64 >= 0.95 * sent.bytes as f64);
+        assert!(
+            got.seconds > 1.4 && got.seconds < 1.7,
+            "window {} s for a 1.5 s send",
+            got.seconds
+        );
+        assert!(
+            (rate / 8e6 - 1.0).abs() < 0.05,
+            "{rate} bit/s for an 8 Mbit/s sender"
+        );
     }
 }

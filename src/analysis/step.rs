@@ -500,7 +500,7 @@ impl Detector {
         {
             return None;
         }
-        let p = mann_whitney_p(&r, split.rank_baseline());
+        let p = mann_whitney_p(r, split.rank_baseline());
         if p > MAX_P {
             return None;
         }

@@ -2,13 +2,15 @@
 //! latest few probes move away from the ones before them, and what changed
 //! on either end when they did.
 //!
-//! The test is a two-sided Mann-Whitney rank test, exact (every split of
-//! the pooled probes is counted, at most C(17, 5) = 6188), of the last
-//! [`RECENT`] probes against up to [`MAX_BEFORE`] before them, and fires
-//! only when it is significant ([`MAX_P`]) *and* the medians differ by a
-//! real amount ([`Figure::moved`]) and lies beyond all but one of the
-//! baseline's probes: ranks make it deaf to one outlier of a busy host,
-//! medians to a few, the baseline's range to a loaded minority of its
+//! The last [`RECENT`] probes are tested against a baseline of up to
+//! [`MAX_BEFORE`] before them (an hour of 1-minute probes). It fires only
+//! when a two-sided Mann-Whitney rank test of them against the latest
+//! [`RANK_BEFORE`] of the baseline is significant ([`MAX_P`]; exact, every
+//! split of the pooled probes counted, at most C(17, 5) = 6188), *and* the
+//! medians differ by a real amount ([`Figure::moved`]), *and* the recent
+//! median lies beyond all but one in [`BEYOND_PER`] of the baseline's
+//! probes (at least one): ranks make it deaf to one outlier of a busy
+//! host, medians to a few, the hour's range to a loaded share of its
 //! probes, and the effect size keeps a small but consistent drift from
 //! reading as a step. With [`MIN_BEFORE`]
 //! probes of baseline, a step is found at the [`RECENT`]th probe after it,
@@ -36,8 +38,21 @@ pub const RECENT: usize = 5;
 /// Fewest probes before them: complete separation of 4 against 5 has an
 /// exact two-sided p of 2/126 = 0.016, under [`MAX_P`].
 pub const MIN_BEFORE: usize = 5;
-/// Most probes of baseline kept.
-pub const MAX_BEFORE: usize = 12;
+/// Most probes of baseline kept: an hour at the shipped 1-minute interval.
+/// A path loaded now and then shows how often within the hour; 12 probes
+/// (a quarter hour, the first rule) held too few loaded ones, so that five
+/// loaded probes in a row after a quiet quarter hour read as a step on a
+/// recorded healthy day (docs/DIAGNOSIS.md, "A recorded healthy day").
+pub const MAX_BEFORE: usize = 60;
+/// The latest baseline probes the rank test takes: the exact test counts
+/// C(RECENT + RANK_BEFORE, RECENT) splits, and older probes add little to
+/// it that the baseline's range does not already say.
+pub const RANK_BEFORE: usize = 12;
+/// One baseline probe in this many (rounded down, at least one) may lie at
+/// or beyond the recent median: up to 23 probes that is one, the first
+/// rule; an hour of 60 allows 5, a share a busy host's loaded minutes may
+/// have without the path having moved.
+pub const BEYOND_PER: usize = 12;
 /// Largest two-sided p-value that counts as a step.
 pub const MAX_P: f64 = 0.05;
 /// Relative move of the median that counts (throughput, RTT, latency).
@@ -239,6 +254,10 @@ pub struct Margin {
     pub weakest_move: f64,
     /// The rank test's two-sided p.
     pub p_value: f64,
+    /// Baseline probes at or beyond the recent median, on the side it
+    /// moved to, and how many of them a step may have.
+    pub beyond: usize,
+    pub allowed_beyond: usize,
 }
 
 /// The baseline and recent probes of one figure, as [`Detector::test`]
@@ -253,20 +272,86 @@ struct Split<'a> {
     scale: f64,
 }
 
+/// How much baseline a [`Detector`] keeps and how many of its probes may
+/// lie beyond a step's recent median. The shipped one is
+/// [`Baseline::HOUR`]; others exist so that a replay can show what the
+/// constants change (the first rule was 12 probes, one in 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Baseline {
+    /// Most probes of baseline kept (at least [`MIN_BEFORE`]).
+    pub max_probes: usize,
+    /// One baseline probe in this many may lie at or beyond the recent
+    /// median (at least one).
+    pub beyond_per: usize,
+}
+
+impl Baseline {
+    pub const HOUR: Baseline = Baseline {
+        max_probes: MAX_BEFORE,
+        beyond_per: BEYOND_PER,
+    };
+
+    /// Baseline probes of `n` that may lie at or beyond the recent median.
+    pub fn allowed_beyond(&self, n: usize) -> usize {
+        n.checked_div(self.beyond_per).unwrap_or(0).max(1)
+    }
+}
+
+impl Default for Baseline {
+    fn default() -> Self {
+        Baseline::HOUR
+    }
+}
+
+impl Split<'_> {
+    /// The latest [`RANK_BEFORE`] of the baseline, for the rank test.
+    fn rank_baseline(&self) -> &[f64] {
+        &self.b[self.b.len().saturating_sub(RANK_BEFORE)..]
+    }
+
+    /// Baseline probes at or beyond the recent median: at or below it for
+    /// a move down (`sign` < 0), at or above it for a move up.
+    fn beyond(&self, sign: i8) -> usize {
+        self.b
+            .iter()
+            .filter(|v| {
+                if sign < 0 {
+                    **v <= self.mr
+                } else {
+                    **v >= self.mr
+                }
+            })
+            .count()
+    }
+}
+
 /// One path's recent probes and its stable verdict.
 #[derive(Debug, Clone, Default)]
 pub struct Detector {
     window: VecDeque<Observation>,
+    baseline: Baseline,
 }
 
 impl Detector {
+    /// A detector with another baseline than the shipped one, for replays
+    /// that compare rules.
+    pub fn with_baseline(baseline: Baseline) -> Detector {
+        Detector {
+            window: VecDeque::new(),
+            baseline: Baseline {
+                max_probes: baseline.max_probes.max(MIN_BEFORE),
+                ..baseline
+            },
+        }
+    }
+
     /// Adds a probe; returns the steps it completes (at most one a figure).
     pub fn observe(&mut self, obs: Observation) -> Vec<Step> {
         if !obs.time.is_finite() {
             return Vec::new();
         }
         self.window.push_back(obs);
-        while self.window.len() > MAX_BEFORE + RECENT {
+        while self.window.len() > self.baseline.max_probes + RECENT {
             self.window.pop_front();
         }
         let mut steps = Vec::new();
@@ -330,10 +415,13 @@ impl Detector {
             w.r.iter()
                 .map(|v| threshold(*v, 0.75 * w.scale) * median_move.signum())
                 .fold(f64::INFINITY, f64::min);
+        let sign = if median_move < 0.0 { -1 } else { 1 };
         Some(Margin {
             median_move: median_move.abs(),
             weakest_move,
-            p_value: mann_whitney_p(&w.r, &w.b),
+            p_value: mann_whitney_p(&w.r, w.rank_baseline()),
+            beyond: w.beyond(sign),
+            allowed_beyond: self.baseline.allowed_beyond(w.b.len()),
         })
     }
 
@@ -350,7 +438,7 @@ impl Detector {
             return None;
         }
         let (before, recent) = all.split_at(all.len() - RECENT);
-        let before = before[before.len().saturating_sub(MAX_BEFORE)..].to_vec();
+        let before = before[before.len().saturating_sub(self.baseline.max_probes)..].to_vec();
         let recent = recent.to_vec();
         let value = |o: &&Observation| o.figures[i].unwrap_or(f64::NAN);
         let b: Vec<f64> = before.iter().map(value).collect();
@@ -379,6 +467,7 @@ impl Detector {
     fn test(&self, figure: Figure) -> Option<Step> {
         let i = figure.index();
         let value = |o: &&Observation| o.figures[i].unwrap_or(f64::NAN);
+        let split = self.split(figure)?;
         let Split {
             before,
             recent,
@@ -387,25 +476,20 @@ impl Detector {
             mb,
             mr,
             scale,
-        } = self.split(figure)?;
+        } = &split;
+        let (mb, mr, scale) = (*mb, *mr, *scale);
         let sign = figure.moved_by(mb, mr, scale);
         if sign == 0 {
             return None;
         }
-        // The recent median must also lie beyond all but one of the
+        // The recent median must also lie beyond all but a few of the
         // baseline's probes: a busy host loads a minority of its probes,
         // which the MAD does not see, and five loaded ones in a row (the
         // recorded healthy day had such runs: docs/DIAGNOSIS.md) are no
-        // step while the baseline holds probes as low. One outlier in the
-        // baseline still does not delay a real step.
-        let mut sorted = b.clone();
-        sorted.sort_by(f64::total_cmp);
-        let second = if sign < 0 {
-            sorted[1]
-        } else {
-            sorted[sorted.len() - 2]
-        };
-        if (sign < 0 && mr >= second) || (sign > 0 && mr <= second) {
+        // step while the hour holds more probes as low than its share of
+        // outliers. That share (one in [`BEYOND_PER`], at least one) keeps
+        // a few outliers in the baseline from delaying a real step.
+        if split.beyond(sign) > self.baseline.allowed_beyond(b.len()) {
             return None;
         }
         // Every recent probe moved the same way, by at least three
@@ -416,7 +500,7 @@ impl Detector {
         {
             return None;
         }
-        let p = mann_whitney_p(&r, &b);
+        let p = mann_whitney_p(r, split.rank_baseline());
         if p > MAX_P {
             return None;
         }
@@ -527,7 +611,7 @@ fn u_statistic(a: &[f64], b: &[f64]) -> f64 {
 /// U is at least as far from its mean as the observed. Ties are kept as
 /// they are (a permutation test), so a run of equal figures is never
 /// significant. Only for small groups: `a` of [`RECENT`], `b` of at most
-/// [`MAX_BEFORE`].
+/// [`RANK_BEFORE`].
 pub fn mann_whitney_p(a: &[f64], b: &[f64]) -> f64 {
     let pooled: Vec<f64> = a.iter().chain(b).copied().collect();
     let (n, m) = (a.len(), b.len());
@@ -690,6 +774,83 @@ mod tests {
             steps += found.len();
         }
         assert_eq!(steps, 0);
+    }
+
+    /// An hour of a path whose every 4th probe in its first 48 minutes
+    /// was loaded (×0.5), a quiet quarter hour, then `run` at `level`
+    /// times the quiet level; returns the steps, each with the probe of
+    /// the run that found it (1 = its first).
+    fn often_loaded_then(d: &mut Detector, level: f64, run: usize) -> Vec<(usize, Step)> {
+        let mut rng = Rng(0x5eed_1234);
+        let f = fp("6.1.0", "4096 16384 4194304");
+        let mut found = Vec::new();
+        for k in 0..60 + run {
+            let loaded = k >= 60 || (k < 48 && k % 4 == 3);
+            let factor = if k >= 60 {
+                level
+            } else if loaded {
+                0.5
+            } else {
+                1.0
+            };
+            let v = 190e6 * factor * (1.0 + 0.02 * rng.normal());
+            for s in d.observe(obs(60.0 * k as f64, v, f.clone(), "network")) {
+                found.push((k + 1 - 60, s));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_run_of_loaded_probes_on_a_path_often_loaded_is_no_step() {
+        // The recorded healthy day's false steps in small: five loaded
+        // probes after a quiet quarter hour are how this path is, as the
+        // hour's 12 loaded probes show.
+        let steps = often_loaded_then(&mut Detector::default(), 0.5, 5);
+        assert!(steps.is_empty(), "{steps:?}");
+        // The first rule, 12 probes of baseline, saw only the quiet
+        // quarter hour and read the run as a step.
+        let old = Baseline {
+            max_probes: 12,
+            beyond_per: 12,
+        };
+        let steps = often_loaded_then(&mut Detector::with_baseline(old), 0.5, 5);
+        assert_eq!(
+            steps
+                .iter()
+                .map(|(k, s)| (*k, s.figure))
+                .collect::<Vec<_>>(),
+            [(5, Figure::Throughput)]
+        );
+        // A drop below the loaded probes on the same path is still a step,
+        // found at the 5th probe after it.
+        let steps = often_loaded_then(&mut Detector::default(), 0.3, 5);
+        let (k, s) = steps.first().expect("the drop to 0.3 was not found");
+        assert_eq!((*k, s.figure), (5, Figure::Throughput), "{steps:?}");
+        assert!((s.ratio - 0.3).abs() < 0.02, "{}", s.ratio);
+    }
+
+    #[test]
+    fn the_baseline_allows_one_outlier_in_twelve() {
+        let hour = Baseline::HOUR;
+        assert_eq!(hour.max_probes, 60);
+        // Up to 23 probes it is the first rule: one outlier.
+        for n in 5..=23 {
+            assert_eq!(hour.allowed_beyond(n), 1, "{n}");
+        }
+        assert_eq!(hour.allowed_beyond(24), 2);
+        assert_eq!(hour.allowed_beyond(60), 5);
+        // A rule from a replay never divides by zero nor allows none.
+        let odd = Baseline {
+            max_probes: 0,
+            beyond_per: 0,
+        };
+        assert_eq!(odd.allowed_beyond(60), 1);
+        let mut d = Detector::with_baseline(odd);
+        for k in 0..20 {
+            d.observe(obs(k as f64, 1e6, fp("6.1.0", "a"), "network"));
+        }
+        assert_eq!(d.window.len(), MIN_BEFORE + RECENT);
     }
 
     #[test]

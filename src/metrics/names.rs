@@ -449,7 +449,7 @@ pub static STEP_DETECTED: MetricDef = def(
     Counter,
     "pathprobe_step_detected_total",
     &[FIGURE],
-    "Steps the detector found in this path's own recent probes since serve started, per figure the kind has (throughput, and rtt for TCP, loss for UDP; latency for the request/response kinds), each at 0 from the start: the last 5 probes against up to 12 before them, by an exact rank test and the medians' move (docs/DIAGNOSIS.md, \"Steps\").",
+    "Steps the detector found in this path's own recent probes since serve started, per figure the kind has (throughput, and rtt for TCP, loss for UDP; latency for the request/response kinds), each at 0 from the start: the last 5 probes against up to 60 before them (an hour), by an exact rank test, the medians' move and the hour's range (docs/DIAGNOSIS.md, \"Steps\").",
 );
 pub static STEP_LAST_RATIO: MetricDef = def(
     Probe,

@@ -2452,11 +2452,11 @@ fn replay_day(from: usize, factor: f64) -> DayReplay {
 
 /// Issue 24's "no false step on a healthy path over at least 24 hours of
 /// real noisy probes": the recorded day, replayed through serve's step
-/// path, should find nothing. It does not yet: runs of five loaded probes
-/// read as steps (docs/DIAGNOSIS.md, "A recorded healthy day"), so this
-/// stays out of CI until the detector passes it.
+/// path, finds nothing. With the first rule's 12 probes of baseline it
+/// found 2 (docs/DIAGNOSIS.md, "A recorded healthy day";
+/// `the_healthy_day_is_quiet_for_every_outlier_share_from_1_in_15_to_1_in_8`
+/// replays that rule too).
 #[test]
-#[ignore = "issue 24: the recorded healthy day still finds 2 false steps (docs/DIAGNOSIS.md)"]
 fn a_recorded_healthy_day_finds_no_step() {
     use crate::analysis::step::{median, Figure};
     let (_, probes) = healthy_day();
@@ -2482,10 +2482,12 @@ fn a_recorded_healthy_day_finds_no_step() {
     let (steps, nearest) = replay_day(usize::MAX, 1.0);
     for (f, (i, m)) in &nearest {
         eprintln!(
-            "{}: nearest at probe {i}: median move {:.2}, weakest move {:.2} of their thresholds (a step needs both >= 1), p {:.4}",
+            "{}: nearest at probe {i}: median move {:.2}, weakest move {:.2} of their thresholds (a step needs both >= 1), {} baseline probes as far where {} may be, p {:.4}",
             f.as_str(),
             m.median_move,
             m.weakest_move,
+            m.beyond,
+            m.allowed_beyond,
             m.p_value
         );
     }
@@ -2518,7 +2520,8 @@ fn a_step_injected_into_the_recorded_day_is_found_within_five_probes() {
         "injected step (x0.55 from probe {half}) found at its probe {delay}: {}",
         first.1.describe("a", "b")
     );
-    // Before the step the day is as recorded: only its own (false) steps.
+    // Before the step the day is as recorded (and finds nothing: the test
+    // above), so the step found is the injected one.
     let (healthy, _) = replay_day(usize::MAX, 1.0);
     let before = |v: &[(usize, crate::analysis::step::Step)]| {
         v.iter()
@@ -2529,4 +2532,142 @@ fn a_step_injected_into_the_recorded_day_is_found_within_five_probes() {
     assert_eq!(before(&steps), before(&healthy));
     assert!(delay <= 5, "found {delay} probes after the step");
     assert!(first.1.worse() && first.1.ratio < 0.75, "{:?}", first.1);
+}
+
+/// The recorded day straight through a detector with `baseline` (serve's
+/// step path feeds the same observations: throughput and RTT, both ends'
+/// fingerprints, the verdict), its throughput times `factor` from probe
+/// `from` on; the steps, each with the index of the probe that found it.
+fn replay_day_with(
+    baseline: crate::analysis::step::Baseline,
+    from: usize,
+    factor: f64,
+) -> Vec<(usize, crate::analysis::step::Step)> {
+    use crate::analysis::step::{Detector, Observation};
+    let (fingerprints, probes) = healthy_day();
+    let fps: Vec<std::sync::Arc<_>> = fingerprints.into_iter().map(std::sync::Arc::new).collect();
+    let mut d = Detector::with_baseline(baseline);
+    let mut steps = Vec::new();
+    for (i, p) in probes.iter().enumerate() {
+        let bits = if i >= from { p.bits * factor } else { p.bits };
+        let found = d.observe(Observation {
+            time: 60.0 * p.minute as f64,
+            figures: [Some(bits), None, Some(p.rtt), None],
+            local: Some(fps[p.local].clone()),
+            remote: Some(fps[p.remote].clone()),
+            verdict: Some(std::sync::Arc::from(p.verdict.as_str())),
+            advice: None,
+        });
+        steps.extend(found.into_iter().map(|s| (i, s)));
+    }
+    steps
+}
+
+/// The first rule: 12 probes of baseline, one outlier.
+const FIRST_RULE: crate::analysis::step::Baseline = crate::analysis::step::Baseline {
+    max_probes: 12,
+    beyond_per: 12,
+};
+
+/// The shipped share of baseline outliers (one in 12) is not tuned to the
+/// recorded day: every share from one in 15 to one in 8 of an hour's
+/// baseline (4 to 7 of 60 probes) finds no step on it either, where the
+/// first rule finds its 2.
+#[test]
+fn the_healthy_day_is_quiet_for_every_outlier_share_from_1_in_15_to_1_in_8() {
+    use crate::analysis::step::{Baseline, MAX_BEFORE};
+    let first = replay_day_with(FIRST_RULE, usize::MAX, 1.0);
+    let describe = |v: &[(usize, crate::analysis::step::Step)]| {
+        v.iter()
+            .map(|(i, s)| format!("probe {i}: {}", s.describe("a", "b")))
+            .collect::<Vec<_>>()
+    };
+    eprintln!("the first rule: {:?}", describe(&first));
+    // The day tells the rules apart: it is the case the change is for.
+    assert_eq!(
+        first
+            .iter()
+            .map(|(_, s)| s.figure.as_str())
+            .collect::<Vec<_>>(),
+        ["rtt", "throughput"],
+        "{:?}",
+        describe(&first)
+    );
+    for per in 8..=15 {
+        let rule = Baseline {
+            max_probes: MAX_BEFORE,
+            beyond_per: per,
+        };
+        let steps = replay_day_with(rule, usize::MAX, 1.0);
+        eprintln!(
+            "one in {per} ({} of {MAX_BEFORE}): {} steps",
+            rule.allowed_beyond(MAX_BEFORE),
+            steps.len()
+        );
+        assert!(steps.is_empty(), "one in {per}: {:?}", describe(&steps));
+    }
+}
+
+/// The limit of a longer baseline: a drop to 0.55 (the seed's ratio)
+/// injected at 46 points of the day, every half hour from its second hour
+/// on, counted where it is found within 5 probes. The hour's baseline
+/// holds more loaded probes than the quarter hour's (about one in ten of
+/// this day's probes is as low as the drop), so a drop no lower than they
+/// are is missed where the hour held more than 5 of them: the hour finds
+/// it at fewer points than the first rule. The counts are pinned so that
+/// docs/DIAGNOSIS.md ("A recorded healthy day") states them as they are.
+#[test]
+fn a_drop_injected_across_the_recorded_day_is_found_within_five_probes_at_25_of_46_points() {
+    use crate::analysis::step::{Baseline, Figure};
+    let points: Vec<usize> = (60..1440 - 5).step_by(30).collect();
+    assert_eq!(points.len(), 46);
+    // Per point, the probes after the drop until it was found (1 = its
+    // first), if it was within the next hour.
+    let delays = |rule: Baseline| -> Vec<Option<usize>> {
+        points
+            .iter()
+            .map(|&at| {
+                replay_day_with(rule, at, 0.55)
+                    .iter()
+                    .find(|(i, s)| *i >= at && s.figure == Figure::Throughput && s.worse())
+                    .map(|(i, _)| i + 1 - at)
+                    .filter(|d| *d <= 60)
+            })
+            .collect()
+    };
+    let within =
+        |v: &[Option<usize>], n: usize| v.iter().filter(|d| d.is_some_and(|d| d <= n)).count();
+    let first = delays(FIRST_RULE);
+    let hour = delays(Baseline::HOUR);
+    for (name, v) in [("first rule", &first), ("an hour's baseline", &hour)] {
+        eprintln!(
+            "{name}: found within 5 probes at {} of {} points, within 15 at {}, within 60 at {}",
+            within(v, 5),
+            points.len(),
+            within(v, 15),
+            within(v, 60)
+        );
+    }
+    let only = |a: &[Option<usize>], b: &[Option<usize>]| {
+        points
+            .iter()
+            .zip(a.iter().zip(b))
+            .filter(|(_, (x, y))| x.is_some_and(|d| d <= 5) && !y.is_some_and(|d| d <= 5))
+            .map(|(p, _)| *p)
+            .collect::<Vec<_>>()
+    };
+    let later: Vec<(usize, Option<usize>)> = only(&first, &hour)
+        .into_iter()
+        .map(|p| (p, hour[points.iter().position(|q| *q == p).unwrap_or(0)]))
+        .collect();
+    eprintln!(
+        "within 5 by the first rule only: {:?}; by the hour only: {:?}; the hour's delay at the first: {later:?}",
+        only(&first, &hour),
+        only(&hour, &first)
+    );
+    assert_eq!(
+        (within(&first, 5), within(&hour, 5)),
+        (28, 25),
+        "update docs/DIAGNOSIS.md"
+    );
 }

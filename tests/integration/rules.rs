@@ -1757,21 +1757,57 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
 }
 
 /// Issue 24's "no false step on a healthy path over at least 24 hours of
-/// real noisy probes, replayed with promtool": the series serve would
-/// export over the recorded day should fire no alert of config/alerts.yml
-/// at any half hour of it. Out of CI while the detector still finds false
-/// steps on the day (docs/DIAGNOSIS.md, "A recorded healthy day").
+/// real noisy probes, replayed with promtool": over the series serve would
+/// export for the recorded day, no alert of config/alerts.yml fires at any
+/// minute of it but PathprobeThroughputErratic, an info alert that is
+/// right on this path (docs/ALERTS.md, "A healthy but loaded path": a
+/// quarter of its probes got less than 3/4 of the median). Each half-hour
+/// checkpoint looks back over the half hour, so an alert that fired and
+/// resolved between two checkpoints is seen too.
 #[test]
-#[ignore = "issue 24: the recorded healthy day still finds 2 false steps (docs/DIAGNOSIS.md)"]
 fn a_recorded_healthy_day_fires_no_alert() {
     let (series, found) = healthy_day_series(usize::MAX, 1.0);
     eprintln!("the detector found: {found:?}");
-    let minutes = healthy_day().1.len();
+    let probes = healthy_day().1;
+    let minutes = probes.len();
     assert!(minutes >= 1440, "{minutes} probes");
+    // The exception holds only while Erratic is an info alert.
+    let doc = load(&root().join("config/alerts.yml"));
+    let erratic = doc["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .find(|r| r["alert"].as_str() == Some("PathprobeThroughputErratic"))
+        .expect("no PathprobeThroughputErratic in config/alerts.yml");
+    assert_eq!(erratic["labels"]["severity"].as_str(), Some("info"));
+    // Why Erratic is right here: the figures docs/ALERTS.md argues from.
+    let bits: Vec<f64> = probes.iter().map(|p| p.bits).collect();
+    let mut sorted = bits.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let share =
+        |f: f64| bits.iter().filter(|b| **b < f * median).count() as f64 / bits.len() as f64;
+    let cv = |w: &[f64]| {
+        let mean = w.iter().sum::<f64>() / w.len() as f64;
+        (w.iter().map(|b| (b - mean).powi(2)).sum::<f64>() / w.len() as f64).sqrt() / mean
+    };
+    let hours: Vec<f64> = bits.windows(60).map(cv).collect();
+    let (lo, hi) = hours
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), c| (l.min(*c), h.max(*c)));
+    let over = hours.iter().filter(|c| **c > 0.25).count() as f64 / hours.len() as f64;
+    eprintln!(
+        "probes below 3/4 of the median {:.3}, below 1/2 {:.3}; the hour's cv {lo:.2}-{hi:.2}, over 0.25 in {over:.2} of the hours",
+        share(0.75),
+        share(0.5)
+    );
+    assert!(share(0.75) > 0.2, "{}", share(0.75));
+    assert!(hi > 0.25, "no hour over Erratic's threshold: {hi}");
     let mut tests = String::new();
-    for half_hours in 2..=(minutes / 30) {
+    for half_hours in 1..=(minutes / 30) {
         tests.push_str(&format!(
-            "      - expr: 'ALERTS{{alertstate=\"firing\"}}'\n        eval_time: {}m\n        exp_samples: []\n",
+            "      - expr: 'max_over_time(ALERTS{{alertstate=\"firing\",alertname!=\"PathprobeThroughputErratic\"}}[30m])'\n        eval_time: {}m\n        exp_samples: []\n",
             half_hours * 30
         ));
     }
@@ -1794,10 +1830,15 @@ fn a_step_injected_into_the_recorded_day_fires_the_step_alert() {
     eprintln!("injected step found at its probe {delay}: {text}");
     assert!(delay <= 5, "found {delay} probes after the step");
     let count = "count(ALERTS{alertname=\"PathprobeThroughputStep\",alertstate=\"firing\"})";
+    // The healthy day's check (every firing alert but Erratic over the
+    // half hour) sees this step's alert, and only it: that test can fail.
+    let others = "count by (alertname) (max_over_time(ALERTS{alertstate=\"firing\",alertname!=\"PathprobeThroughputErratic\"}[30m]))";
     let tests = format!(
         "      - expr: '{count}'\n        eval_time: {}m\n        exp_samples: []\n\
-         \x20     - expr: '{count}'\n        eval_time: {at}m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1\n",
-        at - 1
+         \x20     - expr: '{count}'\n        eval_time: {at}m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1\n\
+         \x20     - expr: '{others}'\n        eval_time: {}m\n        exp_samples:\n          - labels: '{{alertname=\"PathprobeThroughputStep\"}}'\n            value: 1\n",
+        at - 1,
+        at + 1
     );
     promtool_live_test("recorded day with a step injected", &series, &tests);
 }

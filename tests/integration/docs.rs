@@ -213,3 +213,149 @@ async fn the_json_stream_table_matches_real_tcp_and_udp_runs() {
     assert_eq!(last["event"], "error", "{events:?}");
     assert_eq!(keys_of(last), expected_keys(&table, "error", "TCP", None));
 }
+
+/// README's bullet that starts with `**{lead}`, to the next bullet.
+fn readme_bullet(readme: &str, lead: &str) -> String {
+    let start = readme
+        .find(&format!("\n- **{lead}"))
+        .unwrap_or_else(|| panic!("README has no bullet {lead:?}"));
+    let rest = &readme[start + 1..];
+    let end = rest[1..].find("\n- ").map_or(rest.len(), |i| i + 1);
+    rest[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Issue 25 point 4: README's advice on plain targets or mesh mode cites
+/// only what exists: the metrics and label values it names, the config
+/// key it tells to set, the check-config line it quotes, the test it
+/// points to, the files it links, and the figures it gives.
+#[test]
+fn the_readme_advice_on_plain_targets_or_mesh_mode_names_what_exists() {
+    use pathprobe::metrics::names;
+    let readme = repo_file("README.md");
+    let advice = [
+        readme_bullet(&readme, "Two hosts probing each other"),
+        readme_bullet(&readme, "Which to use: plain targets or mesh mode."),
+    ]
+    .join(" ");
+    let cited = backticked(&advice);
+
+    // Metrics, and the label values they are cited with.
+    let metrics: Vec<&String> = cited
+        .iter()
+        .filter(|c| c.starts_with("pathprobe_"))
+        .collect();
+    assert!(metrics.len() >= 4, "{metrics:?}");
+    let skip_reasons: Vec<&str> = pathprobe::scheduler::Skip::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    for m in metrics {
+        let (name, labels) = m.split_once('{').unwrap_or((m, ""));
+        let def = names::ALL
+            .iter()
+            .find(|d| d.name == name)
+            .unwrap_or_else(|| panic!("README cites {name}, which pathprobe does not define"));
+        for pair in labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|p| !p.is_empty())
+        {
+            let (label, value) = pair.split_once('=').unwrap();
+            assert!(def.labels.contains(&label), "{m}: no label {label}");
+            if name == "pathprobe_scheduler_runs_skipped_total" {
+                assert!(skip_reasons.contains(&value.trim_matches('"')), "{m}");
+            }
+        }
+    }
+
+    // Config keys (`section.key: value`): a config setting them loads, as
+    // one with a misspelt key does not.
+    let sections = [
+        "discovery",
+        "scheduler",
+        "responder",
+        "web",
+        "trace",
+        "metrics",
+    ];
+    let keys: Vec<&String> = cited
+        .iter()
+        .filter(|c| {
+            c.split('.').count() > 1
+                && sections.contains(&c.split('.').next().unwrap())
+                && (!c.contains(' ') || c.contains(": "))
+        })
+        .collect();
+    assert!(!keys.is_empty(), "{cited:?}");
+    let yaml = |dotted: &str, value: &str| {
+        let (section, key) = dotted.split_once('.').unwrap();
+        format!("{section}:\n  {key}: {value}\n")
+    };
+    for k in &keys {
+        let (dotted, value) = k.split_once(": ").unwrap_or((k, "true"));
+        pathprobe::config::Config::from_yaml(&yaml(dotted, value), "readme.yml")
+            .unwrap_or_else(|e| panic!("README's {k}: {e}"));
+        let typo = format!("{dotted}x");
+        assert!(
+            pathprobe::config::Config::from_yaml(&yaml(&typo, value), "readme.yml").is_err(),
+            "a misspelt {typo} loads too, so the check above proves nothing"
+        );
+    }
+
+    // The check-config line it quotes, for the config it describes.
+    let quoted = cited
+        .iter()
+        .find(|c| c.starts_with("mesh schedule: "))
+        .expect("README quotes check-config's mesh schedule line");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mesh.yml");
+    std::fs::write(
+        &file,
+        "modules:\n  tcp: {kind: tcp, duration: 5s}\ndiscovery: {mesh: true}\ntargets:\n  \
+         - {address: 127.0.0.1, modules: [tcp]}\n  - {address: 192.0.2.2, modules: [tcp]}\n  \
+         - {address: 192.0.2.3, modules: [tcp]}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pathprobe"))
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.lines().any(|l| l == quoted),
+        "README: {quoted}\ncheck-config: {said}"
+    );
+
+    // The test it points to, and the files it links.
+    for c in cited.iter().filter(|c| c.contains("::")) {
+        let (module, test) = c.split_once("::").unwrap();
+        let source = repo_file(&format!("tests/integration/{module}.rs"));
+        assert!(
+            source.contains(&format!("async fn {test}("))
+                || source.contains(&format!("fn {test}(")),
+            "{c}"
+        );
+    }
+    for link in advice
+        .split("](")
+        .skip(1)
+        .map(|l| l.split(')').next().unwrap())
+    {
+        let path = format!("{}/{link}", env!("CARGO_MANIFEST_DIR"));
+        assert!(std::path::Path::new(&path).exists(), "README links {link}");
+    }
+
+    // Its figures.
+    let yields = pathprobe::scheduler::YIELDS_PER_RUN;
+    assert!(
+        advice.contains(&format!("at most {yields} times")),
+        "{advice}"
+    );
+    let settle = pathprobe::slot::SETTLE_GRACE.as_secs();
+    assert!(
+        advice.contains(&format!("waits up to {settle} s")),
+        "{advice}"
+    );
+}

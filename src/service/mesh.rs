@@ -634,7 +634,7 @@ mod tests {
         assert_eq!(
             n,
             [
-                "mesh schedule, grouped by rack: 8 hosts in 3 groups (largest 3), 1 modules: \
+                "mesh schedule, grouped by rack: 8 hosts in 3 groups (largest 3), 1 module: \
                  a cycle of 6 + 6 slots of 11 s (one every 25 s) = 5.0 min; every pair inside a group \
                  and every pair of groups once per cycle, each host to each other group once every \
                  3 cycles (15.0 min) at most; each host in tests 18% of the time on average, at most \

@@ -533,8 +533,8 @@ fn crr_lines(c: &crate::kinds::tcp_crr::CrrSummary) -> String {
     );
     let _ = writeln!(
         out,
-        "remote   {} connections, {} answered; failed {}: {}; {} turned away over its limits",
-        c.remote_connections,
+        "remote   {}, {} answered; failed {}: {}; {} turned away over its limits",
+        crate::units::plural(c.remote_connections, "connection"),
         c.remote_answered,
         c.remote_failed,
         reasons(&c.remote_failures),
@@ -975,6 +975,23 @@ mod tests {
     use super::*;
     use crate::analysis::result::{ProbeContext, ProbeResult};
     use crate::probe::Kind;
+
+    /// Issue 25 point 7: the responder's one connection is not "1 connections".
+    #[test]
+    fn one_remote_connection_reads_in_the_singular() {
+        let c = crate::kinds::tcp_crr::CrrSummary {
+            remote_connections: 1,
+            remote_answered: 1,
+            ..Default::default()
+        };
+        let text = crr_lines(&c);
+        assert!(
+            text.contains(
+                "remote   1 connection, 1 answered; failed 0: none; 0 turned away over its limits\n"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn percentile_lines_line_up_in_microseconds() {

@@ -398,9 +398,10 @@ mod tests {
 }
 
 /// `1 module`, `2 modules`, `0 entries`: a count with its noun in the
-/// right number (a noun in -y after a consonant takes -ies).
-pub fn plural(n: usize, noun: &str) -> String {
-    if n == 1 {
+/// right number (a noun in -y after a consonant takes -ies). Any integer
+/// count: the sentences count in usize, u32 and u64 alike.
+pub fn plural<N: Copy + std::fmt::Display + TryInto<u64>>(n: N, noun: &str) -> String {
+    if n.try_into().ok() == Some(1) {
         return format!("1 {noun}");
     }
     match noun.strip_suffix('y') {
@@ -420,5 +421,11 @@ mod plural_tests {
             "2 dns discovery entries"
         );
         assert_eq!(super::plural(3, "day"), "3 days");
+        assert_eq!(super::plural(1u64, "byte"), "1 byte");
+        assert_eq!(super::plural(1u8, "hop"), "1 hop");
+        assert_eq!(
+            super::plural(u64::MAX, "byte"),
+            "18446744073709551615 bytes"
+        );
     }
 }

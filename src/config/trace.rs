@@ -118,16 +118,18 @@ impl TraceSection {
         let per_trace = self.limits().max_packets();
         let per_hour = (3600.0 / self.min_interval.as_secs_f64()).max(1.0).floor() as u64;
         format!(
-            "trace: at most {per_trace} packets per trace ({} hops x {} probes); each of {} \
+            "trace: at most {} per trace ({} x {}); each of {} \
              traced again every {} at least, after a figure change of more than {:.0}%, \
-             never more than once per {} per host ({per_hour} traces an hour at most per host), \
+             never more than once per {} per host ({} an hour at most per host), \
              {} at once",
-            self.max_hops,
-            self.probes_per_hop,
+            crate::units::plural(per_trace, "packet"),
+            crate::units::plural(self.max_hops, "hop"),
+            crate::units::plural(self.probes_per_hop, "probe"),
             crate::units::plural(paths, "path"),
             crate::units::format_duration(self.interval),
             self.change_ratio * 100.0,
             crate::units::format_duration(self.min_interval),
+            crate::units::plural(per_hour, "trace"),
             self.max_concurrent,
         )
     }
@@ -174,5 +176,25 @@ mod tests {
         assert!(s.contains("at most 60 packets per trace"), "{s}");
         assert!(s.contains("4 paths"), "{s}");
         assert!(s.contains("60 traces an hour"), "{s}");
+    }
+
+    /// Issue 25 point 7: a count of one takes the singular (a path traced
+    /// with one probe per hop, at most once an hour).
+    #[test]
+    fn cost_counts_of_one_read_in_the_singular() {
+        let t = TraceSection {
+            enabled: true,
+            max_hops: 1,
+            probes_per_hop: 1,
+            min_interval: Duration::from_secs(3600),
+            interval: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let s = t.cost_sentence(1);
+        assert!(
+            s.starts_with("trace: at most 1 packet per trace (1 hop x 1 probe); each of 1 path "),
+            "{s}"
+        );
+        assert!(s.contains("(1 trace an hour at most per host)"), "{s}");
     }
 }

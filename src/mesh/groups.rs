@@ -32,6 +32,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use crate::units::plural;
+
 use super::{
     circle_round, grid_cycle_start, grid_first_cycle_from, grid_period, grid_slot_at,
     stretched_cycle, MeshParams, SlotAt, Test,
@@ -367,18 +369,19 @@ impl GroupPlan {
         let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
         let cycle = self.cycle.as_secs_f64();
         format!(
-            "{} hosts in {} groups (largest {largest}), {} modules: a cycle of {} + {} slots of {:.0} s \
+            "{} in {} (largest {largest}), {}: a cycle of {} + {} slots of {:.0} s \
              (one every {:.0} s) = {}; every pair inside a group and every pair of groups once per cycle, \
-             each host to each other group once every {largest} cycles ({}) at most; \
+             each host to each other group once every {} ({}) at most; \
              each host in tests {:.0}% of the time on average, at most {:.0}% (a representative of the largest group)",
-            self.members.len(),
-            self.groups.len(),
-            self.params.modules,
+            plural(self.members.len(), "host"),
+            plural(self.groups.len(), "group"),
+            plural(self.params.modules, "module"),
             self.inside,
             self.between,
             self.params.slot.as_secs_f64(),
             self.period().as_secs_f64(),
             span(cycle),
+            plural(largest, "cycle"),
             span(cycle * largest as f64),
             self.mean_share() * 100.0,
             self.share() * 100.0
@@ -455,7 +458,7 @@ mod tests {
         assert!((big.share() - 0.5).abs() < 1e-9);
         assert_eq!(
             big.describe(),
-            "10000 hosts in 100 groups (largest 100), 1 modules: a cycle of 198 + 198 slots of 10 s \
+            "10000 hosts in 100 groups (largest 100), 1 module: a cycle of 198 + 198 slots of 10 s \
              (one every 20 s) = 2.2 h; every pair inside a group and every pair of groups once per cycle, \
              each host to each other group once every 100 cycles (9.2 days) at most; \
              each host in tests 25% of the time on average, at most 50% (a representative of the largest group)"

@@ -302,16 +302,16 @@ impl StablePlan {
     /// The plan in a sentence, for `check-config` and the startup log.
     pub fn describe(&self) -> String {
         format!(
-            "{}, {}: a cycle of {} slots of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time; stable under churn ({} places for up to {} hosts: a host joining or leaving moves no other pair out of its colour)",
+            "{}, {}: a cycle of {} of {:.0} s (one every {:.0} s) = {:.1} min; each host in tests {:.0}% of the time; stable under churn ({} for up to {}: a host joining or leaving moves no other pair out of its colour)",
             crate::units::plural(self.members.len(), "host"),
             crate::units::plural(self.params.modules, "module"),
-            self.slots,
+            crate::units::plural(self.slots, "slot"),
             self.params.slot.as_secs_f64(),
             self.period().as_secs_f64(),
             self.cycle.as_secs_f64() / 60.0,
             self.share() * 100.0,
-            self.places(),
-            self.level
+            crate::units::plural(self.places(), "place"),
+            crate::units::plural(self.level, "host")
         )
     }
 }

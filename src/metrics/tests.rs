@@ -2671,3 +2671,148 @@ fn a_drop_injected_across_the_recorded_day_is_found_within_five_probes_at_25_of_
         "update docs/DIAGNOSIS.md"
     );
 }
+
+// ---- docs/METRICS.md held to the scrape -------------------------------------
+
+/// The "After a **failed** probe" list of docs/METRICS.md: the families it
+/// says are set, with their value, and those it says are absent.
+struct FailureClaims {
+    set: Vec<(String, f64)>,
+    absent: Vec<String>,
+}
+
+/// Read when the test runs, not compiled in: the container's build stage
+/// copies src/ without docs/, and the page must be the one on disk.
+fn failure_claims() -> FailureClaims {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
+    let page = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let start = page
+        .find("- After a **failed** probe:")
+        .expect("METRICS.md says what a failed probe does");
+    // The list runs to the next top-level bullet.
+    let block = &page[start..];
+    let end = block[1..].find("\n- ").map_or(block.len(), |i| i + 1);
+    let block = &block[..end];
+    // Sub-bullets, each joined onto one line.
+    let mut items: Vec<String> = Vec::new();
+    for line in block.lines().skip(1) {
+        match line.trim_start().strip_prefix("- ") {
+            Some(item) if line.starts_with("  - ") => items.push(item.to_string()),
+            _ => {
+                if let Some(last) = items.last_mut() {
+                    last.push(' ');
+                    last.push_str(line.trim());
+                }
+            }
+        }
+    }
+    let names = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| n.starts_with("pathprobe_"))
+            .map(|n| n.split('{').next().unwrap().to_string())
+            .collect()
+    };
+    let mut claims = FailureClaims {
+        set: Vec::new(),
+        absent: Vec::new(),
+    };
+    for item in &items {
+        if item.contains("**absent**") {
+            claims.absent.extend(names(item));
+        } else if let Some((lead, rest)) = item.strip_prefix('`').and_then(|i| i.split_once('`')) {
+            // "`NAME` is N ...": a figure the failure sets.
+            let value = rest
+                .strip_prefix(" is ")
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|v| v.parse().ok());
+            if let Some(v) = value {
+                claims.set.push((names(&format!("`{lead}`"))[0].clone(), v));
+            }
+        }
+    }
+    claims
+}
+
+/// Issue 25 point 10: what the page says a failure after a success sets
+/// and drops is what a scrape shows, for a TCP and a UDP path.
+#[test]
+fn the_metrics_page_says_what_a_failed_probe_sets_and_drops() {
+    let claims = failure_claims();
+    let said: BTreeMap<&str, f64> = claims.set.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    // The page's three promises, with the values it gives.
+    assert_eq!(said.get("pathprobe_probe_success"), Some(&0.0), "{said:?}");
+    assert_eq!(
+        said.get("pathprobe_throughput_bytes_per_second"),
+        Some(&0.0),
+        "{said:?}"
+    );
+    assert_eq!(
+        said.get("pathprobe_probe_failure_info"),
+        Some(&1.0),
+        "{said:?}"
+    );
+    assert!(claims.absent.len() >= 8, "{:?}", claims.absent);
+    for name in claims.set.iter().map(|(n, _)| n).chain(&claims.absent) {
+        assert!(
+            names::ALL.iter().any(|d| d.name == name),
+            "METRICS.md names {name}, which pathprobe does not define"
+        );
+    }
+
+    let tcp = ProbeKey::new("b", "tcp_send");
+    let udp = ProbeKey::new("c", "udp_recv");
+    let udp_ok = outcome(
+        "udp",
+        Direction::Receive,
+        T0,
+        Ok(result(
+            Kind::Udp,
+            Direction::Receive,
+            vec![udp_flow(FlowDirection::Receive)],
+        )),
+    );
+    let store = ResultStore::new();
+    store.record(tcp.clone(), tcp_send_ok(T0));
+    store.record(udp.clone(), udp_ok);
+    let before = store_text(&store);
+    store.record(
+        tcp.clone(),
+        failed("tcp", Direction::Send, T0 + 60, "refused"),
+    );
+    store.record(
+        udp.clone(),
+        failed("udp", Direction::Receive, T0 + 60, "timeout"),
+    );
+    let after = store_text(&store);
+
+    for key in [&tcp, &udp] {
+        let at = [
+            ("target", key.target.as_str()),
+            ("module", key.module.as_str()),
+        ];
+        for (name, want) in &claims.set {
+            let samples = find(&after, name, &at);
+            assert!(
+                !samples.is_empty(),
+                "{name} of {key:?} is not set after a failure"
+            );
+            for s in samples {
+                assert_eq!(s.value, *want, "{name} of {key:?}: {s:?}");
+            }
+        }
+    }
+    // Each family called absent was shown by a success (of one kind or
+    // the other) and is gone after the failure.
+    for name in &claims.absent {
+        assert!(
+            !find(&before, name, &[]).is_empty(),
+            "{name}: no success shows it"
+        );
+        assert!(
+            find(&after, name, &[]).is_empty(),
+            "{name} still shown after a failure"
+        );
+    }
+}

@@ -6,6 +6,7 @@
 use super::{LimitPolicy, ResponderConfig};
 use crate::kinds::kind::Transport;
 use crate::protocol::{Direction, TestRequest};
+use crate::units::plural;
 
 /// A request as the responder will run it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,8 +69,8 @@ pub fn check_limits(r: &TestRequest, c: &ResponderConfig) -> Result<Admission, S
         request.streams = c.max_streams;
         over(
             "max_streams",
-            format!("{} streams", r.streams),
-            format!("{} streams", c.max_streams),
+            plural(r.streams, "stream"),
+            plural(c.max_streams, "stream"),
         )?;
     }
     if c.max_bitrate > 0 && (r.bitrate == 0 || r.bitrate > c.max_bitrate) {
@@ -447,6 +448,26 @@ mod tests {
                 "max_length: buffer length 1048576 bytes clamped to 65536 bytes",
                 "max_window: window 8388608 bytes clamped to 1048576 bytes",
             ]
+        );
+    }
+
+    /// Issue 25 point 7: a limit of one stream reads "1 stream", in the
+    /// clamp note and in the refusal alike.
+    #[test]
+    fn a_limit_of_one_stream_is_said_in_the_singular() {
+        let two = TestRequest {
+            streams: 2,
+            ..request()
+        };
+        let one = |policy| ResponderConfig {
+            max_streams: 1,
+            ..limits(policy)
+        };
+        let a = check_limits(&two, &one(LimitPolicy::Clamp)).unwrap();
+        assert_eq!(a.clamped, ["max_streams: 2 streams clamped to 1 stream"]);
+        assert_eq!(
+            check_limits(&two, &one(LimitPolicy::Refuse)).unwrap_err(),
+            "max_streams: 2 streams exceeds this responder's maximum of 1 stream (limit_policy: refuse)"
         );
     }
 

@@ -225,9 +225,9 @@ pub(super) async fn run(
     if let Err(wait) = shared.admit_client(peer.ip(), config.max_tests_per_client_per_minute) {
         drop(slot);
         let message = format!(
-            "{} has run its allowance of {} tests in the last minute; retry in {}",
+            "{} has run its allowance of {} in the last minute; retry in {}",
             peer.ip(),
-            config.max_tests_per_client_per_minute,
+            crate::units::plural(config.max_tests_per_client_per_minute, "test"),
             whole_seconds(wait)
         );
         limited_info!(shared.log, "allowance", %peer, %message, "test refused");
@@ -339,8 +339,8 @@ pub(super) fn allowances(
         return Err((
             RejectReason::BudgetExhausted,
             format!(
-                "this responder has moved its allowance of {} bytes for the last hour; retry in {}",
-                config.max_bytes_per_hour,
+                "this responder has moved its allowance of {} for the last hour; retry in {}",
+                crate::units::plural(config.max_bytes_per_hour, "byte"),
                 whole_seconds(wait)
             ),
         ));
@@ -353,9 +353,9 @@ pub(super) fn allowances(
         return Err((
             RejectReason::BudgetExhausted,
             format!(
-                "this host has moved its budget of {} bytes for the last hour (its own probes and \
+                "this host has moved its budget of {} for the last hour (its own probes and \
                  the tests it serves); retry in {}",
-                over.limit,
+                crate::units::plural(over.limit, "byte"),
                 whole_seconds(over.retry_after.unwrap_or(crate::byte_budget::WINDOW))
             ),
         ));

@@ -253,6 +253,30 @@ mod tests {
 
     /// check-config states what tracing costs when it is on, and says
     /// nothing of it when it is off; a bad trace key is named.
+    /// Issue 25 point 7: one of each reads in the singular in the OK line.
+    #[test]
+    fn check_config_counts_one_static_target_in_the_singular() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("one.yml");
+        std::fs::write(
+            &path,
+            "modules:\n  tcp: {kind: tcp, duration: 1s}\ntargets:\n  \
+             - {address: '192.0.2.1', modules: [tcp]}\n\
+             discovery:\n  dns:\n    - {names: [h.example], modules: [tcp]}\n",
+        )
+        .unwrap();
+        let report = check_config(&path);
+        assert_eq!(report.code, 0, "{:?}", report.stderr);
+        let ok = &report.stdout[0];
+        assert!(
+            ok.ends_with(
+                ": OK (1 module, 1 static target (1 probe run per interval), \
+                 0 file_sd and 1 dns discovery entry; responder on [::]:5301)"
+            ),
+            "{ok}"
+        );
+    }
+
     #[test]
     fn check_config_states_the_trace_cost() {
         let dir = tempfile::tempdir().unwrap();

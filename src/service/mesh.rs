@@ -315,20 +315,20 @@ pub fn notes(
             // at the same budget (issue 27: adaptive modules' cycle).
             out.push(format!(
                 "note: the interval sets the cycle; at scheduler.mesh.budget of {:.0}% the \
-                 plan needs a cycle of only {} ({} slots of {} s)",
+                 plan needs a cycle of only {} ({} of {} s)",
                 plan.params().budget * 100.0,
                 crate::mesh::groups::span(needed.as_secs_f64()),
-                plan.slots(),
+                crate::units::plural(plan.slots(), "slot"),
                 plan.slot().as_secs_f64()
             ));
         }
         if asked < needed {
             out.push(format!(
                 "warning: the interval of {} s is shorter than the mesh cycle of {} s that \
-                 {} hosts need at a budget of {:.0}%; the service probes every pair once per cycle",
+                 {} need at a budget of {:.0}%; the service probes every pair once per cycle",
                 asked.as_secs(),
                 plan.cycle().as_secs(),
-                plan.members().len(),
+                crate::units::plural(plan.members().len(), "host"),
                 plan.params().budget * 100.0
             ));
         }
@@ -634,7 +634,7 @@ mod tests {
         assert_eq!(
             n,
             [
-                "mesh schedule, grouped by rack: 8 hosts in 3 groups (largest 3), 1 modules: \
+                "mesh schedule, grouped by rack: 8 hosts in 3 groups (largest 3), 1 module: \
                  a cycle of 6 + 6 slots of 11 s (one every 25 s) = 5.0 min; every pair inside a group \
                  and every pair of groups once per cycle, each host to each other group once every \
                  3 cycles (15.0 min) at most; each host in tests 18% of the time on average, at most \

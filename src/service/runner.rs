@@ -421,3 +421,187 @@ impl ProbeRunner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::responder::{Responder, ResponderConfig};
+    use crate::scheduler::{Scheduler, SchedulerConfig};
+    use crate::slot::{Asker, HostSlot};
+
+    /// A runner as `serve` builds it, with its store and service state.
+    fn runner() -> (Arc<ProbeRunner>, Arc<ResultStore>, Arc<ServiceState>) {
+        let state = Arc::new(ServiceState::new(SystemTime::now()));
+        let store = Arc::new(ResultStore::new());
+        let runner = Arc::new(ProbeRunner {
+            store: store.clone(),
+            state: state.clone(),
+            history: Arc::new(super::super::history::History::new(Default::default())),
+            tracer: Arc::new(super::super::tracer::PathTracer::new(
+                &Default::default(),
+                state.paths(),
+            )),
+            rates: Default::default(),
+        });
+        (runner, store, state)
+    }
+
+    /// The one job of a config probing `target` with module `t`.
+    fn job(target: std::net::SocketAddr, interval: &str) -> Job<ProbeJob> {
+        let yaml = format!(
+            "modules:\n  t: {{kind: tcp, duration: 500ms}}\n\
+             targets:\n  - {{address: '{target}', modules: [t], interval: {interval}}}\n"
+        );
+        let config = Config::from_yaml(&yaml, "runner.yml").unwrap();
+        let mut jobs = super::super::jobs::build(&config, &[], |_| false);
+        assert_eq!(jobs.len(), 1);
+        jobs.remove(0)
+    }
+
+    /// The value of the scrape's sample of `name` whose labels include
+    /// every one of `labels` (`key="value"`); None if there is none.
+    fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| labels.iter().all(|want| l.contains(want)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    fn scrape(store: &ResultStore, state: &ServiceState) -> String {
+        crate::metrics::render(store, &Default::default(), None, state).unwrap()
+    }
+
+    /// Issue 25 point 4: a run its responder first answers busy, and that
+    /// the scheduler retries after the hint to success, is one busy retry
+    /// and one success; no probe failed busy.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_answer_retried_to_success_is_a_retry_not_a_failure() {
+        // The responder's own slot, held by a test it serves for 300 ms.
+        let responder_slot = HostSlot::new();
+        let held = responder_slot
+            .try_serve(1, std::time::Instant::now() + Duration::from_millis(300))
+            .unwrap();
+        let (tcp, udp) = crate::responder::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let responder =
+            Responder::with_slot(tcp, udp, ResponderConfig::default(), responder_slot).unwrap();
+        let addr = responder.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(responder.serve(async {
+            let _ = stopped.await;
+        }));
+
+        let (runner, store, state) = runner();
+        let config = SchedulerConfig {
+            jitter: 0.0,
+            busy_backoff: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let mut scheduler = Scheduler::new(runner, config, state.host_slot());
+        let job = job(addr, "60s");
+        let key = job.payload.store_key(&job.key);
+        scheduler.update(vec![job]);
+        // Busy first: the served test holds the responder's slot.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut held = Some(held);
+        while store.latest_of(&key).is_empty() {
+            let retried = sample(
+                &scrape(&store, &state),
+                "pathprobe_scheduler_busy_retries_total",
+                &[],
+            );
+            if held.is_some() && retried == Some(1.0) {
+                // The served test ends: the retry finds the responder free.
+                held = None;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no result in 20 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        scheduler.shutdown().await;
+        let _ = stop.send(());
+        let _ = serving.await;
+        assert!(held.is_none(), "the run was never told busy");
+
+        let outcomes = store.latest_of(&key);
+        assert!(outcomes[0].result.is_ok(), "{outcomes:?}");
+        let s = scrape(&store, &state);
+        let retries = sample(&s, "pathprobe_scheduler_busy_retries_total", &[]);
+        assert_eq!(retries, Some(1.0), "{s}");
+        let probes = |result: &str| {
+            let label = format!("result=\"{result}\"");
+            sample(&s, "pathprobe_probes_total", &[&label]).unwrap_or(0.0)
+        };
+        assert_eq!(probes("success"), 1.0, "{s}");
+        assert_eq!(probes("busy"), 0.0, "{s}");
+        let skipped = sample(
+            &s,
+            "pathprobe_scheduler_runs_skipped_total",
+            &["reason=\"busy\""],
+        );
+        assert_eq!(skipped.unwrap_or(0.0), 0.0, "{s}");
+    }
+
+    /// Issue 25 point 4: a run that gave way to the peer it probes, and
+    /// then found the slot taken until its next run, was crowded out:
+    /// missed, not busy (no responder said busy), and no failed probe.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_that_gave_way_and_lost_its_turn_is_missed_not_busy() {
+        // A peer that takes the connection and never answers: the probe
+        // is still setting up, moving no data, when the peer asks.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = listener.local_addr().unwrap();
+        let (runner, store, state) = runner();
+        let interval = Duration::from_secs(10);
+        let job = job(target, "10s");
+        // A seed whose phase starts the first run within a second: a
+        // planned run, not the opportunistic one after start that is not
+        // counted when crowded out.
+        let seed = (0..10_000)
+            .map(|i| format!("seed{i}"))
+            .find(|s| crate::scheduler::phase(&job.key, s, interval) < Duration::from_millis(500))
+            .unwrap();
+        let offset = crate::scheduler::phase(&job.key, &seed, interval);
+        let config = SchedulerConfig {
+            jitter: 0.0,
+            phase_seed: seed,
+            ..Default::default()
+        };
+        let slot = state.host_slot();
+        let mut scheduler = Scheduler::new(runner, config, slot.clone());
+        scheduler.update(vec![job]);
+        tokio::time::sleep(offset + Duration::from_millis(100)).await;
+        // The peer (a port above ours on the same address) asks for a test
+        // and holds the slot past our next run.
+        let asker = Asker {
+            peer: std::net::SocketAddr::new(target.ip(), 40000),
+            local: std::net::SocketAddr::new(target.ip(), 1),
+        };
+        let served = slot
+            .try_serve_from(
+                1,
+                std::time::Instant::now() + Duration::from_secs(60),
+                Some(asker),
+            )
+            .expect("the run gives way");
+        assert_eq!(slot.counters().yields(), 1);
+        tokio::time::sleep(interval).await;
+        let s = scrape(&store, &state);
+        scheduler.shutdown().await;
+        drop(served);
+        let skipped = |reason: &str| {
+            let label = format!("reason=\"{reason}\"");
+            sample(&s, "pathprobe_scheduler_runs_skipped_total", &[&label]).unwrap_or(0.0)
+        };
+        assert_eq!(skipped("missed"), 1.0, "{s}");
+        assert_eq!(skipped("busy"), 0.0, "{s}");
+        assert_eq!(
+            sample(&s, "pathprobe_probes_total", &["result=\"busy\""]).unwrap_or(0.0),
+            0.0,
+            "{s}"
+        );
+        assert!(store.latest().is_empty(), "{:?}", store.latest());
+    }
+}

@@ -529,7 +529,7 @@ fn clamping_is_printed_and_the_allow_list_refuses() {
     );
     assert!(
         text.contains(
-            "note: the responder clamped this test: max_streams: 2 streams clamped to 1 streams\n"
+            "note: the responder clamped this test: max_streams: 2 streams clamped to 1 stream\n"
         ),
         "{text}"
     );

@@ -17,6 +17,7 @@ mod crr;
 mod dashboards;
 mod deploy;
 mod diagnosis;
+mod docs;
 mod e2e;
 mod faults;
 mod hostile;

@@ -202,7 +202,7 @@ async fn requests_over_the_limits_are_clamped_and_the_prober_is_told() {
         r.clamped,
         [
             "max_duration: duration 3 s clamped to 0.5 s",
-            "max_streams: 2 streams clamped to 1 streams"
+            "max_streams: 2 streams clamped to 1 stream"
         ]
     );
     // What was asked stays beside what ran: the figures describe the
@@ -220,7 +220,7 @@ async fn requests_over_the_limits_are_clamped_and_the_prober_is_told() {
         json["clamped"],
         serde_json::json!([
             "max_duration: duration 3 s clamped to 0.5 s",
-            "max_streams: 2 streams clamped to 1 streams"
+            "max_streams: 2 streams clamped to 1 stream"
         ])
     );
     assert!(pathprobe::report::text(&r, false).contains(
@@ -552,7 +552,7 @@ async fn a_client_over_its_tests_per_minute_is_refused_with_a_retry_time() {
             assert_eq!(reason, RejectReason::RateLimited);
             assert!(
                 message.starts_with(
-                    "127.0.0.1 has run its allowance of 1 tests in the last minute; retry in "
+                    "127.0.0.1 has run its allowance of 1 test in the last minute; retry in "
                 ),
                 "{message}"
             );
@@ -578,7 +578,7 @@ async fn the_hourly_byte_budget_stops_further_tests_once_spent() {
             assert_eq!(reason, RejectReason::BudgetExhausted);
             assert!(
                 message.starts_with(
-                    "this responder has moved its allowance of 1 bytes for the last hour; retry in "
+                    "this responder has moved its allowance of 1 byte for the last hour; retry in "
                 ),
                 "{message}"
             );

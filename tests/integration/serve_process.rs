@@ -240,7 +240,7 @@ fn check_config_states_the_cost_and_coverage_of_a_grouped_mesh() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains(
-            "mesh schedule, grouped by rack: 24 hosts in 4 groups (largest 6), 1 modules: \
+            "mesh schedule, grouped by rack: 24 hosts in 4 groups (largest 6), 1 module: \
              a cycle of 10 + 6 slots of 11 s (one every 30 s) = 8.0 min; every pair inside a group \
              and every pair of groups once per cycle, each host to each other group once every \
              6 cycles (48.0 min) at most; each host in tests 25% of the time on average, at most \
@@ -295,7 +295,7 @@ fn check_config_states_the_cost_and_coverage_of_a_grouped_mesh() {
     assert_eq!(
         lines,
         [
-            "mesh schedule, grouped by site: 5 hosts in 3 groups (largest 2), 1 modules: \
+            "mesh schedule, grouped by site: 5 hosts in 3 groups (largest 2), 1 module: \
              a cycle of 2 + 6 slots of 10 s (one every 20 s) = 2.7 min; every pair inside a group \
              and every pair of groups once per cycle, each host to each other group once every \
              2 cycles (5.3 min) at most; each host in tests 25% of the time on average, at most \

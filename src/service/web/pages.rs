@@ -683,7 +683,7 @@ pub(super) fn fleet(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, R
     modules.sort_unstable();
     modules.dedup();
     let head = html! {
-        h1 { "Fleet " small { "from " (view.host) " (this host) to " (dests.len()) " peers" } }
+        h1 { "Fleet " small { "from " (view.host) " (this host) to " (crate::units::plural(dests.len(), "peer")) } }
         "\n"
         p {
             "The latest figure from this host to each peer, by module: throughput, or the \

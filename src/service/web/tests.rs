@@ -692,6 +692,20 @@ fn durations_read_as_words() {
 }
 
 /// Issue 25.11: "tcp · tcp" says the kind twice.
+/// Issue 25 point 7: "to 1 peer", "to 3 peers".
+#[test]
+fn the_fleet_counts_its_peers_in_the_right_number() {
+    let mut f = fixture();
+    let head = |f: &Fixture| {
+        let body = f.get("/fleet", None).body;
+        let at = body.find("(this host) to ").expect("the fleet's heading");
+        body[at..].split('<').next().unwrap().to_string()
+    };
+    assert_eq!(head(&f), "(this host) to 3 peers");
+    f.jobs.truncate(1);
+    assert_eq!(head(&f), "(this host) to 1 peer");
+}
+
 #[test]
 fn a_card_names_the_kind_once() {
     let mut f = fixture();

@@ -38,6 +38,14 @@
 //! the estimate, the minimum duration has passed, and the span's first and
 //! second halves agree within the precision too.
 //!
+//! A probe that cannot converge stops early, `out_of_reach`: once the
+//! span has ten batches and a quarter of the maximum has passed, the rule
+//! asks what the interval could be at the maximum if it narrowed as one
+//! over the square root of the time, from the smallest spread any
+//! batching of the span shows; wider than three times the precision, and
+//! the rest of the probe would only cost bytes ([`Estimator::best_at_max`],
+//! docs/ADAPTIVE.md).
+//!
 //! ## Where it is not
 //!
 //! A rate that changes during the probe (a competing flow arrives, a

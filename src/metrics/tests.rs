@@ -2259,7 +2259,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
             ("reason", r),
         ]
     };
-    for r in ["converged", "max_duration", "budget", "cut"] {
+    for r in ["converged", "max_duration", "budget", "cut", "out_of_reach"] {
         assert_eq!(
             value(
                 &s,

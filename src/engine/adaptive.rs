@@ -1136,7 +1136,7 @@ mod tests {
         // starts at the first interval within 10% of the one before,
         // which a rate that swings by 30% meets late (the last two spans
         // began at 1.7 and 3.4 s).
-        assert!(stops.iter().all(|&t| t >= 1.25 && t < 4.5), "{stops:?}");
+        assert!(stops.iter().all(|t| (1.25..4.5).contains(t)), "{stops:?}");
         assert!(stops[9] < 1.85 && stops[17] < 2.2, "{stops:?}");
     }
 

@@ -644,6 +644,18 @@ fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
             got / 1e6,
             (got / e.bits_per_second - 1.0) * 100.0
         )
+    } else if let Some(best) = a
+        .best_half_width_at_max_bits_per_second
+        .filter(|_| a.stop_reason == crate::protocol::adaptive::StopReason::OutOfReach)
+    {
+        // Stopped early: say how far the precision was, so that nobody
+        // takes the early stop for a figure that would have come.
+        format!(
+            "adaptive: NOT converged (out_of_reach): last estimate {figure}; the {:.2} s maximum could have given ±{:.2}% at best, the asked ±{:.2}% out of reach: not precise; {took}\n",
+            a.max_duration_seconds,
+            best / e.bits_per_second * 100.0,
+            a.precision * 100.0
+        )
     } else {
         format!(
             "adaptive: NOT converged ({}): last estimate {figure}, short of the asked ±{:.2}%: not precise; {took}\n",
@@ -1512,6 +1524,7 @@ mod tests {
             bytes: 30_000_000,
             responder_agreed: true,
             receiver_bits_per_second: Some(194e6),
+            best_half_width_at_max_bits_per_second: None,
         };
         let line = adaptive_line(&a);
         assert!(
@@ -1523,5 +1536,43 @@ mod tests {
         a.converged = true;
         a.receiver_bits_per_second = Some(300.5e6);
         assert!(adaptive_line(&a).starts_with("adaptive: converged: 300.0000"));
+    }
+
+    #[test]
+    fn an_out_of_reach_stop_says_the_best_the_maximum_could_have_given() {
+        use crate::engine::adaptive::{AdaptiveOutcome, Estimate};
+        use crate::protocol::adaptive::StopReason;
+        let a = AdaptiveOutcome {
+            stop_reason: StopReason::OutOfReach,
+            converged: false,
+            precision: 0.01,
+            min_duration_seconds: 0.5,
+            max_duration_seconds: 5.0,
+            estimate: Some(Estimate {
+                bits_per_second: 290e6,
+                half_width_bits_per_second: 43.5e6,
+                span_start_seconds: 0.3,
+                span_seconds: 1.0,
+                intervals: 10,
+                batches: 10,
+                restarts: 0,
+            }),
+            elapsed_seconds: 1.3,
+            bytes: 47_000_000,
+            responder_agreed: true,
+            receiver_bits_per_second: None,
+            best_half_width_at_max_bits_per_second: Some(14.5e6),
+        };
+        let line = adaptive_line(&a);
+        assert!(
+            line.starts_with("adaptive: NOT converged (out_of_reach): last estimate 290.0000 ± 43.5000 Mbps (95%, ±15.00%)")
+                && line.contains("the 5.00 s maximum could have given ±5.00% at best, the asked ±1.00% out of reach: not precise; took 1.30 s"),
+            "{line}"
+        );
+        let v: serde_json::Value = serde_json::to_value(a).unwrap();
+        assert_eq!(v["stop_reason"], "out_of_reach");
+        assert_eq!(v["converged"], false);
+        assert_eq!(v["best_half_width_at_max_bits_per_second"], 14.5e6);
+        assert_eq!(v["estimate"]["half_width_bits_per_second"], 43.5e6);
     }
 }

@@ -814,7 +814,7 @@ pub static ADAPTIVE_STOPS_TOTAL: MetricDef = def(
     Counter,
     "pathprobe_adaptive_stops_total",
     &[REASON],
-    "Adaptive probes (duration: auto) since the service started, by why they stopped: converged (the rate known to the module's precision), max_duration (not converged: the figure is not precise), budget (a byte budget ended it), cut (the peer or the slot ended it first). Every reason exists at 0 from the start for an adaptive module.",
+    "Adaptive probes (duration: auto) since the service started, by why they stopped: converged (the rate known to the module's precision), max_duration (not converged: the figure is not precise), budget (a byte budget ended it), cut (the peer or the slot ended it first), out_of_reach (not converged, stopped early: even an optimistic square-root law could not have brought the interval within three times the precision by max_duration). Every reason exists at 0 from the start for an adaptive module.",
 );
 pub static ADAPTIVE_CONVERGED: MetricDef = def(
     Probe,

@@ -1161,6 +1161,7 @@ fn rich_scrape() -> String {
                     bytes: 800_000,
                     responder_agreed: true,
                     receiver_bits_per_second: None,
+                    best_half_width_at_max_bits_per_second: None,
                 }),
                 ..result(
                     Kind::Udp,
@@ -2258,7 +2259,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
             ("reason", r),
         ]
     };
-    for r in ["converged", "max_duration", "budget", "cut"] {
+    for r in ["converged", "max_duration", "budget", "cut", "out_of_reach"] {
         assert_eq!(
             value(
                 &s,
@@ -2282,6 +2283,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
             bytes: 1,
             responder_agreed: true,
             receiver_bits_per_second: None,
+            best_half_width_at_max_bits_per_second: None,
         });
     }
     store.record(ProbeKey::new("b", "tcp_send"), probe);

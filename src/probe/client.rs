@@ -672,6 +672,9 @@ impl AdaptiveControl {
             bytes,
             responder_agreed: true,
             receiver_bits_per_second: receiver,
+            best_half_width_at_max_bits_per_second: (reason == StopReason::OutOfReach)
+                .then(|| self.estimator.reachable_half_width())
+                .flatten(),
         }
     }
 }

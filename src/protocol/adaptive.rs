@@ -69,6 +69,14 @@ pub enum StopReason {
     Budget,
     /// Something else ended it first (the peer, a slot's end).
     Cut,
+    /// Not converged, and stopped early: even if the interval narrowed
+    /// as fast as independent samples allow, it could not have come
+    /// within three times the precision by the maximum, so running on
+    /// would only have cost bytes (engine/adaptive.rs). Added after the
+    /// first adaptive release, which reads it as [`StopReason::Other`]
+    /// and still ends the test and cuts its figures: a responder acts on
+    /// `End` whatever its reason.
+    OutOfReach,
     /// A reason a later release added.
     #[serde(other)]
     Other,
@@ -76,11 +84,12 @@ pub enum StopReason {
 
 impl StopReason {
     /// Every reason a metric's `reason` label takes, in order.
-    pub const ALL: [StopReason; 4] = [
+    pub const ALL: [StopReason; 5] = [
         StopReason::Converged,
         StopReason::MaxDuration,
         StopReason::Budget,
         StopReason::Cut,
+        StopReason::OutOfReach,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +98,7 @@ impl StopReason {
             StopReason::MaxDuration => "max_duration",
             StopReason::Budget => "budget",
             StopReason::Cut => "cut",
+            StopReason::OutOfReach => "out_of_reach",
             StopReason::Other => "other",
         }
     }
@@ -158,6 +168,65 @@ mod tests {
             serde_json::to_string(&StopReason::MaxDuration).unwrap(),
             "\"max_duration\""
         );
+    }
+
+    /// `StopReason` as the first adaptive release has it: no
+    /// `out_of_reach`. Kept here, not imported, because it is the older
+    /// peer's view of the wire that is under test.
+    #[derive(Debug, PartialEq, Eq, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum FirstReleaseReason {
+        Converged,
+        MaxDuration,
+        Budget,
+        Cut,
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct FirstReleaseEnd {
+        #[serde(rename = "type")]
+        ty: String,
+        span_start_us: u64,
+        reason: FirstReleaseReason,
+    }
+
+    #[test]
+    fn an_out_of_reach_end_is_additive_and_an_older_release_reads_other() {
+        let frame = serde_json::to_string(&crate::protocol::message::Message::End(TestEnd {
+            span_start_us: 312_000,
+            reason: StopReason::OutOfReach,
+        }))
+        .unwrap();
+        // The frame is the existing `end` message; only the value is new.
+        assert_eq!(
+            frame,
+            r#"{"type":"end","span_start_us":312000,"reason":"out_of_reach"}"#
+        );
+        // An older responder reads it as an `end` of some other reason,
+        // with the span intact: it ends its senders and cuts its figures
+        // as for any `end`.
+        let old: FirstReleaseEnd = serde_json::from_str(&frame).unwrap();
+        assert_eq!(old.ty, "end");
+        assert_eq!(old.span_start_us, 312_000);
+        assert_eq!(old.reason, FirstReleaseReason::Other);
+        // The reasons that release knows still read as themselves.
+        for r in &StopReason::ALL[..4] {
+            let v: FirstReleaseReason = serde_json::from_str(&format!("\"{r}\"")).unwrap();
+            assert_ne!(v, FirstReleaseReason::Other, "{r}");
+        }
+        // And this release reads its own value back.
+        let back: crate::protocol::message::Message = serde_json::from_str(&frame).unwrap();
+        assert_eq!(
+            back,
+            crate::protocol::message::Message::End(TestEnd {
+                span_start_us: 312_000,
+                reason: StopReason::OutOfReach,
+            })
+        );
+        assert_eq!(StopReason::OutOfReach.as_str(), "out_of_reach");
+        assert!(StopReason::ALL.contains(&StopReason::OutOfReach));
     }
 
     #[test]

@@ -367,12 +367,16 @@ fn message() -> impl Strategy<Value = Message> {
         Just(Message::Start),
         side_stats().prop_map(|s| Message::Results(Box::new(s))),
         text().prop_map(|message| Message::Error { message }),
-        (any::<u64>(), 0..4usize).prop_map(|(span_start_us, r)| Message::End(
-            crate::protocol::adaptive::TestEnd {
-                span_start_us,
-                reason: crate::protocol::adaptive::StopReason::ALL[r],
-            }
-        )),
+        (
+            any::<u64>(),
+            0..crate::protocol::adaptive::StopReason::ALL.len()
+        )
+            .prop_map(|(span_start_us, r)| Message::End(
+                crate::protocol::adaptive::TestEnd {
+                    span_start_us,
+                    reason: crate::protocol::adaptive::StopReason::ALL[r],
+                }
+            )),
         any::<(u64, u64)>().prop_map(|(at_us, bytes)| Message::Progress(
             crate::protocol::adaptive::Progress { at_us, bytes }
         )),

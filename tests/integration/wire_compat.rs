@@ -624,3 +624,85 @@ async fn an_adaptive_udp_probe_is_judged_on_the_responders_progress() {
     assert!(a.elapsed_seconds < 10.0, "{a:?}");
     assert!(r.clamped.is_empty(), "{:?}", r.clamped);
 }
+
+/// Issue 27: a probe whose precision is out of reach (1 ppm: no 100 ms
+/// rate on loopback is that steady) stops early, once a quarter of its
+/// 10 s maximum has passed, says `out_of_reach`, and sends `end` with that
+/// reason. The responder it meets is made to read the reason as an older
+/// release does (the recorder renames it to one this release does not
+/// know, which reads as `other`, as `out_of_reach` does there): it still
+/// ends the test at once and cuts its figures to the span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_reach_probe_ends_early_and_an_older_responder_follows() {
+    let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
+    let rec = Recorder::rewriting(addr, |who, mut v| {
+        if who == "prober" && v["type"] == "end" && v["reason"] == "out_of_reach" {
+            v["reason"] = json!("a_reason_of_a_later_release");
+        }
+        v
+    })
+    .await;
+    let spec = ProbeSpec {
+        // The responder sends: its senders must obey `end` for the test
+        // to end early.
+        direction: pathprobe::probe::Direction::Receive,
+        adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
+            min_duration_ms: 300,
+            precision_ppm: 1,
+            receiver_progress: false,
+        }),
+        ..adaptive_tcp()
+    };
+    let started = std::time::Instant::now();
+    let r = probe::probe(&Target::from_addr(rec.addr), &spec)
+        .await
+        .expect("the probe completes");
+    let took = started.elapsed();
+    let a = r.adaptive.expect("an adaptive result");
+    assert_eq!(a.stop_reason, StopReason::OutOfReach, "{a:?}");
+    assert!(!a.converged, "{a:?}");
+    assert!(a.responder_agreed, "{a:?}");
+    // Judged from 2.5 s on (a quarter of 10 s), once ten batches are in.
+    assert!(
+        (2.5..6.0).contains(&a.elapsed_seconds),
+        "stopped at {}",
+        a.elapsed_seconds
+    );
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let est = a.estimate.expect("an estimate");
+    let best = a
+        .best_half_width_at_max_bits_per_second
+        .expect("the best the maximum could give");
+    assert!(best > 3.0 * 1e-6 * est.bits_per_second, "{best} {est:?}");
+    // The frame the responder got: `end`, before its results, with the
+    // reason it cannot name.
+    let frames = rec.frames();
+    let end = frames
+        .iter()
+        .position(|f| f["message"]["type"] == "end")
+        .expect("an end frame");
+    assert_eq!(frames[end]["message"]["reason"], "out_of_reach");
+    let results = frames
+        .iter()
+        .position(|f| f["message"]["type"] == "results" && f["from"] == "responder")
+        .expect("the responder's results");
+    assert!(end < results);
+    // The responder cut its figures to the span: its seconds are the
+    // span's, not the test's since its start.
+    let remote = &frames[results]["message"];
+    let seconds = remote["streams"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .filter_map(|s| s["seconds"].as_f64())
+                .reduce(f64::max)
+        })
+        .unwrap_or_else(|| panic!("no stream seconds in {remote}"));
+    assert!(
+        seconds < a.elapsed_seconds - est.span_start_seconds + 0.3
+            && seconds > est.span_seconds - 0.3,
+        "the responder's {seconds} s against a span of {} s from {} s: {remote}",
+        est.span_seconds,
+        est.span_start_seconds
+    );
+}

@@ -431,6 +431,66 @@ pub fn new_token() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::adaptive::{StopReason, TestEnd};
+
+    /// `StopReason` as the first adaptive release has it: no
+    /// `out_of_reach`. Kept here, not imported, because it is the older
+    /// peer's view of the wire that is under test.
+    #[derive(Debug, PartialEq, Eq, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum FirstReleaseReason {
+        Converged,
+        MaxDuration,
+        Budget,
+        Cut,
+        #[serde(other)]
+        Other,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct FirstReleaseEnd {
+        #[serde(rename = "type")]
+        ty: String,
+        span_start_us: u64,
+        reason: FirstReleaseReason,
+    }
+
+    #[test]
+    fn an_out_of_reach_end_is_additive_and_an_older_release_reads_other() {
+        let frame = serde_json::to_string(&Message::End(TestEnd {
+            span_start_us: 312_000,
+            reason: StopReason::OutOfReach,
+        }))
+        .unwrap();
+        // The frame is the existing `end` message; only the value is new.
+        assert_eq!(
+            frame,
+            r#"{"type":"end","span_start_us":312000,"reason":"out_of_reach"}"#
+        );
+        // An older responder reads it as an `end` of some other reason,
+        // with the span intact: it ends its senders and cuts its figures
+        // as for any `end`.
+        let old: FirstReleaseEnd = serde_json::from_str(&frame).unwrap();
+        assert_eq!(old.ty, "end");
+        assert_eq!(old.span_start_us, 312_000);
+        assert_eq!(old.reason, FirstReleaseReason::Other);
+        // The reasons that release knows still read as themselves.
+        for r in &StopReason::ALL[..4] {
+            let v: FirstReleaseReason = serde_json::from_str(&format!("\"{r}\"")).unwrap();
+            assert_ne!(v, FirstReleaseReason::Other, "{r}");
+        }
+        // And this release reads its own value back.
+        let back: Message = serde_json::from_str(&frame).unwrap();
+        assert_eq!(
+            back,
+            Message::End(TestEnd {
+                span_start_us: 312_000,
+                reason: StopReason::OutOfReach,
+            })
+        );
+        assert_eq!(StopReason::OutOfReach.as_str(), "out_of_reach");
+        assert!(StopReason::ALL.contains(&StopReason::OutOfReach));
+    }
 
     fn request() -> TestRequest {
         TestRequest {

@@ -8,7 +8,10 @@
 //! grouped plan; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
 //! shipped example's modules, fixed (config/examples/mesh.yml) and
 //! adaptive (config/examples/mesh-adaptive.yml): cycle, coverage, share and
-//! bytes per host per hour, full mesh and grouped.
+//! bytes per host per hour, full mesh and grouped; the series each host
+//! and the fleet export, and with federation by group
+//! (config/federation.yml) what each group's Prometheus and the global
+//! one hold.
 //!
 //! The model, per host: a clock off by up to ±50 ms; a test occupies its
 //! two hosts for the module's run plus 2 s of set-up. In the mesh, a test
@@ -557,6 +560,81 @@ fn series_table(sizes: &[usize]) {
                 m(fleet_total(Detail::Fleet, n, fleet_paths, MODULES, SKIPS)),
             );
         }
+    }
+    federation_table(sizes);
+}
+
+/// Federation by group (config/federation.yml, docs/MESH.md): the grouped
+/// plan's series in each group's Prometheus (its hosts' own, scraped, plus
+/// what the rules record there) and in the global one, which federates
+/// only the pair-of-groups series, at both detail levels. The pair series
+/// are counted from the rules' own list (`budget::GROUP_PAIR_RECORDS`,
+/// held to the file by tests/integration/rules.rs) for these modules: TCP
+/// both ways (2 directions, a throughput flow each) and UDP one way (a
+/// throughput flow and its loss).
+fn federation_table(sizes: &[usize]) {
+    use pathprobe::config::Detail;
+    use pathprobe::metrics::budget::{fleet_total, Federation, HostSeries, PairPaths};
+    const PATHS: usize = 3;
+    const MODULES: usize = 2;
+    const SKIPS: usize = 3;
+    let pair = PairPaths {
+        directions: 3,
+        throughput_flows: 3,
+        udp_flows: 1,
+        rr_directions: 0,
+        udp_rr_flows: 0,
+    }
+    .series();
+    let m = |x: u128| {
+        if x >= 1_000_000 {
+            format!("{:.1} M", x as f64 / 1e6)
+        } else if x >= 10_000 {
+            format!("{:.0} k", x as f64 / 1e3)
+        } else {
+            x.to_string()
+        }
+    };
+    println!();
+    println!("federation by group: {pair} series per pair of groups (config/federation.yml)");
+    println!("| N | groups | fleet total, fleet (one Prometheus) | group's Prometheus, full: scraped + recorded | group's Prometheus, fleet: scraped + recorded | global Prometheus (either level): pairs × series |");
+    println!("|---|---|---|---|---|---|");
+    for &n in sizes {
+        let size = ((n as f64).sqrt().round() as usize).max(2);
+        let sizes: Vec<usize> = (0..n)
+            .collect::<Vec<_>>()
+            .chunks(size)
+            .map(<[usize]>::len)
+            .collect();
+        let groups = sizes.len();
+        let host = |detail, paths| {
+            HostSeries {
+                detail,
+                paths,
+                modules: MODULES,
+                skip_reasons: SKIPS,
+            }
+            .total()
+        };
+        let full = Federation::new(&sizes, host(Detail::Full, PATHS * (n - 1)), pair);
+        let fleet_paths = PATHS * (size - 1 + groups - 1);
+        let fleet = Federation::new(&sizes, host(Detail::Fleet, fleet_paths), pair);
+        let pairs = fleet.global / pair as u128;
+        println!(
+            "| {n} | {groups} of up to {size} | {} | {} = {} + {} | {} = {} + {} | {} = {pairs} × {pair} |",
+            m(fleet_total(Detail::Fleet, n, fleet_paths, MODULES, SKIPS)),
+            m(full.per_group()),
+            m(full.scraped),
+            m(full.recorded),
+            m(fleet.per_group()),
+            m(fleet.scraped),
+            m(fleet.recorded),
+            m(fleet.global),
+        );
+        assert_eq!(
+            full.global, fleet.global,
+            "the rules record the same pairs at both levels"
+        );
     }
 }
 

@@ -42,6 +42,8 @@ pub mod label {
     pub const HOP: &str = "hop";
     pub const ADDRESS: &str = "address";
     pub const ROLE: &str = "role";
+    pub const GROUP_BY: &str = "group_by";
+    pub const GROUP: &str = "group";
 }
 
 use label::*;
@@ -748,6 +750,13 @@ pub static MESH_MEMBERS: MetricDef = def(
     &[],
     "Hosts in the mesh plan in force, this one included (mesh mode only).",
 );
+pub static MESH_GROUP_INFO: MetricDef = def(
+    Service,
+    Gauge,
+    "pathprobe_mesh_group_info",
+    &[GROUP_BY, GROUP],
+    "Always 1, in a mesh grouped by scheduler.mesh.group_by only: the label the plan groups by and this host's own value of it (empty when its entry has none), the group it probes from. config/federation.yml's group-level rules join it on instance to tell each result's source group.",
+);
 
 pub static PROBE_LAST_SUCCESS: MetricDef = def(
     Probe,
@@ -941,6 +950,7 @@ pub static ALL: &[&MetricDef] = &[
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,
     &MESH_MEMBERS,
+    &MESH_GROUP_INFO,
     &PROBE_LAST_SUCCESS,
     &PROBE_CROSS_TRAFFIC,
     &TRACES,
@@ -1095,7 +1105,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 101);
+        assert_eq!(ALL.len(), 102);
     }
 
     #[test]

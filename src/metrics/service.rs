@@ -35,13 +35,17 @@ struct Lag {
 }
 
 /// The mesh plan's figures, as the gauges show them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MeshFigures {
     pub cycle: Duration,
     pub slot: Duration,
     /// The margin a slot leaves for clock skew between members.
     pub guard: Duration,
     pub members: usize,
+    /// In a grouped plan, `scheduler.mesh.group_by` and this host's value
+    /// of it: a group-level Prometheus needs the source group of every
+    /// result, and only the host knows which entry is its own.
+    pub group: Option<(String, String)>,
 }
 
 /// State the service updates and /metrics shows: configuration reloads,
@@ -276,12 +280,22 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
     }
     out.add(&names::HOST_SLOT_YIELDS, &[], c.yields() as f64);
     out.add(&names::HOST_SLOT_SETTLES, &[], c.settles() as f64);
-    let mesh = *s.mesh.lock().unwrap_or_else(|p| p.into_inner());
+    let mesh = s.mesh.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(m) = mesh {
         out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());
         out.add(&names::MESH_SLOT_SECONDS, &[], m.slot.as_secs_f64());
         out.add(&names::MESH_GUARD_SECONDS, &[], m.guard.as_secs_f64());
         out.add(&names::MESH_MEMBERS, &[], m.members as f64);
+        if let Some((label, value)) = &m.group {
+            out.add(
+                &names::MESH_GROUP_INFO,
+                &[
+                    (names::label::GROUP_BY, label.as_str()),
+                    (names::label::GROUP, value.as_str()),
+                ],
+                1.0,
+            );
+        }
     }
 }
 

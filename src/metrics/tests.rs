@@ -1188,6 +1188,7 @@ fn rich_scrape() -> String {
         slot: Duration::from_secs(20),
         guard: Duration::from_secs(1),
         members: 10,
+        group: Some(("rack".into(), "r1".into())),
     }));
     traced(&service);
     render(&store, &HostMetrics::default(), Some(&counters), &service).unwrap()
@@ -1307,6 +1308,7 @@ fn direct_text_matches_prometheus_text_encoder() {
         slot: Duration::from_secs(20),
         guard: Duration::from_secs(1),
         members: 10,
+        group: Some(("rack".into(), "r1".into())),
     }));
     traced(&service);
     let readings = fixture_readings();

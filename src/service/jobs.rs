@@ -68,11 +68,25 @@ fn own_group(
     discovered: &[DiscoveredTarget],
     is_local: &impl Fn(&Target) -> bool,
 ) -> Option<(String, String)> {
+    if config.metrics.detail != Detail::Fleet {
+        return None;
+    }
+    host_group(config, discovered, is_local)
+}
+
+/// In a planned mesh grouped by `scheduler.mesh.group_by`: the label and
+/// this host's own value of it (empty without it), at either detail
+/// level; `None` outside such a mesh or when no entry is this host's.
+/// The same entry [`build`] compares its peers' groups with, so that
+/// `pathprobe_mesh_group_info` names the group the between-group series
+/// are exported from.
+pub fn host_group(
+    config: &Config,
+    discovered: &[DiscoveredTarget],
+    is_local: &impl Fn(&Target) -> bool,
+) -> Option<(String, String)> {
     let label = config.scheduler.mesh.group_by.as_ref()?;
-    if config.metrics.detail != Detail::Fleet
-        || !config.discovery.mesh
-        || !config.scheduler.mesh.planned
-    {
+    if !config.discovery.mesh || !config.scheduler.mesh.planned {
         return None;
     }
     let statics = config
@@ -378,6 +392,29 @@ mod fleet_tests {
             "{}",
             f.sentence()
         );
+    }
+
+    /// `pathprobe_mesh_group_info` says which group a host probes from,
+    /// at either detail level (config/federation.yml needs it at both), and
+    /// nothing outside a grouped planned mesh.
+    #[test]
+    fn a_host_knows_its_own_group_at_either_detail() {
+        let rack = Some(("rack".to_string(), "r1".to_string()));
+        assert_eq!(host_group(&racks("fleet"), &[], &me), rack);
+        assert_eq!(host_group(&racks("full"), &[], &me), rack);
+        let in_r3 = |t: &Target| t.host == "10.0.2.4";
+        assert_eq!(
+            host_group(&racks("full"), &[], &in_r3),
+            Some(("rack".to_string(), "r3".to_string()))
+        );
+        // Not a member: no group.
+        assert_eq!(host_group(&racks("fleet"), &[], &|_: &Target| false), None);
+        let mut plain = racks("fleet");
+        plain.scheduler.mesh.group_by = None;
+        assert_eq!(host_group(&plain, &[], &me), None);
+        let mut unplanned = racks("fleet");
+        unplanned.scheduler.mesh.planned = false;
+        assert_eq!(host_group(&unplanned, &[], &me), None);
     }
 
     #[test]

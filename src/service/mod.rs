@@ -381,6 +381,7 @@ pub async fn run(
                     slot: schedule.plan.slot(),
                     guard: schedule.guard,
                     members: schedule.plan.members().len(),
+                    group: jobs::host_group(cfg, &discovered, &is_local_target),
                 }));
                 mesh.update(Some(schedule));
                 rest

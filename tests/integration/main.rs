@@ -20,6 +20,7 @@ mod diagnosis;
 mod docs;
 mod e2e;
 mod faults;
+mod federation;
 mod hostile;
 mod intervals;
 mod iperf3;

@@ -100,6 +100,159 @@ fn promtool_checks_rules_and_config() {
     );
 }
 
+/// The federation example configs (docs/MESH.md, "Federation by group"),
+/// checked as deployed: the group's copied with the rule files it names
+/// into a directory of its own; the global one selects only the
+/// pair-of-groups series config/federation.yml records, and keeps their
+/// labels.
+#[test]
+fn promtool_checks_the_federation_rules_and_configs() {
+    let text = run_promtool(&["check", "rules", "config/federation.yml"]);
+    let records = federation_rules().len();
+    assert!(
+        text.contains(&format!("SUCCESS: {records} rules found")),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let group = root().join("config/examples/prometheus-group.yml");
+    std::fs::copy(&group, dir.path().join("prometheus-group.yml")).unwrap();
+    let rule_files: Vec<String> = load(&group)["rule_files"]
+        .as_sequence()
+        .expect("rule_files")
+        .iter()
+        .map(|f| f.as_str().expect("a rule file").to_string())
+        .collect();
+    assert_eq!(rule_files, ["alerts.yml", "federation.yml"]);
+    for f in &rule_files {
+        std::fs::copy(root().join("config").join(f), dir.path().join(f)).unwrap();
+    }
+    let (ok, text) = promtool_output(&["check", "config", "prometheus-group.yml"], dir.path());
+    assert!(ok && text.contains("SUCCESS: 2 rule files found"), "{text}");
+
+    run_promtool(&["check", "config", "config/examples/prometheus-global.yml"]);
+    let global = load(&root().join("config/examples/prometheus-global.yml"));
+    let jobs = global["scrape_configs"]
+        .as_sequence()
+        .expect("scrape_configs");
+    assert_eq!(jobs.len(), 1, "the global level scrapes no host");
+    let job = &jobs[0];
+    assert_eq!(job["metrics_path"].as_str(), Some("/federate"));
+    assert_eq!(job["honor_labels"].as_bool(), Some(true));
+    let matches: Vec<&str> = job["params"]["match[]"]
+        .as_sequence()
+        .expect("match[]")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(matches, [r#"{__name__=~"pathprobe_group_pair:.+"}"#]);
+}
+
+/// Every rule of config/federation.yml, as (record name, expression).
+fn federation_rules() -> Vec<(String, String)> {
+    let doc = load(&root().join("config/federation.yml"));
+    let mut out = Vec::new();
+    for group in doc["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["record"].as_str().expect("only recording rules");
+            let expr = rule["expr"].as_str().expect("expr");
+            out.push((name.to_string(), expr.to_string()));
+        }
+    }
+    out
+}
+
+fn federation_group_names() -> Vec<String> {
+    let doc = load(&root().join("config/federation.yml"));
+    doc["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// config/federation.yml reads only what a host at `metrics.detail: fleet`
+/// keeps per path (so the rules work at either level) and the host's
+/// group; its pair series are exactly `budget::GROUP_PAIR_RECORDS`, each
+/// kept per the grain the list says (the mesh simulator counts with it),
+/// and none keeps a host's own labels.
+#[test]
+fn federation_rules_read_fleet_series_and_match_the_budget_list() {
+    use pathprobe::metrics::budget::{self, PairGrain};
+    let rules = federation_rules();
+    let mut recorded = BTreeSet::new();
+    let mut pairs = Vec::new();
+    let by = regex::Regex::new(r"\bby \(([^)]*)\)").unwrap();
+    for (name, expr) in &rules {
+        assert_eq!(
+            name.matches(':').count(),
+            2,
+            "{name}: level:metric:operations"
+        );
+        for s in promql::series_names(expr) {
+            if s.contains(':') {
+                assert!(
+                    recorded.contains(&s),
+                    "{name} reads {s}, recorded by no earlier rule"
+                );
+                continue;
+            }
+            let def = names::find(&s).unwrap_or_else(|| panic!("{name} reads {s}, not exported"));
+            assert!(
+                budget::kept_at_fleet(def) || std::ptr::eq(def, &names::MESH_GROUP_INFO),
+                "{name} reads {s}, which metrics.detail: fleet does not keep"
+            );
+        }
+        recorded.insert(name.clone());
+        if !name.starts_with("pathprobe_group_pair:") {
+            assert!(name.starts_with("pathprobe_host:"), "{name}");
+            continue;
+        }
+        // The labels a pair series keeps: those of its `by` clause.
+        let kept: Vec<String> = by
+            .captures(expr)
+            .unwrap_or_else(|| panic!("{name}: no by clause"))[1]
+            .split(',')
+            .map(|l| l.trim().to_string())
+            .collect();
+        let mut want = vec![
+            "prober_group",
+            "target_group",
+            "module",
+            "kind",
+            "direction",
+        ];
+        let family = promql::series_names(expr)
+            .into_iter()
+            .find(|s| s != "pathprobe_host:mesh_group:info" && s != "pathprobe_probe_success")
+            .unwrap_or_else(|| "pathprobe_probe_success".to_string());
+        let grain = match family.as_str() {
+            "pathprobe_probe_success" | "pathprobe_probe_last_success_timestamp_seconds" => {
+                PairGrain::Direction
+            }
+            "pathprobe_throughput_bytes_per_second" => PairGrain::ThroughputFlow,
+            "pathprobe_udp_loss_ratio" => PairGrain::UdpFlow,
+            "pathprobe_rr_latency_percentile_seconds" => PairGrain::RrDirection,
+            "pathprobe_rr_loss_ratio" => PairGrain::UdpRrFlow,
+            other => panic!("{name} reads {other}: give it a grain in metrics::budget"),
+        };
+        if matches!(
+            grain,
+            PairGrain::ThroughputFlow | PairGrain::UdpFlow | PairGrain::UdpRrFlow
+        ) {
+            want.push("flow");
+        }
+        assert_eq!(kept, want, "{name}: kept per");
+        pairs.push((name.clone(), grain));
+    }
+    let listed: Vec<(String, PairGrain)> = budget::GROUP_PAIR_RECORDS
+        .iter()
+        .map(|(n, g)| (n.to_string(), *g))
+        .collect();
+    assert_eq!(pairs, listed, "metrics::budget::GROUP_PAIR_RECORDS");
+}
+
 #[test]
 fn promtool_unit_tests_pass() {
     let files: Vec<String> = rule_test_files()
@@ -289,7 +442,16 @@ fn alert_test_counts() -> BTreeMap<String, (usize, usize)> {
                     .collect()
             })
             .unwrap_or_default();
-        assert_eq!(order, group_names(), "{}: group_eval_order", file.display());
+        // A file that also loads federation.yml (as a group's Prometheus
+        // does) evaluates its group after alerts.yml's.
+        let mut want = group_names();
+        if rule_files
+            .iter()
+            .any(|f| f.as_str() == Some("../../config/federation.yml"))
+        {
+            want.extend(federation_group_names());
+        }
+        assert_eq!(order, want, "{}: group_eval_order", file.display());
         for test in doc["tests"].as_sequence().expect("tests") {
             for s in test["input_series"].as_sequence().expect("input_series") {
                 let series = s["series"].as_str().expect("series");

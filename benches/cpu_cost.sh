@@ -9,7 +9,8 @@
 #
 #   benches/cpu_cost.sh [CASE-REGEX]     (default: every case)
 #
-# Cases (names to filter on): udp5 (1400 B paced at 5 Gbit/s), udp0
+# Cases (names to filter on): udp5 (1400 B paced at 5 Gbit/s), udp20
+# (at 20 Gbit/s), udp0
 # (1400 B unpaced), tcp (1 stream), tcpR (1 stream, -R), tcpzc (TCP with
 # each --zerocopy mode and iperf3's -Z and --skip-rx-copy), tcpRzc (the
 # same, -R), tcp4zc (the same, 4 streams).
@@ -132,6 +133,8 @@ cases = [
     ("udp5", [("pathprobe", pathprobe(UDP + ["-b", "5G"])),
               ("iperf3 --gsro", iperf3(IPU + ["-b", "5G", "--gsro"], True)),
               ("iperf3", iperf3(IPU + ["-b", "5G"], True))]),
+    ("udp20", [("pathprobe", pathprobe(UDP + ["-b", "20G"])),
+               ("iperf3 --gsro", iperf3(IPU + ["-b", "20G", "--gsro"], True))]),
     ("udp0", [("pathprobe", pathprobe(UDP + ["-b", "0"])),
               ("iperf3 --gsro", iperf3(IPU + ["-b", "0", "--gsro"], True)),
               ("iperf3", iperf3(IPU + ["-b", "0"], True))]),
@@ -141,7 +144,8 @@ cases = [
 if BASE:
     # The same cases with another build, in the same run: before and after.
     for name, tools in cases:
-        args = {"udp5": UDP + ["-b", "5G"], "udp0": UDP + ["-b", "0"], "tcp": [], "tcpR": ["-R"]}[name]
+        args = {"udp5": UDP + ["-b", "5G"], "udp20": UDP + ["-b", "20G"], "udp0": UDP + ["-b", "0"],
+                "tcp": [], "tcpR": ["-R"]}[name]
         tools.insert(1, ("pathprobe baseline", pathprobe(args, binary=BASE)))
 for tag, extra in (("", []), ("R", ["-R"]), ("4", ["-P", "4"])):
     label = " ".join(extra)

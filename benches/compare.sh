@@ -11,7 +11,7 @@
 #
 # Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams,
 # and 1 stream reversed (-R). pathprobe runs twice: as built (auto, which
-# is plain write/read) and with --zerocopy=on on both ends (its own
+# is write and MSG_TRUNC discard) and with --zerocopy=on on both ends (its own
 # responder: sendfile/discard), the figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
 # (sendfile), with --skip-rx-copy (MSG_TRUNC) and with both.
 # CPU is per side: the client's and the server's process, each in CPU

@@ -146,8 +146,9 @@ pub struct RespondArgs {
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
     /// TCP data streams of this end without copying payload: auto (the
-    /// default, measured fastest: plain write and read), on, or off (the
-    /// `zerocopy` key of the responder section).
+    /// default, measured fastest: write, MSG_TRUNC), on, off, receive
+    /// (write, MSG_TRUNC) or send (sendfile, read) (the `zerocopy` key of
+    /// the responder section).
     #[arg(long, value_name = "MODE", value_parser = parse_zerocopy)]
     zerocopy: Option<ZeroCopy>,
     /// Client network (CIDR or address) to serve; repeatable. Without any,
@@ -300,9 +301,10 @@ pub struct ProbeArgs {
     no_offload: bool,
     /// TCP without copying payload on this end: sendfile from memory when
     /// sending, MSG_TRUNC when receiving. auto (the default, measured
-    /// fastest on a quiet machine: plain write and read), on, or off for
-    /// plain write and read. -Z, as iperf3's, is --zerocopy=on. The
-    /// responder's end follows its own setting.
+    /// fastest: write, MSG_TRUNC), on, off for plain write and read,
+    /// receive (write, MSG_TRUNC) or send (sendfile, read). -Z, as
+    /// iperf3's, is --zerocopy=on. The responder's end follows its own
+    /// setting.
     #[arg(short = 'Z', long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_missing_value = "on", value_parser = parse_zerocopy)]
     zerocopy: Option<ZeroCopy>,

@@ -88,9 +88,10 @@ pub struct ResponderSection {
     /// A second port that answers stock iperf3 clients (`iperf3 -c`),
     /// iperf3's 5201 by convention; off when absent. See docs/SECURITY.md.
     pub iperf3_port: Option<u16>,
-    /// TCP data streams without copies (`auto`, `on`, `off`): sendfile
-    /// from memory when sending, MSG_TRUNC when receiving, with `on`;
-    /// `auto`, the default, is plain write/read as measured (issue 26).
+    /// TCP data streams without copies (`auto`, `on`, `off`, `receive`,
+    /// `send`): sendfile from memory when sending, MSG_TRUNC when
+    /// receiving, with `on`; one of the two with `send` or `receive`;
+    /// `auto`, the default, is write and MSG_TRUNC as measured (issue 26).
     pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 
@@ -614,12 +615,14 @@ mod tests {
     }
 
     #[test]
-    fn responder_zerocopy_key_takes_its_three_words_and_defaults_to_auto() {
+    fn responder_zerocopy_key_takes_its_five_words_and_defaults_to_auto() {
         use crate::engine::zerocopy::ZeroCopy;
         for (word, want) in [
             ("auto", ZeroCopy::Auto),
             ("on", ZeroCopy::On),
             ("off", ZeroCopy::Off),
+            ("receive", ZeroCopy::Receive),
+            ("send", ZeroCopy::Send),
         ] {
             let c: super::super::Config =
                 serde_yaml::from_str(&format!("responder:\n  zerocopy: {word}\n")).unwrap();

@@ -51,6 +51,13 @@ impl Pacer {
     pub fn next_due(&self) -> Duration {
         Duration::from_nanos((self.sent as f64 * self.interval_ns) as u64)
     }
+
+    /// When, after the start, `count` datagrams (at least 1) are due: the
+    /// first instant at which [`Pacer::due`] returns `count` or more.
+    pub fn due_after(&self, count: u64) -> Duration {
+        let last = self.sent + count.max(1) - 1;
+        Duration::from_nanos((last as f64 * self.interval_ns).ceil() as u64)
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +90,25 @@ mod tests {
         // 1 Gbit/s of 1448-byte datagrams is 86326.0 per second.
         let expected = 1e9 / (1448.0 * 8.0);
         assert!((p.sent as f64 - expected).abs() <= 1.0, "sent {}", p.sent);
+    }
+
+    #[test]
+    fn a_full_batch_is_due_when_its_last_datagram_is() {
+        // 1000-byte datagrams at 8 Mbit/s: one every millisecond.
+        let mut p = Pacer::new(8_000_000, 1000);
+        assert_eq!(p.due_after(1), Duration::ZERO);
+        p.sent(1);
+        assert_eq!(p.due_after(1), p.next_due());
+        assert_eq!(p.due_after(4), Duration::from_millis(4));
+        assert_eq!(p.due(Duration::from_millis(4), 64), 4);
+        assert_eq!(p.due(Duration::from_micros(3999), 64), 3);
+        // 1400 B at 5 Gbit/s: 2.24 us apart, so 44 are due 43 gaps after
+        // the next one, and not a moment before.
+        let mut p = Pacer::new(5_000_000_000, 1400);
+        p.sent(1000);
+        let at = p.due_after(44);
+        assert_eq!(p.due(at, 64), 44);
+        assert_eq!(p.due(at - Duration::from_nanos(10), 64), 43);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! UDP socket I/O with the kernel's offloads, for the loops in `udp.rs`.
 //!
-//! Send: with `UDP_SEGMENT` (GSO) one `send` carries up to [`MAX_SEGMENTS`]
+//! Send: with `UDP_SEGMENT` (GSO) one message carries up to [`MAX_SEGMENTS`]
 //! datagrams of the same length laid end to end, each with its own header;
-//! the kernel (or the NIC) cuts them apart. Without it, `sendmmsg` hands
-//! over the same batch as separate messages in one call.
+//! the kernel (or the NIC) cuts them apart. What is due beyond one message
+//! goes as up to [`GSO_MESSAGES`] such messages in one `sendmmsg`
+//! ([`send_gso`]), so a fast sender makes one call where it made several.
+//! Without GSO, `sendmmsg` hands over the batch as separate datagrams.
 //!
 //! Receive: with `UDP_GRO` the kernel may deliver several datagrams of one
 //! flow as one buffer, with their segment size in a control message;
@@ -24,8 +26,13 @@ use std::os::fd::AsRawFd;
 pub const BATCH: usize = 64;
 /// Largest GSO send: the payload of one IPv6 packet, less its headers.
 pub const GSO_MAX_BYTES: usize = 65_000;
-/// Segments in one GSO send at most.
+/// Segments in one GSO message at most.
 pub const MAX_SEGMENTS: usize = BATCH;
+/// GSO messages per `sendmmsg` at most: an unpaced sender of 1400 B
+/// datagrams hands over 8 × 64 KB per call instead of making 8 calls.
+/// Each call's syscall entry, socket lock and route lookup are paid once
+/// per message either way; what this saves is the calls.
+pub const GSO_MESSAGES: usize = 8;
 /// Buffer for one GRO read: the largest coalesced packet.
 const GRO_BUFFER: usize = 65_536;
 /// GRO buffers per recvmmsg call: 8 of 64 KiB each.
@@ -70,12 +77,18 @@ pub fn enable_rx_cmsgs(sock: &UdpSocket) {
     set_int(sock, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
 }
 
-/// Datagrams per send for a sender at `bits_per_second` (0: unpaced) of
+/// Datagrams of `len` bytes in one GSO message at most: [`MAX_SEGMENTS`],
+/// and [`GSO_MAX_BYTES`] in all.
+pub fn gso_segments(len: usize) -> usize {
+    MAX_SEGMENTS.min(GSO_MAX_BYTES / len.max(1)).max(1)
+}
+
+/// Datagrams per call for a sender at `bits_per_second` (0: unpaced) of
 /// `len`-byte datagrams, in either mode: what the rate makes due in
 /// `quantum` (the pacer's shortest sleep), at least 1, at most [`BATCH`]
-/// and, with GSO, [`GSO_MAX_BYTES`]. A sender woken late catches up in
-/// sends of this size, so no burst handed to the kernel at once is longer
-/// than the rate's `quantum` worth.
+/// or, with GSO, [`GSO_MESSAGES`] messages of [`gso_segments`]. A sender
+/// woken late catches up in calls of this size, so no burst handed to the
+/// kernel at once is longer than the rate's `quantum` worth.
 pub fn burst_limit(
     bits_per_second: u64,
     len: usize,
@@ -83,7 +96,7 @@ pub fn burst_limit(
     gso: bool,
 ) -> usize {
     let cap = if gso {
-        MAX_SEGMENTS.min(GSO_MAX_BYTES / len.max(1)).max(1)
+        gso_segments(len) * GSO_MESSAGES
     } else {
         BATCH
     };
@@ -101,6 +114,42 @@ pub fn gso_unsupported(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::EMSGSIZE)
     )
+}
+
+/// Sends `n` datagrams of `len` bytes from `buf` on a socket with
+/// `UDP_SEGMENT` set to `len`: one `send` when they fit one GSO message,
+/// else one `sendmmsg` of messages of [`gso_segments`] datagrams (the last
+/// may hold fewer), at most [`GSO_MESSAGES`] of them. Returns how many
+/// datagrams the kernel took: whole messages, so a partial call ends on
+/// a message boundary.
+pub fn send_gso(sock: &UdpSocket, buf: &[u8], len: usize, n: usize) -> std::io::Result<usize> {
+    let per = gso_segments(len);
+    let n = n.min(per * GSO_MESSAGES).min(buf.len() / len.max(1));
+    if n <= per {
+        return sock.send(&buf[..n * len]).map(|_| n);
+    }
+    let mut iov: [libc::iovec; GSO_MESSAGES] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; GSO_MESSAGES];
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+    let mut hdrs: [libc::mmsghdr; GSO_MESSAGES] = unsafe { std::mem::zeroed() };
+    let messages = n.div_ceil(per);
+    for (i, chunk) in buf[..n * len].chunks(per * len).enumerate() {
+        iov[i] = libc::iovec {
+            // The kernel only reads from a send's buffers.
+            iov_base: chunk.as_ptr().cast_mut().cast(),
+            iov_len: chunk.len(),
+        };
+        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the headers point into `iov` and `buf`, alive for the call.
+    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), messages as _, 0) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((r as usize * per).min(n))
 }
 
 /// Sends `n` datagrams of `len` bytes from `buf` with one sendmmsg; how
@@ -191,6 +240,11 @@ impl RecvBatch {
             });
         }
         b
+    }
+
+    /// Buffers one [`RecvBatch::recv`] reads at most.
+    pub fn capacity(&self) -> usize {
+        self.count
     }
 
     /// Receives up to a batch of buffers, waiting for the first one only.
@@ -309,13 +363,51 @@ mod tests {
         assert_eq!(burst_limit(1_000_000_000, 1400, q, true), 8);
         // 100 Mbit/s: less than one, so one datagram per send.
         assert_eq!(burst_limit(100_000_000, 1400, q, true), 1);
-        // 20 Gbit/s: 178 due, capped by 64 KB of GSO (46 of 1400 B).
-        assert_eq!(burst_limit(20_000_000_000, 1400, q, true), 46);
+        // 20 Gbit/s: 178 due, in 4 GSO messages of 46 (64 KB) or fewer;
+        // without GSO, one sendmmsg's 64.
+        assert_eq!(burst_limit(20_000_000_000, 1400, q, true), 178);
         assert_eq!(burst_limit(20_000_000_000, 1400, q, false), 64);
-        // Unpaced: the largest send.
-        assert_eq!(burst_limit(0, 1400, q, true), 46);
-        assert_eq!(burst_limit(0, 100, q, true), 64);
-        assert_eq!(burst_limit(0, 65_000, q, true), 1);
+        // Unpaced: the largest call, 8 messages of 64 KB.
+        assert_eq!(burst_limit(0, 1400, q, true), 8 * 46);
+        assert_eq!(burst_limit(0, 100, q, true), 8 * 64);
+        assert_eq!(burst_limit(0, 65_000, q, true), 8);
+        assert_eq!(burst_limit(0, 1400, q, false), 64);
+    }
+
+    /// 150 datagrams of 1000 B go as 3 GSO messages (64, 64, 22) in one
+    /// call; every one arrives once, in order, and the count returned is
+    /// datagrams, not messages.
+    #[test]
+    fn send_gso_spreads_a_large_batch_over_messages() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        configure_rcvbuf(&rx);
+        assert!(set_gso(&tx, 1000), "this kernel has UDP_SEGMENT");
+        assert_eq!(gso_segments(1000), 64);
+        let mut buf = vec![0u8; 1000 * 200];
+        for (i, chunk) in buf.chunks_mut(1000).enumerate() {
+            chunk[..4].copy_from_slice(&(i as u32).to_be_bytes());
+        }
+        assert_eq!(send_gso(&tx, &buf, 1000, 150).unwrap(), 150);
+        assert_eq!(send_gso(&tx, &buf[150_000..], 1000, 10).unwrap(), 10);
+        let mut batch = RecvBatch::new(RecvMode::Recvmmsg, 1000);
+        let mut seen = Vec::new();
+        while seen.len() < 160 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let b = batch.buffer(i);
+                assert_eq!(b.len(), 1000);
+                seen.push(u32::from_be_bytes(b[..4].try_into().unwrap()));
+            }
+        }
+        assert_eq!(seen, (0..160).collect::<Vec<u32>>());
+        assert_eq!(socket_drops(&rx), Some(0));
+    }
+
+    fn configure_rcvbuf(sock: &UdpSocket) {
+        set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     }
 
     #[test]

@@ -12,15 +12,20 @@
 //! the completion notifications on top; sendfile's pages are page-cache
 //! pages that the receiving socket may hold without a copy.
 //!
-//! Why it is not the default: on a quiet machine (benches/compare.sh, issue
-//! 26) sendfile/discard moved less than plain write/read on loopback (TCP 1
-//! stream 41.92 against 49.27 Gbit/s, 4 streams 47.21 against 57.07, `-R`
-//! 41.43 against 47.79) and on veth with one stream (21.06 against 26.09,
-//! `-R` 21.47 against 27.15); it won only on veth with 4 streams (42.84
-//! against 38.29). The earlier figures that favoured it came from a machine
-//! loaded by other builds, where the saved copies mattered more than the
-//! per-call cost of sendfile and `MSG_TRUNC`. So `auto` is write/read and
-//! zero copy is `on` when asked for.
+//! The default (`auto`) is the mixed mode: plain `write` to send and
+//! `MSG_TRUNC` to receive. The two halves cost differently: sendfile's
+//! per-call cost outweighs the copy it saves on loopback, discarding saves
+//! the receiver's copy for almost nothing. On loopback, one run with the
+//! modes taking turns (benches/cpu_cost.sh, 3 runs of 3 s each, median,
+//! the machine shared with builds; docs/PERFORMANCE.md), write/discard
+//! beat write/read and sendfile/discard in throughput and in CPU per GB
+//! on both ends: 1 stream 21.1 Gbit/s at 0.26 CPU s/GB (sender and
+//! receiver) against 18.3 at 0.31 and 15.2 at 0.34; `-R` 21.3 at 0.23
+//! against 20.2 at 0.31 and 17.0 at 0.38; 4 streams 53.5 at 0.27 against
+//! 35.0 at 0.36 and 38.6 at 0.37. `on` differs from the default in the
+//! sending half only, and lost (1 stream: sender 0.27 against 0.20 s/GB),
+//! as it did against write/read in an earlier quiet-machine run; so
+//! sendfile (`on`, `send`) is used only when asked for.
 //!
 //! Everything here falls back: a kernel or file system that refuses
 //! memfd_create or sendfile leaves the stream on `write`, and the mode the
@@ -37,23 +42,35 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroCopy {
-    /// The measured default: plain `write`/`read`, which a quiet machine
-    /// measured faster on loopback and on veth for one stream (module
-    /// docs). Today that is the same as `off`; it stays a separate word so
-    /// that a later measurement can widen it (veth with several streams)
-    /// without changing what an explicit `on` or `off` means.
+    /// The measured default: plain `write` to send, `MSG_TRUNC` to
+    /// receive, which measured faster and cheaper than either copy-free
+    /// or copying on both halves (module docs). Today that is the same as
+    /// `receive`; it stays a separate word so that a later measurement can
+    /// change it without changing what an explicit word means.
     #[default]
     Auto,
     /// Copy-free where the kernel allows it, `write`/`read` elsewhere.
     On,
     /// Plain `write` and `read`, as iperf3 without `-Z`.
     Off,
+    /// Copy-free on receive only: plain `write` when sending, `MSG_TRUNC`
+    /// when receiving (iperf3's `--skip-rx-copy` alone). The two halves
+    /// cost differently (docs/PERFORMANCE.md), so each can be had alone.
+    Receive,
+    /// Copy-free on send only: `sendfile` when sending, plain `read` when
+    /// receiving (iperf3's `-Z` alone).
+    Send,
 }
 
 impl ZeroCopy {
-    /// Whether streams try the copy-free calls: only when asked for.
-    pub fn enabled(self) -> bool {
-        matches!(self, ZeroCopy::On)
+    /// Whether senders try `sendfile`: only when asked for.
+    pub fn sends_copy_free(self) -> bool {
+        matches!(self, ZeroCopy::On | ZeroCopy::Send)
+    }
+
+    /// Whether receivers try `MSG_TRUNC`: by default, unless turned off.
+    pub fn receives_copy_free(self) -> bool {
+        matches!(self, ZeroCopy::Auto | ZeroCopy::On | ZeroCopy::Receive)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +78,8 @@ impl ZeroCopy {
             ZeroCopy::Auto => "auto",
             ZeroCopy::On => "on",
             ZeroCopy::Off => "off",
+            ZeroCopy::Receive => "receive",
+            ZeroCopy::Send => "send",
         }
     }
 }
@@ -72,7 +91,11 @@ impl std::str::FromStr for ZeroCopy {
             "auto" => Ok(ZeroCopy::Auto),
             "on" => Ok(ZeroCopy::On),
             "off" => Ok(ZeroCopy::Off),
-            _ => Err(format!("zerocopy must be auto, on or off, not {s:?}")),
+            "receive" => Ok(ZeroCopy::Receive),
+            "send" => Ok(ZeroCopy::Send),
+            _ => Err(format!(
+                "zerocopy must be auto, on, off, receive or send, not {s:?}"
+            )),
         }
     }
 }
@@ -177,21 +200,27 @@ mod tests {
     }
 
     #[test]
-    fn the_setting_parses_and_prints_its_three_words() {
+    fn the_setting_parses_and_prints_its_five_words() {
         for (s, z) in [
             ("auto", ZeroCopy::Auto),
             ("on", ZeroCopy::On),
             ("off", ZeroCopy::Off),
+            ("receive", ZeroCopy::Receive),
+            ("send", ZeroCopy::Send),
         ] {
             assert_eq!(s.parse::<ZeroCopy>(), Ok(z));
             assert_eq!(z.to_string(), s);
         }
         assert!("yes".parse::<ZeroCopy>().is_err());
-        // The default is write/read (issue 26's quiet-machine figures);
-        // only an explicit `on` tries sendfile and MSG_TRUNC.
-        assert!(!ZeroCopy::Off.enabled());
-        assert!(!ZeroCopy::default().enabled());
-        assert!(ZeroCopy::On.enabled());
+        // (sends copy-free, receives copy-free) for each: the default is
+        // write/discard (issue 26's figures, module docs); only an explicit
+        // word tries sendfile, and `receive`/`send` turn on one half each.
+        let halves = |z: ZeroCopy| (z.sends_copy_free(), z.receives_copy_free());
+        assert_eq!(halves(ZeroCopy::default()), (false, true));
+        assert_eq!(halves(ZeroCopy::Off), (false, false));
+        assert_eq!(halves(ZeroCopy::On), (true, true));
+        assert_eq!(halves(ZeroCopy::Receive), (false, true));
+        assert_eq!(halves(ZeroCopy::Send), (true, false));
     }
 
     #[test]

@@ -1548,12 +1548,12 @@ fn startup_log_and_version_say_what_runs() {
 }
 
 /// `--zerocopy`: the JSON names how each end moved a TCP stream's bytes,
-/// the default (auto) is plain write/read on both ends (issue 26's
-/// measurement), on turns this end's copy-free calls on (and only this
-/// end's: the responder follows its own `--zerocopy`), and the bytes count
-/// the same either way.
+/// the default (auto) is plain write and MSG_TRUNC discard (issue 26's
+/// measurement), each word turns this end's halves on or off (and only
+/// this end's: the responder follows its own `--zerocopy`), and the bytes
+/// count the same either way.
 #[test]
-fn zerocopy_mode_is_named_in_json_and_defaults_to_write_read() {
+fn zerocopy_mode_is_named_in_json_and_defaults_to_write_discard() {
     let dflt = Responder::start(&[]);
     let on = Responder::start(&["--zerocopy", "on"]);
     let probe = |addr: &str, args: &[&str]| {
@@ -1574,15 +1574,15 @@ fn zerocopy_mode_is_named_in_json_and_defaults_to_write_read() {
         )
     };
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    // The default (auto) copies on both ends: write/read measured faster.
-    assert_eq!(probe(&dflt.addr, &[]), pair("write", "read"));
-    assert_eq!(probe(&dflt.addr, &["-R"]), pair("write", "read"));
-    // On on the prober: its sends (forward, -Z as iperf3's) and its reads
-    // (-R) are copy-free, the default responder's end copies.
-    assert_eq!(probe(&dflt.addr, &["-Z"]), pair("sendfile", "read"));
+    // The default (auto) writes and discards, on both ends.
+    assert_eq!(probe(&dflt.addr, &[]), pair("write", "discard"));
+    assert_eq!(probe(&dflt.addr, &["-R"]), pair("write", "discard"));
+    // On on the prober: its sends (forward, -Z as iperf3's) are
+    // sendfile; off turns its reads (-R) back to copies.
+    assert_eq!(probe(&dflt.addr, &["-Z"]), pair("sendfile", "discard"));
     assert_eq!(
-        probe(&dflt.addr, &["-R", "--zerocopy=on"]),
-        pair("write", "discard")
+        probe(&dflt.addr, &["-R", "--zerocopy=off"]),
+        pair("write", "read")
     );
     // On on both ends; off (or --no-zerocopy) on the prober turns only
     // its own end back to copies.
@@ -1598,11 +1598,33 @@ fn zerocopy_mode_is_named_in_json_and_defaults_to_write_read() {
         probe(&on.addr, &["-R", "--no-zerocopy"]),
         pair("sendfile", "read")
     );
+    // receive and send each turn one half on: this end's reads or its
+    // sends, never the other.
+    assert_eq!(
+        probe(&on.addr, &["--zerocopy=receive"]),
+        pair("write", "discard")
+    );
+    assert_eq!(
+        probe(&on.addr, &["-R", "--zerocopy=receive"]),
+        pair("sendfile", "discard")
+    );
+    assert_eq!(
+        probe(&dflt.addr, &["--zerocopy=send"]),
+        pair("sendfile", "discard")
+    );
+    assert_eq!(
+        probe(&dflt.addr, &["-R", "--zerocopy=send"]),
+        pair("write", "read")
+    );
     // A word the flag does not know is a usage error.
     let out = run(
         bin().args(["probe", "--zerocopy=maybe", &dflt.addr]),
         Duration::from_secs(20),
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("auto, on or off"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("auto, on, off, receive or send"),
+        "{}",
+        stderr(&out)
+    );
 }

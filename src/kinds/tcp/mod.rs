@@ -99,7 +99,7 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
     // Copy-free: each write is a sendfile of the same in-memory file, the
     // same length as the buffer, so pacing and byte counts are unchanged.
-    let mut file = if plan.zerocopy.enabled() {
+    let mut file = if plan.zerocopy.sends_copy_free() {
         PayloadFile::new(&buf)
             .inspect_err(
                 |e| tracing::debug!(stream = stats.id, error = %e, "no memfd; TCP sends copy"),
@@ -270,7 +270,7 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     let read_size = (ctx.plan.length as usize).max(RECEIVE_BUFFER);
     // Nothing looks at a TCP stream's payload, so a copy-free receiver
     // lets the kernel drop it (MSG_TRUNC) and holds no buffer.
-    let mut discard = ctx.plan.zerocopy.enabled();
+    let mut discard = ctx.plan.zerocopy.receives_copy_free();
     let mut buf = if discard {
         Vec::new()
     } else {

@@ -1,8 +1,9 @@
 //! UDP throughput: a smoothly paced, batched sender and a batched receiver
 //! that accounts loss, reordering, duplicates and jitter.
 //!
-//! The sender batches with UDP GSO (one syscall carries up to 64 datagrams,
-//! each with its own header) where the kernel has it, sendmmsg elsewhere,
+//! The sender batches with UDP GSO (one message carries up to 64 datagrams,
+//! each with its own header, and one syscall up to 8 messages) where the
+//! kernel has it, sendmmsg elsewhere,
 //! and paces so that a batch is never larger than what is due, nor than
 //! the rate's share of the pacer's shortest sleep ([`udp_io::burst_limit`]).
 //! The receiver reads coalesced GRO buffers where the kernel has UDP_GRO,
@@ -56,6 +57,34 @@ const BUFFER_TIME: Duration = Duration::from_millis(16);
 /// How far before this side's start the receiver's window may open, for
 /// datagrams the sender sent before this side read the start message.
 const MAX_EARLY_START: Duration = Duration::from_secs(1);
+
+/// Longest a paced receiver lets datagrams gather in its socket after a
+/// read that emptied it (see [`gather_time`]).
+pub const MAX_GATHER: Duration = Duration::from_micros(500);
+
+/// How long a receiver of a flow at `bits_per_second` of `len`-byte
+/// datagrams, with `rcvbuf` bytes of socket buffer (as the kernel reports
+/// it, twice what was asked), sleeps after a read that emptied the socket,
+/// so that its next read takes many buffers at once. A reader blocked in
+/// `recvmmsg` is woken for every packet the sender hands over, up to ten
+/// thousand times a second for a paced GSO sender; each wake is a
+/// scheduler round trip, and on a VM an IPI, which costs more than the
+/// read. Arrival times come from the kernel's stamps, so reading late
+/// changes no figure. `None` (block as before) when the flow is unpaced
+/// (its receiver is never ahead for long), when fewer than 4 datagrams
+/// would gather (waking for each costs little), or when the buffer would
+/// hold less than 8 such sleeps' worth: at most 1/8 of the buffer's
+/// payload room (half of `rcvbuf`) gathers.
+pub fn gather_time(bits_per_second: u64, len: usize, rcvbuf: usize) -> Option<Duration> {
+    if bits_per_second == 0 {
+        return None;
+    }
+    let ns_per_byte = 8e9 / bits_per_second as f64;
+    let gap = len.max(1) as f64 * ns_per_byte;
+    let buffer = (rcvbuf / 2) as f64 * ns_per_byte;
+    let gather = (MAX_GATHER.as_nanos() as f64).min(buffer / 8.0);
+    (gather >= 4.0 * gap && gather >= 50_000.0).then(|| Duration::from_nanos(gather as u64))
+}
 
 /// Socket buffer to ask for on a flow of `bits_per_second` (0: unpaced):
 /// the `window` when the test sets one, else what the rate moves in
@@ -146,7 +175,8 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         MIN_SLEEP,
         mode == SendMode::Gso,
     );
-    let mut buf = vec![0u8; len * udp_io::BATCH];
+    // Room for the larger of the two modes' calls, for a fallback to sendmmsg.
+    let mut buf = vec![0u8; len * udp_io::BATCH.max(udp_io::burst_limit(0, len, MIN_SLEEP, true))];
     // Whether a GSO send has gone through: until one has, a failure that
     // says the path cannot take GSO switches to sendmmsg for good.
     let mut gso_proven = false;
@@ -178,19 +208,32 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
         }
         let mut n = pacer.due(now - start, batch as u64) as usize;
+        // A full batch, or what the byte limit leaves.
+        let mut want = batch;
         let limit = plan.send_limit.as_ref().filter(|_| meter.is_open());
         if let Some(l) = limit {
             match l.remaining().div_ceil(len.max(1) as u64) {
                 0 => break,
-                left => n = n.min(left.min(usize::MAX as u64) as usize),
+                left => {
+                    let left = left.min(usize::MAX as u64) as usize;
+                    n = n.min(left);
+                    want = want.min(left);
+                }
             }
         }
-        if n == 0 {
-            let next = start + pacer.next_due();
-            let wait = next
-                .saturating_duration_since(Instant::now())
-                .clamp(MIN_SLEEP, POLL_INTERVAL);
-            std::thread::sleep(wait);
+        if n < want {
+            // Wait for a full batch. Sending whatever is due as soon as it
+            // is due degenerates, once a send takes longer than the gap
+            // between datagrams (5 Gbit/s of 1400 B: 2.2 us), into sends
+            // of 2-3 datagrams back to back that never sleep: 165 000
+            // sends a second where 11 000 of 44 carry the same bytes.
+            // One datagram per send (slow rates) keeps the shortest sleep.
+            let next = start + pacer.due_after(want as u64);
+            let mut wait = next.saturating_duration_since(Instant::now());
+            if batch == 1 {
+                wait = wait.max(MIN_SLEEP);
+            }
+            std::thread::sleep(wait.min(POLL_INTERVAL));
             continue;
         }
         let flags = if meter.is_open() { 0 } else { FLAG_OMIT };
@@ -214,10 +257,10 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         }
         meter.syscall();
         let sent = match mode {
-            SendMode::Gso => match sock.send(&buf[..n * len]) {
-                Ok(_) => {
+            SendMode::Gso => match udp_io::send_gso(&sock, &buf, len, n) {
+                Ok(k) => {
                     gso_proven = true;
-                    n
+                    k
                 }
                 Err(e) if !gso_proven && udp_io::gso_unsupported(&e) => {
                     tracing::debug!(stream = stats.id, error = %e, "UDP GSO refused; sendmmsg");
@@ -354,6 +397,13 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     // Bytes already counted toward an adaptive test's estimate.
     let mut counted = 0u64;
     let fd = sock.as_raw_fd();
+    let gather = gather_time(
+        plan.bitrate_per_stream,
+        plan.length as usize,
+        socket2::SockRef::from(&sock)
+            .recv_buffer_size()
+            .unwrap_or(0),
+    );
     while sender_packets.is_none() {
         meter.syscall();
         let n = match batch.recv(fd) {
@@ -400,6 +450,15 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             }
             let buffer = batch.buffer(i);
             let arrival = info.timestamp_ns.unwrap_or(fallback_ns);
+            // The buffer's arrival on the monotonic clock, for the window's
+            // end: a reader that gathers reads up to MAX_GATHER late. A
+            // stamp over a second old is a step of the realtime clock.
+            let ago = Duration::from_nanos(fallback_ns.saturating_sub(arrival));
+            let arrived_at = if ago <= MAX_EARLY_START {
+                now.checked_sub(ago).unwrap_or(now)
+            } else {
+                now
+            };
             // The kernel stamps a coalesced buffer once: only its first
             // datagram has a known arrival time (docs/UDP.md).
             let mut timed = true;
@@ -451,7 +510,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                     }
                     bytes += dgram.len() as u64;
                     coalesced += u64::from(many);
-                    last_arrival = now;
+                    last_arrival = arrived_at;
                     if let Some(iv) = intervals.as_mut() {
                         // Counted datagrams can precede this side's warm-up
                         // end (the sender's clock ran ahead): they open the
@@ -470,6 +529,9 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             log.record(last_arrival, bytes);
             ctx.delivered(bytes - counted);
             counted = bytes;
+        }
+        if let Some(g) = gather.filter(|_| n < batch.capacity() && sender_packets.is_none()) {
+            std::thread::sleep(g);
         }
     }
     let opened = meter.opened_at().unwrap_or(window_start);
@@ -574,6 +636,32 @@ mod tests {
         assert_eq!(buffer_size(Some(65_536), 20_000_000_000), 65_536);
         assert_eq!(buffer_size(Some(u32::MAX), 0), u32::MAX as usize);
     }
+
+    #[test]
+    fn a_receiver_gathers_only_fast_paced_flows_within_its_buffer() {
+        let us = Duration::from_micros;
+        // Unpaced: never.
+        assert_eq!(gather_time(0, 1400, 20 << 20), None);
+        // 5 Gbit/s with the default buffer (10 MB asked, 20 MB reported):
+        // the longest gather, 500 us, a 1/32 of the buffer's 16 ms.
+        assert_eq!(gather_time(5_000_000_000, 1400, 20_000_000), Some(us(500)));
+        // 100 Mbit/s: a datagram every 112 us, 4.5 in 500 us: gathers.
+        assert_eq!(gather_time(100_000_000, 1400, 16 << 20), Some(us(500)));
+        // 50 Mbit/s: 2.2 datagrams in 500 us: waking for each is cheap.
+        assert_eq!(gather_time(50_000_000, 1400, 16 << 20), None);
+        // A small -w: 64 KB of room holds 1.6 ms at 320 Mbit/s, so 1/8 of
+        // it, 205 us, gathers; at 5 Gbit/s 1/8 is 13 us: none.
+        assert_eq!(
+            gather_time(320_000_000, 1400, 128 << 10),
+            Some(us(204) + Duration::from_nanos(800))
+        );
+        assert_eq!(gather_time(5_000_000_000, 1400, 128 << 10), None);
+        // 1/8 of 512 KB at 5 Gbit/s.
+        assert_eq!(
+            gather_time(5_000_000_000, 1400, 1 << 20),
+            Some(Duration::from_nanos(104_857))
+        );
+    }
 }
 
 #[cfg(test)]
@@ -605,6 +693,105 @@ mod late_start_tests {
             progress: Progress::default(),
             intervals: None,
         }
+    }
+
+    /// A fast paced sender (5 Gbit/s of 1400 B) sends full batches, the
+    /// rate's 100 us worth (44 datagrams) each, at the rate asked. Before
+    /// it waited for a full batch, it sent whatever was due at once: as a
+    /// send takes longer than the 2.24 us between datagrams, that became
+    /// sends of a few datagrams back to back (20 a send here, with nobody
+    /// reading; 2.7 in a 2 s probe with its receiver), at up to twice the
+    /// CPU per GB. Now 44 a send.
+    #[test]
+    fn a_fast_paced_sender_sends_full_batches_at_the_rate() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        configure_socket(&tx, 4 << 20);
+        let mut c = ctx();
+        c.plan.length = 1400;
+        c.plan.bitrate_per_stream = 5_000_000_000;
+        c.plan.duration = Duration::from_millis(400);
+        c.plan.offload = true;
+        let mut stats = StreamStats::default();
+        c.gate.open();
+        // Nobody reads `rx`: the sender's own figures are what is tested.
+        send(tx, &c, &mut stats);
+        let packets = stats.udp_sent.as_ref().unwrap().packets;
+        let rate = stats.bytes as f64 * 8.0 / stats.seconds;
+        assert!((rate / 5e9 - 1.0).abs() < 0.05, "{rate} bit/s");
+        assert!(
+            stats.syscalls * 40 < packets,
+            "{} sends for {packets} datagrams",
+            stats.syscalls
+        );
+        drop(rx);
+    }
+
+    /// A paced flow fast enough for the receiver to gather (200 Mbit/s of
+    /// 1000 B datagrams: 12.5 in each 500 us) is read in a few calls, not one
+    /// per datagram, and its figures stay exact: every datagram counted
+    /// once, none lost, and the window and rate the sender's.
+    #[test]
+    fn a_gathering_receiver_reads_in_batches_and_counts_exactly() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.connect(tx.local_addr().unwrap()).unwrap();
+        configure_socket(&rx, 4 << 20);
+        configure_socket(&tx, 1 << 20);
+        let fast = || {
+            let mut c = ctx();
+            c.plan.bitrate_per_stream = 200_000_000;
+            c.plan.duration = Duration::from_millis(600);
+            c
+        };
+        let (send_ctx, recv_ctx) = (fast(), fast());
+        let gates = (send_ctx.gate.clone(), recv_ctx.gate.clone());
+        let receiver = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                ..StreamStats::default()
+            };
+            receive(rx, &recv_ctx, &mut stats);
+            stats
+        });
+        let sender = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Send),
+                role: Some(Role::Sender),
+                ..StreamStats::default()
+            };
+            send(tx, &send_ctx, &mut stats);
+            stats
+        });
+        gates.1.open();
+        gates.0.open();
+        let sent = sender.join().unwrap();
+        let got = receiver.join().unwrap();
+        let sent_packets = sent.udp_sent.as_ref().unwrap().packets;
+        let r = got.udp_received.as_ref().unwrap();
+        assert!(sent_packets > 10_000, "{sent_packets} datagrams sent");
+        assert_eq!(
+            (r.packets, r.lost, r.duplicates, r.out_of_order),
+            (sent_packets, 0, 0, 0)
+        );
+        assert_eq!(got.bytes, sent.bytes);
+        // One read per datagram without gathering; 12 gather per sleep.
+        assert!(
+            got.syscalls * 4 < sent_packets,
+            "{} reads for {sent_packets} datagrams",
+            got.syscalls
+        );
+        assert!(
+            (got.seconds - sent.seconds).abs() < 0.03,
+            "window {} s, the sender's {} s",
+            got.seconds,
+            sent.seconds
+        );
+        let rate = got.bytes as f64 * 8.0 / got.seconds;
+        assert!((rate / 2e8 - 1.0).abs() < 0.05, "{rate} bit/s");
     }
 
     /// The receiver read the start 400 ms after the sender began (a loaded

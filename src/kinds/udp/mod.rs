@@ -391,6 +391,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
     // side read the start message, late on a loaded host) has datagrams
     // queued here before this side's window opened, and the window must
     // cover them, or bytes over a short window read as a rate never sent.
+    // The earliest stamp of the first second's reads, not the first one's:
+    // the kernel turns receive stamping on a moment after the socket asks
+    // (a deferred static key, when no other socket of the host has it on),
+    // and a datagram that came before is stamped when it is read, so the
+    // first in the queue can carry the latest stamp of all.
     let mut first_counted: Option<Instant> = None;
     let mut sender_packets = None;
     let mut log = ctx.recorder(stats.id, start);
@@ -503,10 +508,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                     account.record_untimed(seq);
                 }
                 if account.unique() > before {
-                    if first_counted.is_none() {
-                        let ago = fallback_ns.saturating_sub(arrival);
+                    if first_counted.is_none()
+                        || now.saturating_duration_since(start) <= MAX_EARLY_START
+                    {
                         first_counted =
-                            Some(now.checked_sub(Duration::from_nanos(ago)).unwrap_or(now));
+                            Some(first_counted.map_or(arrived_at, |t| t.min(arrived_at)));
                     }
                     bytes += dgram.len() as u64;
                     coalesced += u64::from(many);

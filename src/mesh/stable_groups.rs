@@ -549,7 +549,6 @@ impl StableGroupPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::sim::Rng;
     use std::collections::{BTreeSet, HashMap};
 
     type Member = (usize, usize);
@@ -631,15 +630,22 @@ mod tests {
         }
         // Random member lists: random names in up to 12 groups of random
         // labels, some members listed twice.
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        // xorshift64 (not the simulator's: this file must not import it).
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
         for round in 0..40 {
-            let groups = 1 + (rng.next_u64() % 12) as usize;
-            let n = 2 + (rng.next_u64() % 160) as usize;
+            let groups = 1 + (next() % 12) as usize;
+            let n = 2 + (next() % 160) as usize;
             let entries: Vec<(String, String)> = (0..n)
                 .map(|_| {
                     (
-                        format!("{:x}", rng.next_u64() % 4096),
-                        format!("r{}", rng.next_u64() % groups as u64),
+                        format!("{:x}", next() % 4096),
+                        format!("r{}", next() % groups as u64),
                     )
                 })
                 .collect();

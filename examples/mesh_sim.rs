@@ -5,7 +5,9 @@
 //! `cargo run --release --example mesh_sim [N...]` (default 10 100 1000):
 //! the circle plan, random phases and the stable plan, without and with
 //! churn; `mesh_sim --groups [N...]` (default 10 100 1000 10000) the
-//! grouped plan; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
+//! grouped plans, by the circle method and stable under churn;
+//! `mesh_sim --groups-churn [N...]` (default 100 1000) both through
+//! churn; `mesh_sim --fleet [N...]` (default 10 100 1000 10000) the
 //! shipped example's modules, fixed (config/examples/mesh.yml) and
 //! adaptive (config/examples/mesh-adaptive.yml): cycle, coverage, share and
 //! bytes per host per hour, full mesh and grouped; the series each host
@@ -30,9 +32,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
-use pathprobe::mesh::groups::GroupPlan;
+use pathprobe::mesh::groups::{GroupPlan, GroupTest};
 use pathprobe::mesh::sim::{self, Model, Rng};
-use pathprobe::mesh::{MeshParams, MeshPlan, Plan, StablePlan};
+use pathprobe::mesh::{MeshParams, MeshPlan, Plan, StableGroupPlan, StablePlan};
 
 const RUN: f64 = 6.0; // tcp, 1 s omit + 5 s
 const SETUP_USED: f64 = 2.0;
@@ -66,16 +68,52 @@ struct Figures {
     share_mean: f64,
 }
 
-/// The grouped plan (`pathprobe::mesh::groups`) of `n` hosts in groups of
-/// `size`, over `cycles` cycles: collisions, the longest gap of a directed
-/// pair inside a group, of a directed pair of groups, of a host probing
-/// another group, and shares.
-fn grouped(
-    n: usize,
-    size: usize,
-    cycles: u64,
-    rng: &mut Rng,
-) -> (GroupPlan, Figures, f64, f64, f64) {
+/// One grouped plan of `--groups`: by the circle method
+/// (`pathprobe::mesh::groups`) or stable under churn
+/// (`pathprobe::mesh::stable_groups`).
+enum Grouped {
+    Circle(GroupPlan),
+    Stable(StableGroupPlan),
+}
+
+impl Grouped {
+    fn groups(&self) -> &[Vec<String>] {
+        match self {
+            Grouped::Circle(p) => p.groups(),
+            Grouped::Stable(p) => p.groups(),
+        }
+    }
+
+    fn tests(&self, cycle: u64, k: usize) -> Vec<GroupTest> {
+        match self {
+            Grouped::Circle(p) => p.tests(cycle, k),
+            Grouped::Stable(p) => p.tests(cycle, k),
+        }
+    }
+
+    fn plan(&self) -> MeshPlan {
+        match self {
+            Grouped::Circle(p) => p.clone().into(),
+            Grouped::Stable(p) => p.clone().into(),
+        }
+    }
+
+    /// The stated bound: within how many cycles every host measures every
+    /// other group.
+    fn rotation(&self) -> usize {
+        match self {
+            Grouped::Circle(p) => p.groups().iter().map(Vec::len).max().unwrap_or(0),
+            Grouped::Stable(p) => (0..p.groups().len())
+                .map(|g| p.rotation(g))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// `n` hosts in groups of `size`, group `g` being hosts `g × size..`:
+/// grouped `stable` or by the circle method.
+fn make_grouped(n: usize, size: usize, stable: bool) -> Grouped {
     let groups: Vec<Vec<String>> = (0..n.div_ceil(size))
         .map(|g| {
             (g * size..((g + 1) * size).min(n))
@@ -83,15 +121,38 @@ fn grouped(
                 .collect()
         })
         .collect();
-    let plan = GroupPlan::new(groups, params());
+    if stable {
+        // Named in the order of the chunks.
+        let named = groups
+            .into_iter()
+            .enumerate()
+            .map(|(g, m)| (format!("g{g:05}"), m))
+            .collect();
+        Grouped::Stable(StableGroupPlan::new(named, params()))
+    } else {
+        Grouped::Circle(GroupPlan::new(groups, params()))
+    }
+}
+
+/// `plan` ([`make_grouped`]) over `cycles` cycles: collisions, the longest
+/// gap of a directed pair inside a group, of a directed pair of groups, of
+/// a host probing another group, and shares.
+fn grouped(
+    plan: &Grouped,
+    n: usize,
+    size: usize,
+    cycles: u64,
+    rng: &mut Rng,
+) -> (Figures, f64, f64, f64) {
+    let mesh = plan.plan();
     let skew: Vec<f64> = (0..n).map(|_| (rng.unit() * 2.0 - 1.0) * SKEW).collect();
-    let cycle = plan.cycle().as_secs_f64();
-    let period = plan.period().as_secs_f64();
+    let cycle = mesh.cycle().as_secs_f64();
+    let period = mesh.period().as_secs_f64();
     let horizon = cycle * cycles as f64;
     let index = |(g, m): (usize, usize)| g * size + m;
     let mut tests = Vec::new();
     for c in 0..cycles {
-        for k in 0..plan.slots() {
+        for k in 0..mesh.slots() {
             for t in plan.tests(c, k) {
                 let (p, q) = (index(t.prober), index(t.target));
                 tests.push(Test {
@@ -157,7 +218,7 @@ fn grouped(
     let shares: Vec<f64> = busy_time.iter().map(|b| b / horizon).collect();
     f.share_max = shares.iter().cloned().fold(0.0, f64::max);
     f.share_mean = shares.iter().sum::<f64>() / n as f64;
-    (plan, f, cov_inside, cov_between, cov_host)
+    (f, cov_inside, cov_between, cov_host)
 }
 
 fn fnv(a: u32, b: u32) -> u64 {
@@ -267,39 +328,109 @@ fn groups_table(sizes: &[usize]) {
         RUN + SETUP + GUARD,
         SKEW * 1000.0
     );
-    println!("| N | groups × size | cycles run | cycle (full mesh) | cycle (groups) | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | a host to another group: stated / max gap | share in tests, mean / max |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| N | groups × size | plan | cycles run | cycle (full mesh) | cycle (groups) | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | a host to another group: stated / max gap | share in tests, mean / max |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for &n in sizes {
         let size = ((n as f64).sqrt().round() as usize).max(2);
-        // Enough cycles for every host to represent its group twice, but
-        // for 10,000 hosts (200 cycles of a million tests).
-        let cycles = if n >= 10000 {
-            2
-        } else {
-            (2 * size as u64).max(4)
-        };
         let full = Plan::new((0..n).map(|i| format!("h{i:05}")).collect(), params());
-        let (plan, f, inside, between, host) = grouped(n, size, cycles, &mut rng);
-        let host = if host.is_finite() {
-            minutes(host)
-        } else {
-            "not seen in so few cycles".to_string()
+        for stable in [false, true] {
+            let plan = make_grouped(n, size, stable);
+            let rotation = plan.rotation();
+            // Enough cycles for every host to represent its group twice,
+            // but for 10,000 hosts (hundreds of cycles of a million tests).
+            let cycles = if n >= 10000 {
+                2
+            } else {
+                (2 * rotation as u64).max(4)
+            };
+            let (f, inside, between, host) = grouped(&plan, n, size, cycles, &mut rng);
+            let host = if host.is_finite() {
+                minutes(host)
+            } else {
+                "not seen in so few cycles".to_string()
+            };
+            let cycle = plan.plan().cycle().as_secs_f64();
+            println!(
+                "| {n} | {} × {size} | {} | {cycles} | {} | {} | {} | {} ({:.2}%) | {} | {} | every {rotation} cycles = {} / {host} | {:.0}% / {:.0}% |",
+                plan.groups().len(),
+                if stable { "stable" } else { "circle" },
+                minutes(full.cycle().as_secs_f64()),
+                minutes(cycle),
+                f.tests,
+                f.busy,
+                pct(f.busy, f.tests),
+                minutes(inside),
+                minutes(between),
+                minutes(cycle * rotation as f64),
+                f.share_mean * 100.0,
+                f.share_max * 100.0
+            );
+        }
+    }
+}
+
+/// `--groups-churn`: the grouped plan by the circle method and the stable
+/// one through the same churn (`pathprobe::mesh::sim`, host `i` in group
+/// `i mod g`, groups of about √N), and the stable one without: the
+/// longest gap of a directed pair inside a group and of a directed pair of
+/// groups.
+fn groups_churn_table(sizes: &[usize]) {
+    println!(
+        "tcp 1+5 s, slot {} s, budget 50%, clock skew ±{} ms; test occupancy {} s; groups of about √N hosts, host i in group i mod g",
+        RUN + SETUP + GUARD,
+        SKEW * 1000.0,
+        RUN + SETUP_USED
+    );
+    println!("| N | groups | plan | cycles run | cycle | tests | busy | pairs inside a group: max gap | pairs of groups: max gap | coverage / circle cycle | share in tests, mean / max |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let model = Model {
+        occupancy: RUN + SETUP_USED,
+        guard: GUARD,
+        skew: SKEW,
+        learn: 30.0,
+    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for &n in sizes {
+        let size = ((n as f64).sqrt().round() as usize).max(2);
+        let groups = n.div_ceil(size);
+        let cycles = match n {
+            0..=999 => 6,
+            1000..=9999 => 4,
+            _ => 3,
         };
-        println!(
-            "| {n} | {} × {size} | {cycles} | {} | {} | {} | {} ({:.2}%) | {} | {} | every {size} cycles = {} / {host} | {:.0}% / {:.0}% |",
-            plan.groups().len(),
-            minutes(full.cycle().as_secs_f64()),
-            minutes(plan.cycle().as_secs_f64()),
-            f.tests,
-            f.busy,
-            pct(f.busy, f.tests),
-            minutes(inside),
-            minutes(between),
-            minutes(plan.cycle().as_secs_f64() * size as f64),
-            f.share_mean * 100.0,
-            f.share_max * 100.0
-        );
+        let circle = move |m: Vec<String>| -> MeshPlan {
+            GroupPlan::by_label(sim::labelled(m, groups), params()).into()
+        };
+        let stable = move |m: Vec<String>| -> MeshPlan {
+            StableGroupPlan::by_label(sim::labelled(m, groups), params()).into()
+        };
+        let seed = rng.next_u64();
+        let mut today = None;
+        for (what, make, churn) in [
+            (
+                "circle, churn",
+                &circle as &dyn Fn(Vec<String>) -> MeshPlan,
+                true,
+            ),
+            ("stable", &stable, false),
+            ("stable, churn", &stable, true),
+        ] {
+            let f = sim::run_grouped(n, groups, cycles, churn, model, make, &mut Rng(seed));
+            let today = *today.get_or_insert(f.cycle);
+            println!(
+                "| {n} | {groups} | {what} | {cycles} | {:.1} min | {} | {} ({:.2}%) | {} | {} | {:.2} | {:.0}% / {:.0}% |",
+                f.cycle / 60.0,
+                f.tests,
+                f.busy,
+                pct(f.busy, f.tests),
+                minutes(f.coverage),
+                minutes(f.coverage_groups),
+                f.coverage.max(f.coverage_groups) / today,
+                f.share_mean * 100.0,
+                f.share_max * 100.0
+            );
+        }
     }
 }
 
@@ -644,6 +775,11 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("--groups") => groups_table(if sizes.is_empty() {
             &[10, 100, 1000, 10000]
+        } else {
+            &sizes
+        }),
+        Some("--groups-churn") => groups_churn_table(if sizes.is_empty() {
+            &[100, 1000]
         } else {
             &sizes
         }),

@@ -28,10 +28,12 @@ pub mod groups;
 pub mod plans;
 pub mod sim;
 pub mod stable;
+pub mod stable_groups;
 
 pub use groups::GroupPlan;
 pub use plans::MeshPlan;
 pub use stable::StablePlan;
+pub use stable_groups::StableGroupPlan;
 
 /// What a plan is computed from, besides the members.
 #[derive(Debug, Clone, PartialEq)]

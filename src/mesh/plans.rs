@@ -1,7 +1,8 @@
 //! Every mesh plan behind one interface, so that the scheduler and the
 //! service run a full mesh ([`Plan`], or [`StablePlan`] from
 //! [`super::stable::STABLE_FROM`] members on) and a grouped one
-//! ([`GroupPlan`], `scheduler.mesh.group_by`) the same way: members by index in one
+//! ([`GroupPlan`], or [`StableGroupPlan`] from as many members on;
+//! `scheduler.mesh.group_by`) the same way: members by index in one
 //! sorted list, the same slot grid on the wall clock, and each member's
 //! test of a slot. A grouped plan's tests also depend on the cycle (its
 //! representatives rotate), so the cycle is passed for both.
@@ -10,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::{GroupPlan, MeshParams, Plan, SlotAt, StablePlan, Test};
+use super::{GroupPlan, MeshParams, Plan, SlotAt, StableGroupPlan, StablePlan, Test};
 
 /// The plan a mesh follows.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,9 @@ pub enum MeshPlan {
     /// Grouped by a label: full meshes inside the groups, rotating
     /// representatives between them.
     Grouped(GroupPlan),
+    /// Grouped, each pair's slot and each cycle's representatives kept
+    /// when other members join or leave.
+    StableGrouped(StableGroupPlan),
 }
 
 impl From<Plan> for MeshPlan {
@@ -43,6 +47,12 @@ impl From<GroupPlan> for MeshPlan {
     }
 }
 
+impl From<StableGroupPlan> for MeshPlan {
+    fn from(p: StableGroupPlan) -> Self {
+        MeshPlan::StableGrouped(p)
+    }
+}
+
 impl MeshPlan {
     /// The full mesh of `members`: the circle plan below
     /// [`super::stable::STABLE_FROM`] members (the shortest cycle; a churn
@@ -56,6 +66,22 @@ impl MeshPlan {
             StablePlan::new(distinct, params).into()
         } else {
             Plan::new(distinct, params).into()
+        }
+    }
+
+    /// The grouped plan of `members`, each with its value of the grouping
+    /// label: by the circle method below [`super::stable::STABLE_FROM`]
+    /// members (its cycle is the shortest; a churn costs one short cycle),
+    /// the stable grouped plan from there on (a churn costs the slots of the
+    /// host that came or went, and a few of its group's), as for a full
+    /// mesh.
+    pub fn grouped(members: Vec<(String, String)>, params: MeshParams) -> MeshPlan {
+        let distinct: std::collections::BTreeSet<&str> =
+            members.iter().map(|(n, _)| n.as_str()).collect();
+        if distinct.len() >= super::stable::STABLE_FROM {
+            StableGroupPlan::by_label(members, params).into()
+        } else {
+            GroupPlan::by_label(members, params).into()
         }
     }
 
@@ -75,6 +101,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.members(),
             MeshPlan::Stable(p) => p.members(),
             MeshPlan::Grouped(p) => p.members(),
+            MeshPlan::StableGrouped(p) => p.members(),
         }
     }
 
@@ -83,6 +110,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.index_of(name),
             MeshPlan::Stable(p) => p.index_of(name),
             MeshPlan::Grouped(p) => p.index_of(name),
+            MeshPlan::StableGrouped(p) => p.index_of(name),
         }
     }
 
@@ -91,6 +119,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.params(),
             MeshPlan::Stable(p) => p.params(),
             MeshPlan::Grouped(p) => p.params(),
+            MeshPlan::StableGrouped(p) => p.params(),
         }
     }
 
@@ -100,6 +129,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.slots(),
             MeshPlan::Stable(p) => p.slots(),
             MeshPlan::Grouped(p) => p.slots(),
+            MeshPlan::StableGrouped(p) => p.slots(),
         }
     }
 
@@ -108,6 +138,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.cycle(),
             MeshPlan::Stable(p) => p.cycle(),
             MeshPlan::Grouped(p) => p.cycle(),
+            MeshPlan::StableGrouped(p) => p.cycle(),
         }
     }
 
@@ -117,6 +148,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.period(),
             MeshPlan::Stable(p) => p.period(),
             MeshPlan::Grouped(p) => p.period(),
+            MeshPlan::StableGrouped(p) => p.period(),
         }
     }
 
@@ -130,6 +162,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.slot_at(now),
             MeshPlan::Stable(p) => p.slot_at(now),
             MeshPlan::Grouped(p) => p.slot_at(now),
+            MeshPlan::StableGrouped(p) => p.slot_at(now),
         }
     }
 
@@ -138,6 +171,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.cycle_start(cycle),
             MeshPlan::Stable(p) => p.cycle_start(cycle),
             MeshPlan::Grouped(p) => p.cycle_start(cycle),
+            MeshPlan::StableGrouped(p) => p.cycle_start(cycle),
         }
     }
 
@@ -146,6 +180,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.first_cycle_from(t),
             MeshPlan::Stable(p) => p.first_cycle_from(t),
             MeshPlan::Grouped(p) => p.first_cycle_from(t),
+            MeshPlan::StableGrouped(p) => p.first_cycle_from(t),
         }
     }
 
@@ -155,6 +190,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.tests(index),
             MeshPlan::Stable(p) => p.tests(index),
             MeshPlan::Grouped(p) => p.tests_flat(cycle, index),
+            MeshPlan::StableGrouped(p) => p.tests_flat(cycle, index),
         }
     }
 
@@ -164,6 +200,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.test_of(me, index),
             MeshPlan::Stable(p) => p.test_of(me, index),
             MeshPlan::Grouped(p) => p.test_of(me, cycle, index),
+            MeshPlan::StableGrouped(p) => p.test_of(me, cycle, index),
         }
     }
 
@@ -213,6 +250,7 @@ impl MeshPlan {
     pub fn needed_cycle(&self) -> Duration {
         match self {
             MeshPlan::Stable(p) => p.needed_cycle(),
+            MeshPlan::StableGrouped(p) => p.needed_cycle(),
             _ => {
                 let natural = self.slot().saturating_mul(self.slots() as u32);
                 natural.div_f64(self.params().budget.clamp(f64::MIN_POSITIVE, 1.0))
@@ -226,6 +264,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.share(),
             MeshPlan::Stable(p) => p.share(),
             MeshPlan::Grouped(p) => p.share(),
+            MeshPlan::StableGrouped(p) => p.share(),
         }
     }
 
@@ -235,6 +274,7 @@ impl MeshPlan {
             MeshPlan::Full(p) => p.describe(),
             MeshPlan::Stable(p) => p.describe(),
             MeshPlan::Grouped(p) => p.describe(),
+            MeshPlan::StableGrouped(p) => p.describe(),
         }
     }
 }
@@ -279,6 +319,14 @@ mod tests {
             // Five: each rests two slots in a row per cycle.
             Plan::new(names(5), params(0.5)).into(),
             GroupPlan::new(vec![names(3), vec!["x".into(), "y".into()]], params(0.5)).into(),
+            StableGroupPlan::new(
+                vec![
+                    ("a".into(), names(3)),
+                    ("b".into(), vec!["x".into(), "y".into()]),
+                ],
+                params(0.5),
+            )
+            .into(),
         ];
         for p in &plans {
             for me in 0..p.members().len() {

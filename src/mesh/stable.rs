@@ -77,17 +77,187 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// Members' places in `Z_buckets × Z_lanes`, from hashes of their names,
+/// and the pairing by sums that both the stable full mesh and the grouped
+/// plan ([`super::GroupPlan`], inside each group and between the groups)
+/// play: a member's place depends on the members of its own bucket only,
+/// so a join or a leave moves few others.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Places {
+    buckets: usize,
+    lanes: usize,
+    /// `place[i]`: member `i`'s place, `bucket × lanes + lane`
+    /// (`usize::MAX` if none was free: not with more places than members).
+    place: Vec<usize>,
+    /// `at[place]`: the member holding it.
+    at: Vec<Option<usize>>,
+}
+
+impl Places {
+    /// The places of `names` (by index) among `buckets × lanes`: a
+    /// member's bucket is an FNV-1a hash of its name mod `buckets`, its
+    /// lane the first free one from a second hash, the bucket's members
+    /// taken in the order of (that hash, name); a full bucket spills into
+    /// the next free places.
+    pub(crate) fn new(names: &[String], buckets: usize, lanes: usize) -> Places {
+        let (buckets, lanes) = (buckets.max(1), lanes.max(1));
+        let places = buckets * lanes;
+        let n = names.len();
+        let hashes: Vec<u64> = names.iter().map(|s| fnv1a(s.as_bytes())).collect();
+        let bucket = |h: u64| (h % buckets as u64) as usize;
+        // The second hash takes high bits the bucket's modulus barely uses.
+        let home = |h: u64| ((h >> 40) % lanes as u64) as usize;
+        let mut at: Vec<Option<usize>> = vec![None; places];
+        let mut place = vec![usize::MAX; n];
+        let mut by_bucket: Vec<Vec<usize>> = vec![Vec::new(); buckets];
+        for (i, h) in hashes.iter().enumerate() {
+            by_bucket[bucket(*h)].push(i);
+        }
+        let mut spilled = Vec::new();
+        for (b, list) in by_bucket.iter_mut().enumerate() {
+            list.sort_by(|&x, &y| (home(hashes[x]), &names[x]).cmp(&(home(hashes[y]), &names[y])));
+            for &i in list.iter() {
+                let start = home(hashes[i]);
+                let free = (0..lanes)
+                    .map(|k| b * lanes + (start + k) % lanes)
+                    .find(|&p| at[p].is_none());
+                match free {
+                    Some(p) => {
+                        at[p] = Some(i);
+                        place[i] = p;
+                    }
+                    None => spilled.push(i),
+                }
+            }
+        }
+        // Spills take the next free place after their bucket, in the order
+        // of their bucket; there are more places than members.
+        for i in spilled {
+            let from = (bucket(hashes[i]) + 1) * lanes;
+            if let Some(p) = (0..places)
+                .map(|k| (from + k) % places)
+                .find(|&p| at[p].is_none())
+            {
+                at[p] = Some(i);
+                place[i] = p;
+            }
+        }
+        Places {
+            buckets,
+            lanes,
+            place,
+            at,
+        }
+    }
+
+    /// Places: buckets × lanes.
+    pub(crate) fn count(&self) -> usize {
+        self.buckets * self.lanes
+    }
+
+    /// Member `i`'s place, if it has one.
+    pub(crate) fn of(&self, i: usize) -> Option<usize> {
+        self.place.get(i).copied().filter(|&p| p != usize::MAX)
+    }
+
+    /// The member holding place `p`.
+    pub(crate) fn holder(&self, p: usize) -> Option<usize> {
+        self.at.get(p).copied().flatten()
+    }
+
+    /// (colour, direction, lane) of round `u` of `2 × count` (each
+    /// colour's lanes one way, then the other).
+    fn decode(&self, u: usize) -> (usize, usize, usize) {
+        let (rest, lane) = (u / self.lanes, u % self.lanes);
+        (rest / 2, rest % 2, lane)
+    }
+
+    /// The place that sums with `p` to (colour, lane).
+    fn partner_place(&self, p: usize, colour: usize, lane: usize) -> usize {
+        let (b, l) = (p / self.lanes, p % self.lanes);
+        let pb = (colour + self.buckets - b) % self.buckets;
+        let pl = (lane + self.lanes - l) % self.lanes;
+        pb * self.lanes + pl
+    }
+
+    /// Who probes whom in direction `dir` between members `i` and `j`:
+    /// alternating by the parity of their places, so that each member
+    /// probes about as often as it is probed.
+    fn orient(&self, i: usize, j: usize, dir: usize) -> (usize, usize) {
+        let (pi, pj) = (self.place[i], self.place[j]);
+        let (lo, hi) = if pi < pj { (i, j) } else { (j, i) };
+        let first = if (pi + pj) % 2 == 1 {
+            (lo, hi)
+        } else {
+            (hi, lo)
+        };
+        if dir == 0 {
+            first
+        } else {
+            (first.1, first.0)
+        }
+    }
+
+    /// Member `i`'s game of round `u` (of `2 × count`), as (prober,
+    /// target): with the member whose place sums with its own to the
+    /// round's colour and lane; `None` when that place is empty or its
+    /// own, or past the rounds.
+    pub(crate) fn game(&self, i: usize, u: usize) -> Option<(usize, usize)> {
+        if u >= 2 * self.count() {
+            return None;
+        }
+        let (colour, dir, lane) = self.decode(u);
+        self.game_at(i, colour, dir, lane)
+    }
+
+    /// Member `i`'s game in (colour, direction, lane), as (prober, target).
+    pub(crate) fn game_at(
+        &self,
+        i: usize,
+        colour: usize,
+        dir: usize,
+        lane: usize,
+    ) -> Option<(usize, usize)> {
+        if colour >= self.buckets || lane >= self.lanes {
+            return None;
+        }
+        let p = self.of(i)?;
+        let j = self.holder(self.partner_place(p, colour, lane))?;
+        (j != i).then(|| self.orient(i, j, dir))
+    }
+
+    /// The rounds' lanes per colour.
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// Every game of round `u`, as (prober, target).
+    pub(crate) fn games(&self, u: usize) -> Vec<(usize, usize)> {
+        self.games_by(|i| self.game(i, u))
+    }
+
+    /// Every game `game` gives a member, each once, as (prober, target).
+    pub(crate) fn games_by(
+        &self,
+        game: impl Fn(usize) -> Option<(usize, usize)>,
+    ) -> Vec<(usize, usize)> {
+        (0..self.place.len())
+            .filter_map(|i| {
+                let (a, b) = game(i)?;
+                // Each game once: from its lower index.
+                (i == a.min(b)).then_some((a, b))
+            })
+            .collect()
+    }
+}
+
 /// The schedule of one member list, stable under churn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StablePlan {
     members: Vec<String>,
     params: MeshParams,
     level: usize,
-    buckets: usize,
-    /// `place[i]`: member `i`'s place, `bucket × LANES + lane`.
-    place: Vec<usize>,
-    /// `at[place]`: the member holding it.
-    at: Vec<Option<usize>>,
+    places: Places,
     slots: usize,
     cycle: Duration,
 }
@@ -100,59 +270,15 @@ impl StablePlan {
         let n = members.len();
         let level = level(n).max(1);
         let places = (2 * level).div_ceil(LANES).max(1) * LANES;
-        let buckets = places / LANES;
         let m = params.modules.max(1);
         let slots = if n < 2 { 0 } else { 2 * places * m };
         let cycle = cycle_of(&params, level, slots);
-
-        let hashes: Vec<u64> = members.iter().map(|s| fnv1a(s.as_bytes())).collect();
-        let bucket = |h: u64| (h % buckets as u64) as usize;
-        // The second hash takes high bits the bucket's modulus barely uses.
-        let home = |h: u64| ((h >> 40) % LANES as u64) as usize;
-        let mut at: Vec<Option<usize>> = vec![None; places];
-        let mut place = vec![usize::MAX; n];
-        let mut by_bucket: Vec<Vec<usize>> = vec![Vec::new(); buckets];
-        for (i, h) in hashes.iter().enumerate() {
-            by_bucket[bucket(*h)].push(i);
-        }
-        let mut spilled = Vec::new();
-        for (b, list) in by_bucket.iter_mut().enumerate() {
-            list.sort_by(|&x, &y| {
-                (home(hashes[x]), &members[x]).cmp(&(home(hashes[y]), &members[y]))
-            });
-            for &i in list.iter() {
-                let start = home(hashes[i]);
-                let free = (0..LANES)
-                    .map(|k| b * LANES + (start + k) % LANES)
-                    .find(|&p| at[p].is_none());
-                match free {
-                    Some(p) => {
-                        at[p] = Some(i);
-                        place[i] = p;
-                    }
-                    None => spilled.push(i),
-                }
-            }
-        }
-        // Spills take the next free place after their bucket, in the order
-        // of their bucket; there are twice as many places as members.
-        for i in spilled {
-            let from = (bucket(hashes[i]) + 1) * LANES;
-            if let Some(p) = (0..places)
-                .map(|k| (from + k) % places)
-                .find(|&p| at[p].is_none())
-            {
-                at[p] = Some(i);
-                place[i] = p;
-            }
-        }
+        let places = Places::new(&members, places / LANES, LANES);
         StablePlan {
             members,
             params,
             level,
-            buckets,
-            place,
-            at,
+            places,
             slots,
             cycle,
         }
@@ -173,12 +299,12 @@ impl StablePlan {
 
     /// Places: buckets × lanes.
     pub fn places(&self) -> usize {
-        self.buckets * LANES
+        self.places.count()
     }
 
     /// Member `i`'s place (bucket × 16 + lane).
     pub fn place(&self, i: usize) -> Option<usize> {
-        self.place.get(i).copied()
+        self.places.of(i)
     }
 
     pub fn slots(&self) -> usize {
@@ -222,59 +348,21 @@ impl StablePlan {
         grid_first_cycle_from(self.cycle, t)
     }
 
-    /// (colour, direction, lane, module) of slot `index`.
-    fn decode(&self, index: usize) -> (usize, usize, usize, usize) {
-        let m = self.params.modules.max(1);
-        let (rest, module) = (index / m, index % m);
-        let (rest, lane) = (rest / LANES, rest % LANES);
-        (rest / 2, rest % 2, lane, module)
-    }
-
-    /// The place that sums with `p` to (colour, lane).
-    fn partner_place(&self, p: usize, colour: usize, lane: usize) -> usize {
-        let (b, l) = (p / LANES, p % LANES);
-        let pb = (colour + self.buckets - b) % self.buckets;
-        let pl = (lane + LANES - l) % LANES;
-        pb * LANES + pl
-    }
-
-    /// Who probes whom in direction `dir` between members `i` and `j`:
-    /// alternating by the parity of their places, so that each member
-    /// probes about as often as it is probed.
-    fn orient(&self, i: usize, j: usize, dir: usize, module: usize) -> Test {
-        let (pi, pj) = (self.place[i], self.place[j]);
-        let (lo, hi) = if pi < pj { (i, j) } else { (j, i) };
-        let first = if (pi + pj) % 2 == 1 {
-            (lo, hi)
-        } else {
-            (hi, lo)
-        };
-        let (prober, target) = if dir == 0 { first } else { (first.1, first.0) };
-        Test {
-            prober,
-            target,
-            module,
-        }
-    }
-
     /// The directed tests of slot `index` of a cycle.
     pub fn tests(&self, index: usize) -> Vec<Test> {
         if index >= self.slots {
             return Vec::new();
         }
-        let (colour, dir, lane, module) = self.decode(index);
-        let mut out = Vec::new();
-        for (i, &p) in self.place.iter().enumerate() {
-            if p == usize::MAX {
-                continue;
-            }
-            if let Some(j) = self.at[self.partner_place(p, colour, lane)] {
-                if j > i {
-                    out.push(self.orient(i, j, dir, module));
-                }
-            }
-        }
-        out
+        let m = self.params.modules.max(1);
+        self.places
+            .games(index / m)
+            .into_iter()
+            .map(|(prober, target)| Test {
+                prober,
+                target,
+                module: index % m,
+            })
+            .collect()
     }
 
     /// Member `me`'s test in slot `index`, if any.
@@ -282,10 +370,13 @@ impl StablePlan {
         if index >= self.slots {
             return None;
         }
-        let p = *self.place.get(me).filter(|&&p| p != usize::MAX)?;
-        let (colour, dir, lane, module) = self.decode(index);
-        let j = self.at[self.partner_place(p, colour, lane)].filter(|&j| j != me)?;
-        Some(self.orient(me, j, dir, module))
+        let m = self.params.modules.max(1);
+        let (prober, target) = self.places.game(me, index / m)?;
+        Some(Test {
+            prober,
+            target,
+            module: index % m,
+        })
     }
 
     /// Share of time a member spends in tests (every member's: each plays
@@ -319,7 +410,7 @@ impl StablePlan {
 /// The cycle: the slots back to back, at least the interval, and long
 /// enough for `level` members at the budget; a whole number of
 /// milliseconds per slot.
-fn cycle_of(params: &MeshParams, level: usize, slots: usize) -> Duration {
+pub(crate) fn cycle_of(params: &MeshParams, level: usize, slots: usize) -> Duration {
     let budget = if params.budget > 0.0 && params.budget <= 1.0 {
         params.budget
     } else {

@@ -4,15 +4,17 @@
 //! state the cost (`check-config`, the startup log).
 //!
 //! With `scheduler.mesh.group_by: LABEL`, the members are grouped by that
-//! target label ([`GroupPlan`]); those without it form one group of their
-//! own, as Prometheus treats an absent label as an empty one.
+//! target label ([`crate::mesh::GroupPlan`], or from 32 members on
+//! [`crate::mesh::StableGroupPlan`], which churn disturbs only where it
+//! must); those without it form one group of their own, as Prometheus
+//! treats an absent label as an empty one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::config::{Config, Module};
 use crate::discovery::DiscoveredTarget;
-use crate::mesh::{GroupPlan, MeshParams, MeshPlan};
+use crate::mesh::{MeshParams, MeshPlan};
 use crate::probe::Target;
 use crate::scheduler::mesh::{LocalJob, MeshSchedule};
 use crate::scheduler::Job;
@@ -177,7 +179,7 @@ pub fn plan(
         min_cycle: requested_interval(config, discovered),
     };
     let plan: MeshPlan = match m.group_by {
-        Some(_) => GroupPlan::by_label(entries, params).into(),
+        Some(_) => MeshPlan::grouped(entries, params),
         None => MeshPlan::full(entries.into_iter().map(|(n, _)| n).collect(), params),
     };
     let me = me.and_then(|n| plan.index_of(&n));
@@ -254,9 +256,9 @@ pub fn notes(
     if config.discovery.mesh && config.scheduler.mesh.planned {
         let (plan, me, _) = plan(config, discovered, is_local);
         match (&plan, &config.scheduler.mesh.group_by) {
-            (MeshPlan::Grouped(g), Some(label)) => {
+            (MeshPlan::Grouped(_) | MeshPlan::StableGrouped(_), Some(label)) => {
                 // What the groups save, against the full mesh they replace.
-                let full = MeshPlan::full(g.members().to_vec(), g.params().clone());
+                let full = MeshPlan::full(plan.members().to_vec(), plan.params().clone());
                 out.push(format!(
                     "mesh schedule, grouped by {label}: {}; a full mesh would need a cycle of {}",
                     plan.describe(),
@@ -966,6 +968,212 @@ mod tests {
             "39th host joining 38: {} runs over 4 cycles, every pair of the 38 once per cycle; {} members changed lanes; {overlaps} overlapping tests",
             runs.len(),
             moved.len()
+        );
+    }
+
+    /// `n` hosts 10.0.0.1.. in racks `r0`..`r3` (host `i` in rack `i mod 4`),
+    /// grouped by rack, probing each other with one TCP module.
+    fn racks_of(n: usize, interval: &str) -> Config {
+        let mut y = format!(
+            "modules: {{tcp: {{kind: tcp, duration: 5s, omit: 1s}}}}\n\
+             scheduler: {{default_interval: {interval}, mesh: {{group_by: rack}}}}\n\
+             discovery: {{mesh: true}}\ntargets:\n"
+        );
+        for i in 1..=n {
+            y.push_str(&format!(
+                "  - {{address: 10.0.0.{i}, modules: [tcp], labels: {{rack: r{}}}}}\n",
+                i % 4
+            ));
+        }
+        Config::from_yaml(&y, "racks.yml").unwrap()
+    }
+
+    #[test]
+    fn a_large_grouped_mesh_follows_the_stable_grouped_plan_and_states_it() {
+        let c = racks_of(38, "10m");
+        let (p, _, _) = plan(&c, &[], |t| t.host == "10.0.0.1");
+        let MeshPlan::StableGrouped(g) = &p else {
+            panic!("not stable: {p:?}")
+        };
+        // Racks of 10 and 9: sized for 11 (level 12, 22 places, 44 slots
+        // inside); 4 racks (6 places, 12 slots between). A representative's
+        // 2 × 9 + 2 × 3 tests at most, sized 2 × 11 + 2 × 3 at the budget:
+        // 28 × 11 s / 0.5 = 616 s.
+        assert_eq!(g.levels(), (12, 4));
+        assert_eq!((g.inside_slots(), g.slots()), (44, 56));
+        assert_eq!(p.cycle(), Duration::from_secs(616));
+        let n = notes(&c, &[], |t| t.host == "10.0.0.1");
+        assert!(
+            n[0].starts_with(
+                "mesh schedule, grouped by rack: 38 hosts in 4 groups (largest 10), 1 module: \
+                 a cycle of 44 + 12 slots of 11 s (one every 11 s) = 10.3 min;"
+            ),
+            "{n:?}"
+        );
+        assert!(
+            n[0].contains("; stable under churn (groups sized for up to 11 hosts"),
+            "{n:?}"
+        );
+        // Fewer than 32 hosts keep the circle method.
+        let (small, _, _) = plan(&racks_of(31, "10m"), &[], |_| false);
+        assert!(matches!(small, MeshPlan::Grouped(_)));
+    }
+
+    /// Issue 22, point 3, for the grouped plan, in process: 38 hosts in 4
+    /// racks run the service's schedules on paused time; a 39th joins one
+    /// rack, and half the hosts learn of it 10 s before a cycle boundary,
+    /// the others 20 s after (so they follow the old list for one cycle
+    /// more). Every directed pair inside a rack of the 38 but those of
+    /// members whose place the joiner moved and of its rack's
+    /// representatives is still run once in every cycle, every directed
+    /// pair of racks at least once, and only tests with one of those hosts
+    /// or the joiner ever overlap.
+    #[tokio::test(start_paused = true)]
+    async fn a_host_joining_a_large_grouped_mesh_costs_no_other_pair_a_cycle() {
+        let old = racks_of(38, "10m");
+        let new = racks_of(39, "10m");
+        let (plan_old, _, _) = plan(&old, &[], |_| false);
+        let (plan_new, _, _) = plan(&new, &[], |_| false);
+        assert_eq!(plan_old.cycle(), plan_new.cycle());
+        let cycle = plan_old.cycle();
+        let base =
+            plan_old.cycle_start(plan_old.first_cycle_from(Duration::from_secs(1_800_000_000)));
+        let t0 = tokio::time::Instant::now();
+        let clock: WallClock = Arc::new(move || base + t0.elapsed());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let skips = Arc::new(Mutex::new(Vec::new()));
+        let host = |i: usize| format!("10.0.0.{i}");
+        let start = |h: String, c: &Config| {
+            let me = h.as_str();
+            let (s, _) = schedule(c, &[], move |t: &Target| t.host == me).unwrap();
+            let log = Arc::new(Log {
+                me: h,
+                clock: clock.clone(),
+                runs: runs.clone(),
+                skips: skips.clone(),
+            });
+            MeshScheduler::start(log, HostSlot::new(), clock.clone(), Some(s))
+        };
+        let mut fleet: Vec<_> = (1..=38).map(|i| start(host(i), &old)).collect();
+        tokio::time::sleep(cycle - Duration::from_secs(10)).await;
+        fleet.push(start(host(39), &new));
+        let update = |i: usize, f: &Vec<MeshScheduler<ProbeJob>>| {
+            let me = host(i);
+            let me = me.as_str();
+            let (s, _) = schedule(&new, &[], move |t: &Target| t.host == me).unwrap();
+            f[i - 1].update(Some(s));
+        };
+        for i in (1..=38).step_by(2) {
+            update(i, &fleet);
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        for i in (2..=38).step_by(2) {
+            update(i, &fleet);
+        }
+        tokio::time::sleep(cycle * 3 - Duration::from_secs(20)).await;
+        for m in fleet {
+            m.shutdown().await;
+        }
+        assert!(
+            skips.lock().unwrap().is_empty(),
+            "{:?}",
+            skips.lock().unwrap()
+        );
+        let runs = runs.lock().unwrap().clone();
+        let first = plan_old.slot_at(base).cycle;
+        let (MeshPlan::StableGrouped(a), MeshPlan::StableGrouped(b)) = (&plan_old, &plan_new)
+        else {
+            panic!("not stable")
+        };
+        let rack = |h: &str| {
+            let i: usize = h.rsplit('.').next().unwrap().parse().unwrap();
+            i % 4
+        };
+        // Members whose place the joiner moved, and its rack's
+        // representatives in either plan, in the cycle of the join.
+        let place = |p: &crate::mesh::StableGroupPlan, h: &str| {
+            let (g, i) = p.place(p.index_of(h)?)?;
+            p.member_place(g, i)
+        };
+        let mut excused: BTreeSet<String> = (1..=38)
+            .map(host)
+            .filter(|h| place(a, h) != place(b, h))
+            .collect();
+        let moved = excused.len();
+        let joined = rack(&host(39));
+        for c in first..first + 4 {
+            for p in [a, b] {
+                let g = p
+                    .group_names()
+                    .iter()
+                    .position(|n| *n == format!("r{joined}"))
+                    .unwrap();
+                excused.insert(p.groups()[g][p.representative(g, c)].clone());
+            }
+        }
+        excused.insert(host(39));
+        let mut inside: HashMap<(u64, String, String), usize> = HashMap::new();
+        let mut between: HashMap<(u64, usize, usize), usize> = HashMap::new();
+        let mut by_host: HashMap<String, Vec<(Duration, String)>> = HashMap::new();
+        for (p, t, at) in &runs {
+            let c = plan_old.slot_at(*at).cycle;
+            if rack(p) == rack(t) {
+                *inside.entry((c, p.clone(), t.clone())).or_default() += 1;
+            } else {
+                *between.entry((c, rack(p), rack(t))).or_default() += 1;
+            }
+            by_host.entry(p.clone()).or_default().push((*at, t.clone()));
+            by_host.entry(t.clone()).or_default().push((*at, p.clone()));
+        }
+        for c in first..first + 4 {
+            for i in 1..=38 {
+                for j in 1..=38 {
+                    let (hi, hj) = (host(i), host(j));
+                    if i != j
+                        && rack(&hi) == rack(&hj)
+                        && !excused.contains(&hi)
+                        && !excused.contains(&hj)
+                    {
+                        let n = inside.get(&(c, host(i), host(j))).copied().unwrap_or(0);
+                        assert_eq!(n, 1, "cycle {} {} → {}", c - first, host(i), host(j));
+                    }
+                }
+            }
+            for r in 0..4 {
+                for q in 0..4 {
+                    if r != q {
+                        let n = between.get(&(c, r, q)).copied().unwrap_or(0);
+                        assert!(n >= 1, "cycle {} r{r} → r{q}: {n}", c - first);
+                    }
+                }
+            }
+        }
+        // The joiner probes and is probed by its rack's 9 in each cycle on
+        // the new list (from cycle 1 on, by those that know it).
+        let joiner = runs
+            .iter()
+            .filter(|(p, t, _)| *p == host(39) || *t == host(39))
+            .count();
+        assert!(joiner >= 2 * 9 * 2, "{joiner}");
+        // Overlapping tests (a run lasts 5 s here): only where one of the
+        // hosts is excused.
+        let mut overlaps = 0;
+        for (h, mut at) in by_host {
+            at.sort();
+            for w in at.windows(2) {
+                if w[1].0 < w[0].0 + Duration::from_secs(5) {
+                    overlaps += 1;
+                    assert!(
+                        [&h, &w[0].1, &w[1].1].iter().any(|x| excused.contains(*x)),
+                        "{h} in two tests at {w:?}"
+                    );
+                }
+            }
+        }
+        println!(
+            "39th host joining 38 in 4 racks: {} runs over 4 cycles, every pair inside a rack of the 38 \
+             and every pair of racks once per cycle; {moved} members moved places; {overlaps} overlapping tests",
+            runs.len()
         );
     }
 

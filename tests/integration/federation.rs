@@ -1,8 +1,8 @@
 //! Federation by group with real Prometheus servers (docs/MESH.md,
 //! "Federation by group"): two group Prometheus servers, configured from
-//! config/examples/prometheus-group.yml with config/federation.yml, scrape
+//! config/prometheus-group.yml with config/federation.yml, scrape
 //! two hosts each; a global one, configured from
-//! config/examples/prometheus-global.yml, federates from both. The global
+//! config/prometheus-global.yml, federates from both. The global
 //! one must hold every pair of groups' series, as many as
 //! `metrics::budget::GROUP_PAIR_RECORDS` says (the mesh simulator's
 //! count), and no host's own series.
@@ -171,7 +171,7 @@ fn load(path: &Path) -> Yaml {
 /// A shipped example config with second-long intervals and `targets` as
 /// its one job's only targets.
 fn example(file: &str, targets: &[SocketAddr], external: Option<&str>) -> Yaml {
-    let mut c = load(&root().join("config/examples").join(file));
+    let mut c = load(&root().join("config").join(file));
     for key in ["scrape_interval", "evaluation_interval", "scrape_timeout"] {
         c["global"][key] = "1s".into();
     }

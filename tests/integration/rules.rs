@@ -115,7 +115,7 @@ fn promtool_checks_the_federation_rules_and_configs() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let group = root().join("config/examples/prometheus-group.yml");
+    let group = root().join("config/prometheus-group.yml");
     std::fs::copy(&group, dir.path().join("prometheus-group.yml")).unwrap();
     let rule_files: Vec<String> = load(&group)["rule_files"]
         .as_sequence()
@@ -130,8 +130,8 @@ fn promtool_checks_the_federation_rules_and_configs() {
     let (ok, text) = promtool_output(&["check", "config", "prometheus-group.yml"], dir.path());
     assert!(ok && text.contains("SUCCESS: 2 rule files found"), "{text}");
 
-    run_promtool(&["check", "config", "config/examples/prometheus-global.yml"]);
-    let global = load(&root().join("config/examples/prometheus-global.yml"));
+    run_promtool(&["check", "config", "config/prometheus-global.yml"]);
+    let global = load(&root().join("config/prometheus-global.yml"));
     let jobs = global["scrape_configs"]
         .as_sequence()
         .expect("scrape_configs");

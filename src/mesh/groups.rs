@@ -320,48 +320,17 @@ impl GroupPlan {
         found.map(|t| self.flatten(t))
     }
 
-    /// Test-slots per cycle of a member of a group of `size`: its group's
-    /// tournament, and the groups' tournament when it represents it.
-    fn per_host(&self, size: usize, representing: bool) -> usize {
-        let m = self.params.modules.max(1);
-        let between = if representing {
-            2 * self.groups.len().saturating_sub(1) * m
-        } else {
-            0
-        };
-        2 * size.saturating_sub(1) * m + between
-    }
-
     /// Share of time the busiest host (a representative of the largest
     /// group) spends in tests.
     pub fn share(&self) -> f64 {
-        let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
-        if self.members.len() < 2 {
-            return 0.0;
-        }
-        self.params.slot.as_secs_f64() * self.per_host(largest, true) as f64
-            / self.cycle.as_secs_f64()
+        shares(&self.groups, self.members.len(), &self.params, self.cycle).busiest()
     }
 
     /// Share of time a host spends in tests, averaged over the hosts and
     /// over the cycles (a host represents its group one cycle in
     /// `|group|`).
     pub fn mean_share(&self) -> f64 {
-        if self.members.len() < 2 {
-            return 0.0;
-        }
-        let slots: f64 = self
-            .groups
-            .iter()
-            .map(|g| {
-                let s = g.len();
-                let rep = self.per_host(s, true) - self.per_host(s, false);
-                (s * self.per_host(s, false)) as f64 + rep as f64
-            })
-            .sum();
-        self.params.slot.as_secs_f64() * slots
-            / self.members.len() as f64
-            / self.cycle.as_secs_f64()
+        shares(&self.groups, self.members.len(), &self.params, self.cycle).mean()
     }
 
     /// The plan, its cost and its coverage in a sentence.
@@ -386,6 +355,74 @@ impl GroupPlan {
             self.mean_share() * 100.0,
             self.share() * 100.0
         )
+    }
+}
+
+/// The time in tests of a grouped plan's hosts, which the circle and the
+/// stable grouped plans share: a member of a group of `s` is in `2 (s - 1)
+/// m` test-slots a cycle, and `2 (g - 1) m` more in the cycles it
+/// represents its group, one member per group and cycle.
+pub(super) struct Shares<'a> {
+    groups: &'a [Vec<String>],
+    members: usize,
+    params: &'a MeshParams,
+    cycle: Duration,
+}
+
+pub(super) fn shares<'a>(
+    groups: &'a [Vec<String>],
+    members: usize,
+    params: &'a MeshParams,
+    cycle: Duration,
+) -> Shares<'a> {
+    Shares {
+        groups,
+        members,
+        params,
+        cycle,
+    }
+}
+
+impl Shares<'_> {
+    /// Test-slots per cycle of a member of a group of `size`: its group's
+    /// pairs, and the groups' when it represents it.
+    fn per_host(&self, size: usize, representing: bool) -> usize {
+        let m = self.params.modules.max(1);
+        let between = if representing {
+            2 * self.groups.len().saturating_sub(1) * m
+        } else {
+            0
+        };
+        2 * size.saturating_sub(1) * m + between
+    }
+
+    /// Share of time the busiest host (a representative of the largest
+    /// group) spends in tests.
+    pub(super) fn busiest(&self) -> f64 {
+        let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
+        if self.members < 2 {
+            return 0.0;
+        }
+        self.params.slot.as_secs_f64() * self.per_host(largest, true) as f64
+            / self.cycle.as_secs_f64()
+    }
+
+    /// Share of time a host spends in tests, averaged over the hosts and
+    /// over the cycles.
+    pub(super) fn mean(&self) -> f64 {
+        if self.members < 2 {
+            return 0.0;
+        }
+        let slots: f64 = self
+            .groups
+            .iter()
+            .map(|g| {
+                let s = g.len();
+                let rep = self.per_host(s, true) - self.per_host(s, false);
+                (s * self.per_host(s, false)) as f64 + rep as f64
+            })
+            .sum();
+        self.params.slot.as_secs_f64() * slots / self.members as f64 / self.cycle.as_secs_f64()
     }
 }
 

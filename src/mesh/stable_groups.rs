@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use crate::units::plural;
 
-use super::groups::{span, GroupTest};
+use super::groups::{shares, span, GroupTest};
 use super::stable::{cycle_of, level, Places, LANES};
 use super::{
     grid_cycle_start, grid_first_cycle_from, grid_period, grid_slot_at, MeshParams, SlotAt, Test,
@@ -466,47 +466,16 @@ impl StableGroupPlan {
         Some(self.flatten(found))
     }
 
-    /// Test-slots per cycle of a member of a group of `size`: its group's
-    /// pairs, and the groups' when it represents it.
-    fn per_host(&self, size: usize, representing: bool) -> usize {
-        let m = self.params.modules.max(1);
-        let between = if representing {
-            2 * self.groups.len().saturating_sub(1) * m
-        } else {
-            0
-        };
-        2 * size.saturating_sub(1) * m + between
-    }
-
     /// Share of time the busiest host (a representative of the largest
     /// group) spends in tests.
     pub fn share(&self) -> f64 {
-        let largest = self.groups.iter().map(Vec::len).max().unwrap_or(0);
-        if self.members.len() < 2 {
-            return 0.0;
-        }
-        self.params.slot.as_secs_f64() * self.per_host(largest, true) as f64
-            / self.cycle.as_secs_f64()
+        shares(&self.groups, self.members.len(), &self.params, self.cycle).busiest()
     }
 
     /// Share of time a host spends in tests, averaged over the hosts and
     /// over the cycles (one representative per group and cycle).
     pub fn mean_share(&self) -> f64 {
-        if self.members.len() < 2 {
-            return 0.0;
-        }
-        let slots: f64 = self
-            .groups
-            .iter()
-            .map(|g| {
-                let s = g.len();
-                let rep = self.per_host(s, true) - self.per_host(s, false);
-                (s * self.per_host(s, false)) as f64 + rep as f64
-            })
-            .sum();
-        self.params.slot.as_secs_f64() * slots
-            / self.members.len() as f64
-            / self.cycle.as_secs_f64()
+        shares(&self.groups, self.members.len(), &self.params, self.cycle).mean()
     }
 
     /// The plan, its cost and its coverage in a sentence.

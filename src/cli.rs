@@ -146,9 +146,9 @@ pub struct RespondArgs {
     #[arg(long = "auth.secret-file", value_name = "FILE")]
     auth_secret_file: Option<PathBuf>,
     /// TCP data streams of this end without copying payload: auto (the
-    /// default, measured fastest: write, MSG_TRUNC), on, off, receive
-    /// (write, MSG_TRUNC) or send (sendfile, read) (the `zerocopy` key of
-    /// the responder section).
+    /// default, as measured: MSG_TRUNC; sendfile across a link, write to
+    /// this host), on, off, receive (write, MSG_TRUNC) or send (sendfile,
+    /// read) (the `zerocopy` key of the responder section).
     #[arg(long, value_name = "MODE", value_parser = parse_zerocopy)]
     zerocopy: Option<ZeroCopy>,
     /// Client network (CIDR or address) to serve; repeatable. Without any,
@@ -300,8 +300,9 @@ pub struct ProbeArgs {
     #[arg(long)]
     no_offload: bool,
     /// TCP without copying payload on this end: sendfile from memory when
-    /// sending, MSG_TRUNC when receiving. auto (the default, measured
-    /// fastest: write, MSG_TRUNC), on, off for plain write and read,
+    /// sending, MSG_TRUNC when receiving. auto (the default, as measured:
+    /// MSG_TRUNC; sendfile across a link, write to this host), on, off for
+    /// plain write and read,
     /// receive (write, MSG_TRUNC) or send (sendfile, read). -Z, as
     /// iperf3's, is --zerocopy=on. The responder's end follows its own
     /// setting.

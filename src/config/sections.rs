@@ -91,7 +91,8 @@ pub struct ResponderSection {
     /// TCP data streams without copies (`auto`, `on`, `off`, `receive`,
     /// `send`): sendfile from memory when sending, MSG_TRUNC when
     /// receiving, with `on`; one of the two with `send` or `receive`;
-    /// `auto`, the default, is write and MSG_TRUNC as measured (issue 26).
+    /// `auto`, the default, is MSG_TRUNC, with sendfile across a link and
+    /// write to a peer on this host, as measured (docs/PERFORMANCE.md).
     pub zerocopy: crate::engine::zerocopy::ZeroCopy,
 }
 

@@ -12,27 +12,27 @@
 //! the completion notifications on top; sendfile's pages are page-cache
 //! pages that the receiving socket may hold without a copy.
 //!
-//! The default (`auto`) is the mixed mode: plain `write` to send and
-//! `MSG_TRUNC` to receive. The two halves cost differently: sendfile's
-//! per-call cost outweighs the copy it saves on loopback, discarding saves
-//! the receiver's copy for almost nothing. On loopback, one run with the
-//! modes taking turns (benches/cpu_cost.sh, 3 runs of 3 s each, median,
-//! the machine shared with builds; docs/PERFORMANCE.md), write/discard
-//! beat write/read and sendfile/discard in throughput and in CPU per GB
-//! on both ends: 1 stream 21.1 Gbit/s at 0.26 CPU s/GB (sender and
-//! receiver) against 18.3 at 0.31 and 15.2 at 0.34; `-R` 21.3 at 0.23
-//! against 20.2 at 0.31 and 17.0 at 0.38; 4 streams 53.5 at 0.27 against
-//! 35.0 at 0.36 and 38.6 at 0.37. `on` differs from the default in the
-//! sending half only, and lost (1 stream: sender 0.27 against 0.20 s/GB),
-//! as it did against write/read in an earlier quiet-machine run; so
-//! sendfile (`on`, `send`) is used only when asked for.
+//! The default (`auto`) chooses by where the peer is, as measured: plain
+//! `write` to a peer on this host (loopback, or one of its own addresses)
+//! and `sendfile` across a link, `MSG_TRUNC` to receive either way. The
+//! halves cost differently, and the sending half differs by path. In one
+//! quiet-machine run of benches/compare.sh (5 runs of 3 s, medians;
+//! docs/PERFORMANCE.md), sendfile lost on loopback: 38.2 against 40.4
+//! Gbit/s for 1 stream, 38.6 against 67.6 for 4, at more CPU per GB on
+//! every row. Across a veth pair it won the 1-stream rows: 25.1 against
+//! 19.9 Gbit/s at 0.36 against 0.47 CPU s/GB (both ends), `-R` 24.9
+//! against 20.2 at 0.36 against 0.45; with 4 streams it cost the same per
+//! GB (0.29 against 0.28) at 39.9 against 44.4 Gbit/s. A probe's CPU is the
+//! cost it puts on the host it measures, and a real NIC takes sendfile's
+//! pages without any copy, so across a link the sender does not copy.
+//! Discarding saved the receiver's copy for almost nothing everywhere.
 //!
 //! Everything here falls back: a kernel or file system that refuses
 //! memfd_create or sendfile leaves the stream on `write`, and the mode the
 //! stream ran in is reported (`tcp.send_mode`, `tcp.receive_mode`).
 
 use std::io;
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
@@ -42,11 +42,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroCopy {
-    /// The measured default: plain `write` to send, `MSG_TRUNC` to
-    /// receive, which measured faster and cheaper than either copy-free
-    /// or copying on both halves (module docs). Today that is the same as
-    /// `receive`; it stays a separate word so that a later measurement can
-    /// change it without changing what an explicit word means.
+    /// The measured default: `MSG_TRUNC` to receive; `sendfile` to send
+    /// across a link, plain `write` to a peer on this host (module docs).
+    /// It stays a separate word from `on` and `receive` so that a later
+    /// measurement can change it without changing what an explicit word
+    /// means.
     #[default]
     Auto,
     /// Copy-free where the kernel allows it, `write`/`read` elsewhere.
@@ -63,9 +63,14 @@ pub enum ZeroCopy {
 }
 
 impl ZeroCopy {
-    /// Whether senders try `sendfile`: only when asked for.
-    pub fn sends_copy_free(self) -> bool {
-        matches!(self, ZeroCopy::On | ZeroCopy::Send)
+    /// Whether a sender to a peer `on_host` (see [`on_this_host`]) tries
+    /// `sendfile`: when asked for, and by default across a link.
+    pub fn sends_copy_free(self, on_host: bool) -> bool {
+        match self {
+            ZeroCopy::On | ZeroCopy::Send => true,
+            ZeroCopy::Auto => !on_host,
+            ZeroCopy::Off | ZeroCopy::Receive => false,
+        }
     }
 
     /// Whether receivers try `MSG_TRUNC`: by default, unless turned off.
@@ -103,6 +108,23 @@ impl std::str::FromStr for ZeroCopy {
 impl std::fmt::Display for ZeroCopy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Whether a connection from `local` to `peer` stays on this host: a
+/// loopback peer, or one of this host's own addresses, which the kernel
+/// reaches over loopback with that same address as the source.
+pub fn on_this_host(local: IpAddr, peer: IpAddr) -> bool {
+    let plain = |a: IpAddr| a.to_canonical();
+    plain(peer).is_loopback() || plain(peer) == plain(local)
+}
+
+/// [`on_this_host`] for a connected stream; on this host when its
+/// addresses cannot be read (the plain `write` is never wrong).
+pub fn stream_on_this_host(stream: &TcpStream) -> bool {
+    match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(l), Ok(p)) => on_this_host(l.ip(), p.ip()),
+        _ => true,
     }
 }
 
@@ -212,15 +234,39 @@ mod tests {
             assert_eq!(z.to_string(), s);
         }
         assert!("yes".parse::<ZeroCopy>().is_err());
-        // (sends copy-free, receives copy-free) for each: the default is
-        // write/discard (issue 26's figures, module docs); only an explicit
-        // word tries sendfile, and `receive`/`send` turn on one half each.
-        let halves = |z: ZeroCopy| (z.sends_copy_free(), z.receives_copy_free());
-        assert_eq!(halves(ZeroCopy::default()), (false, true));
-        assert_eq!(halves(ZeroCopy::Off), (false, false));
-        assert_eq!(halves(ZeroCopy::On), (true, true));
-        assert_eq!(halves(ZeroCopy::Receive), (false, true));
-        assert_eq!(halves(ZeroCopy::Send), (true, false));
+        // (sends copy-free on host, across a link, receives copy-free)
+        // for each: the default discards, and sends copy-free across a link
+        // only (module docs); `receive`/`send` turn on one half each.
+        let halves = |z: ZeroCopy| {
+            (
+                z.sends_copy_free(true),
+                z.sends_copy_free(false),
+                z.receives_copy_free(),
+            )
+        };
+        assert_eq!(halves(ZeroCopy::default()), (false, true, true));
+        assert_eq!(halves(ZeroCopy::Off), (false, false, false));
+        assert_eq!(halves(ZeroCopy::On), (true, true, true));
+        assert_eq!(halves(ZeroCopy::Receive), (false, false, true));
+        assert_eq!(halves(ZeroCopy::Send), (true, true, false));
+    }
+
+    #[test]
+    fn a_peer_on_this_host_is_loopback_or_the_hosts_own_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(on_this_host(ip("127.0.0.1"), ip("127.0.0.1")));
+        assert!(on_this_host(ip("127.0.0.1"), ip("127.0.0.53")));
+        assert!(on_this_host(ip("::1"), ip("::1")));
+        // A connection to one of the host's own addresses has it as its
+        // source too; as an IPv4-mapped IPv6 peer as well.
+        assert!(on_this_host(ip("10.0.0.5"), ip("10.0.0.5")));
+        assert!(on_this_host(ip("::ffff:10.0.0.5"), ip("10.0.0.5")));
+        assert!(on_this_host(ip("::ffff:10.0.0.5"), ip("::ffff:127.0.0.1")));
+        // Across a link.
+        assert!(!on_this_host(ip("10.0.0.5"), ip("10.0.0.6")));
+        assert!(!on_this_host(ip("fd00::1"), ip("fd00::2")));
+        let (a, b) = pair();
+        assert!(stream_on_this_host(&a) && stream_on_this_host(&b));
     }
 
     #[test]

@@ -1548,8 +1548,9 @@ fn startup_log_and_version_say_what_runs() {
 }
 
 /// `--zerocopy`: the JSON names how each end moved a TCP stream's bytes,
-/// the default (auto) is plain write and MSG_TRUNC discard (issue 26's
-/// measurement), each word turns this end's halves on or off (and only
+/// the default (auto) to a peer on this host is plain write and MSG_TRUNC
+/// discard (issue 26's measurement; across a link it sends with sendfile,
+/// which `lab::` checks), each word turns this end's halves on or off (and only
 /// this end's: the responder follows its own `--zerocopy`), and the bytes
 /// count the same either way.
 #[test]
@@ -1574,7 +1575,7 @@ fn zerocopy_mode_is_named_in_json_and_defaults_to_write_discard() {
         )
     };
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    // The default (auto) writes and discards, on both ends.
+    // The default (auto) writes and discards on loopback, on both ends.
     assert_eq!(probe(&dflt.addr, &[]), pair("write", "discard"));
     assert_eq!(probe(&dflt.addr, &["-R"]), pair("write", "discard"));
     // On on the prober: its sends (forward, -Z as iperf3's) are

@@ -249,6 +249,17 @@ fn parse_pathprobe(spec: &Spec, v: Value) -> Measured {
         let rtt = f64_at(&v, &["tcp", "rtt_seconds"]);
         // Namespaces on one host, through at most a 20 ms tbf queue.
         assert!(rtt > 0.0 && rtt < 0.1, "tcp.rtt_seconds {rtt}");
+        // Across a link the default sends without copying (sendfile) and
+        // receives without copying (MSG_TRUNC), whichever end sends: so
+        // every TCP check against tbf's truth here runs zero copy.
+        assert_eq!(
+            (
+                str_at(&v, &["tcp", "send_mode"]),
+                str_at(&v, &["tcp", "receive_mode"])
+            ),
+            ("sendfile", "discard"),
+            "{v:#}"
+        );
         (Some(u64_at(&v, &["tcp", "retransmits"])), None)
     };
     Measured {

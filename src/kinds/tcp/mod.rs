@@ -99,7 +99,11 @@ pub fn send(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats)
     let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
     // Copy-free: each write is a sendfile of the same in-memory file, the
     // same length as the buffer, so pacing and byte counts are unchanged.
-    let mut file = if plan.zerocopy.sends_copy_free() {
+    // By default only across a link (engine::zerocopy).
+    let mut file = if plan
+        .zerocopy
+        .sends_copy_free(zerocopy::stream_on_this_host(&stream))
+    {
         PayloadFile::new(&buf)
             .inspect_err(
                 |e| tracing::debug!(stream = stats.id, error = %e, "no memfd; TCP sends copy"),

@@ -10,9 +10,10 @@
 #   benches/compare.sh [SECONDS]      (default 4)
 #
 # Tests: UDP 1400 B unpaced, paced at 5 and 20 Gbit/s; TCP 1 and 4 streams,
-# and 1 stream reversed (-R). pathprobe runs twice: as built (auto, which
-# is write and MSG_TRUNC discard) and with --zerocopy=on on both ends (its own
-# responder: sendfile/discard), the figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
+# and 1 stream reversed (-R). pathprobe runs twice: as built (auto: MSG_TRUNC
+# discard, and write on loopback, sendfile across veth) and with
+# --zerocopy=on on both ends (its own responder: sendfile/discard), the
+# figures that choose the default. iperf3 3.21 runs TCP plain, with -Z
 # (sendfile), with --skip-rx-copy (MSG_TRUNC) and with both.
 # CPU is per side: the client's and the server's process, each in CPU
 # seconds per GB received; in -R the server is the sender. `spread` is
@@ -28,6 +29,7 @@
 #                            with ./configure && make when no binary is found
 #   ROUNDS=N                 runs per tool and test, median shown (default 3)
 #   VETH=0                   skip the namespace comparison
+#   TESTS=REGEX              only the tests whose names match (say, TESTS=UDP)
 #   PORT=N                   first of the six server ports (default 25301)
 #   BASELINE=/path/pathprobe another pathprobe build (say, main before a
 #                            refactor) run as a fifth tool with its own
@@ -179,6 +181,9 @@ tests = [
     ("TCP 4 streams", ["-P", "4"], ["-P", "4"], False),
     ("TCP 1 stream -R", ["-R"], ["-R"], False),
 ]
+if os.environ.get("TESTS"):
+    import re
+    tests = [t for t in tests if re.search(os.environ["TESTS"], t[0])]
 ver = (subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split() + ["?", "?"])[1]
 print(f"== {ENV}: {T} s per run, median of {ROUNDS} ==")
 print(f"{'test':<24} {'tool':<30} {'Gbit/s':>7} {'spread':>11} {'loss %':>7} {'client s/GB':>11} {'server s/GB':>11} {'total':>6}  mode")

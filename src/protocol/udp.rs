@@ -9,7 +9,11 @@
 //!
 //! A hello datagram (flag `HELLO`) carries the full test token and the stream
 //! number after the header; a `FIN` datagram carries, in the sequence field,
-//! how many measured datagrams the sender sent.
+//! how many measured datagrams the sender sent. A `RUN` datagram starts a
+//! run: it and the datagrams after it in one GSO message, all of one
+//! length and numbered in sequence, how many in the 2 bytes (BE) after the
+//! header. A receiver that trusts a run needs only its first datagram's
+//! header; one that does not know the flag reads the datagrams as before.
 
 /// Header length in bytes; the smallest datagram pathprobe sends.
 pub const HEADER_LEN: usize = 24;
@@ -25,6 +29,31 @@ pub const FLAG_HELLO: u8 = 0x01;
 pub const FLAG_FIN: u8 = 0x02;
 /// Sent during the warm-up (`--omit`), so it does not count.
 pub const FLAG_OMIT: u8 = 0x04;
+/// The first datagram of a run (module docs); [`RUN_LEN`] bytes long at
+/// least.
+pub const FLAG_RUN: u8 = 0x08;
+/// Bytes a run's first datagram needs: the header and the run's length.
+pub const RUN_LEN: usize = HEADER_LEN + 2;
+
+/// Marks the datagram whose header `buf` starts with as the first of a
+/// run of `count` (see [`FLAG_RUN`]). `buf` holds at least [`RUN_LEN`]
+/// bytes; callers size their datagrams.
+pub fn write_run(buf: &mut [u8], count: u16) {
+    buf[3] |= FLAG_RUN;
+    buf[HEADER_LEN..RUN_LEN].copy_from_slice(&count.to_be_bytes());
+}
+
+/// The length of the run a datagram starts: `None` unless its header
+/// carries [`FLAG_RUN`] and it is long enough to say how many.
+pub fn run_count(buf: &[u8]) -> Option<u16> {
+    let header = UdpHeader::parse(buf).ok()?;
+    if header.flags & FLAG_RUN == 0 {
+        return None;
+    }
+    Some(u16::from_be_bytes(
+        buf.get(HEADER_LEN..RUN_LEN)?.try_into().ok()?,
+    ))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpHeader {
@@ -128,6 +157,26 @@ pub fn token_id(token: &str) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_run_says_how_many_and_only_with_its_flag() {
+        let mut buf = [0u8; RUN_LEN];
+        UdpHeader {
+            flags: FLAG_OMIT,
+            test_id: 7,
+            seq: 100,
+            send_ns: 1,
+        }
+        .write(&mut buf);
+        assert_eq!(run_count(&buf), None, "no flag, no run");
+        write_run(&mut buf, 46);
+        assert_eq!(run_count(&buf), Some(46));
+        let h = UdpHeader::parse(&buf).unwrap();
+        assert_eq!((h.flags, h.seq), (FLAG_OMIT | FLAG_RUN, 100));
+        // Too short to say how many: no run, and no panic.
+        assert_eq!(run_count(&buf[..RUN_LEN - 1]), None);
+        assert_eq!(run_count(&buf[..3]), None);
+    }
+
     use super::*;
 
     #[test]

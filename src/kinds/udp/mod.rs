@@ -30,7 +30,7 @@ use crate::engine::stats::{StreamStats, UdpSendStats};
 use crate::engine::udp_io::{self, RecvBatch, RecvMode, SendMode};
 use crate::protocol::iperf3;
 use crate::protocol::udp::{
-    hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
+    self, hello_datagram, UdpHeader, FLAG_FIN, FLAG_HELLO, FLAG_OMIT, HEADER_LEN,
 };
 
 /// FIN datagrams sent at the end, so that one survives a lossy path.
@@ -175,6 +175,12 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         MIN_SLEEP,
         mode == SendMode::Gso,
     );
+    // Datagrams per GSO message, whose first marks a run (0: no runs).
+    let mut runs = if mode == SendMode::Gso && len >= udp::RUN_LEN {
+        udp_io::gso_segments(len)
+    } else {
+        0
+    };
     // Room for the larger of the two modes' calls, for a fallback to sendmmsg.
     let mut buf = vec![0u8; len * udp_io::BATCH.max(udp_io::burst_limit(0, len, MIN_SLEEP, true))];
     // Whether a GSO send has gone through: until one has, a failure that
@@ -241,13 +247,21 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         for i in 0..n {
             let at = &mut buf[i * len..];
             match plan.wire {
-                UdpWire::Pathprobe => UdpHeader {
-                    flags,
-                    test_id: plan.test_id,
-                    seq: seq + i as u64,
-                    send_ns,
+                UdpWire::Pathprobe => {
+                    UdpHeader {
+                        flags,
+                        test_id: plan.test_id,
+                        seq: seq + i as u64,
+                        send_ns,
+                    }
+                    .write(at);
+                    // Each GSO message's first datagram says how many
+                    // follow it in sequence, so that a receiver may count
+                    // them without reading them (protocol::udp, FLAG_RUN).
+                    if runs > 0 && i % runs == 0 {
+                        udp::write_run(at, (n - i).min(runs) as u16);
+                    }
                 }
-                .write(at),
                 // iperf3 numbers datagrams from 1 and marks no warm-up:
                 // its receiver tells the omit period by its own clock.
                 UdpWire::Iperf3 { counters64 } => {
@@ -266,6 +280,7 @@ pub fn send(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                     tracing::debug!(stream = stats.id, error = %e, "UDP GSO refused; sendmmsg");
                     udp_io::set_gso(&sock, 0);
                     mode = SendMode::Sendmmsg;
+                    runs = 0;
                     batch = udp_io::burst_limit(plan.bitrate_per_stream, len, MIN_SLEEP, false);
                     0
                 }
@@ -368,6 +383,11 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
         RecvMode::Recvmmsg
     };
     let mut batch = RecvBatch::new(mode, (plan.length as usize).max(HEADER_LEN));
+    if plan.wire == UdpWire::Pathprobe {
+        // Runs are counted from their first header, without copying the
+        // rest out of the kernel (udp_io::RecvBatch::read_runs).
+        batch.read_runs(plan.length as usize, plan.test_id);
+    }
     let mut coalesced = 0u64;
     let mut buffers = 0u64;
     let mut drops = 0u32;
@@ -453,7 +473,6 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             if let Some(d) = info.drops {
                 drops = drops.max(d);
             }
-            let buffer = batch.buffer(i);
             let arrival = info.timestamp_ns.unwrap_or(fallback_ns);
             // The buffer's arrival on the monotonic clock, for the window's
             // end: a reader that gathers reads up to MAX_GATHER late. A
@@ -467,10 +486,10 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
             // The kernel stamps a coalesced buffer once: only its first
             // datagram has a known arrival time (docs/UDP.md).
             let mut timed = true;
-            let many = info.segment.is_some_and(|s| s < buffer.len());
+            let many = info.segment.is_some_and(|s| s < batch.delivered(i));
             let counted_before = account.unique();
-            for (off, len) in udp_io::segments(buffer.len(), info.segment.unwrap_or(0)) {
-                let dgram = &buffer[off..off + len];
+            for d in batch.datagrams(i, info.segment) {
+                let dgram = d.bytes;
                 let (seq, send_ns, omitted) = match plan.wire {
                     UdpWire::Pathprobe => {
                         let Ok(h) = UdpHeader::parse(dgram) else {
@@ -483,11 +502,16 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                             sender_packets = Some(h.seq);
                             continue;
                         }
-                        (h.seq, h.send_ns, h.flags & FLAG_OMIT != 0)
+                        // A run's datagrams follow its first in sequence.
+                        (
+                            h.seq.saturating_add(d.run_index),
+                            h.send_ns,
+                            h.flags & FLAG_OMIT != 0,
+                        )
                     }
                     UdpWire::Iperf3 { counters64 } => {
                         // Shorter than a header: the connect reply, or junk.
-                        if dgram.len() < 16 {
+                        if d.len < 16 {
                             continue;
                         }
                         let Some(h) = iperf3::UdpHeader::parse(dgram, counters64) else {
@@ -496,7 +520,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                         (h.seq, h.send_ns(), now < window_start)
                     }
                 };
-                arrived += dgram.len() as u64;
+                arrived += d.len as u64;
                 if omitted {
                     continue;
                 }
@@ -514,7 +538,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                         first_counted =
                             Some(first_counted.map_or(arrived_at, |t| t.min(arrived_at)));
                     }
-                    bytes += dgram.len() as u64;
+                    bytes += d.len as u64;
                     coalesced += u64::from(many);
                     last_arrival = arrived_at;
                     if let Some(iv) = intervals.as_mut() {
@@ -524,7 +548,7 @@ pub fn receive(sock: UdpSocket, ctx: &StreamContext, stats: &mut StreamStats) {
                         iv.open(now);
                         iv.mark_base(seq);
                         seq_next = seq_next.max(seq.saturating_add(1));
-                        iv.add(dgram.len() as u64, 1);
+                        iv.add(d.len as u64, 1);
                     }
                 }
             }

@@ -101,7 +101,11 @@ fn enter_netns(path: &Option<PathBuf>) -> Result<(), String> {
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     // SAFETY: an open namespace descriptor and a valid nstype.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("setns {}: {}", path.display(), io::Error::last_os_error()));
+        return Err(format!(
+            "setns {}: {}",
+            path.display(),
+            io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -137,13 +141,17 @@ fn send(stream: &TcpStream, mode: Mode, args: &Args) -> Result<Run, String> {
         _ => None,
     };
     let mut zc = match mode {
-        Mode::MsgZeroCopy => Some(ZeroCopySend::new(stream, payload.clone()).map_err(|e| e.to_string())?),
+        Mode::MsgZeroCopy => {
+            Some(ZeroCopySend::new(stream, payload.clone()).map_err(|e| e.to_string())?)
+        }
         _ => None,
     };
     let window = Duration::from_secs_f64(args.seconds);
     let before = ThreadUsage::current();
     let start = Instant::now();
     let (mut sent, mut calls) = (0u64, 0u64);
+    // `Write` is implemented for `&TcpStream`, and needs it mutable.
+    let mut writer = stream;
     while start.elapsed() < window {
         let took = match (mode, &mut zc, &file) {
             (Mode::MsgZeroCopy, Some(z), _) => z.send().map_err(|e| e.to_string())?,
@@ -151,7 +159,7 @@ fn send(stream: &TcpStream, mode: Mode, args: &Args) -> Result<Run, String> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
                 r => r.map_err(|e| format!("sendfile: {e}"))?,
             },
-            _ => match (&*stream).write(&payload) {
+            _ => match writer.write(&payload) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
                 r => r.map_err(|e| format!("write: {e}"))?,
             },
@@ -160,7 +168,10 @@ fn send(stream: &TcpStream, mode: Mode, args: &Args) -> Result<Run, String> {
         calls += 1;
     }
     let report = match zc {
-        Some(z) => Some(z.finish(Duration::from_secs(10)).map_err(|e| e.to_string())?),
+        Some(z) => Some(
+            z.finish(Duration::from_secs(10))
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let seconds = start.elapsed().as_secs_f64();
@@ -195,7 +206,10 @@ fn run_once(mode: Mode, args: &Args) -> Result<Run, String> {
                 Err(e) => return Err(format!("receive: {e}")),
             }
         }
-        Ok((got, ThreadUsage::current().since(&before).cpu().as_secs_f64()))
+        Ok((
+            got,
+            ThreadUsage::current().since(&before).cpu().as_secs_f64(),
+        ))
     });
     let port = port_rx
         .recv_timeout(Duration::from_secs(10))
@@ -229,7 +243,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
+        n if !n.is_multiple_of(2) => v[n / 2],
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
@@ -248,7 +262,16 @@ fn main() {
     );
     println!(
         "{:<5} {:<13} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>7}",
-        "round", "mode", "Gbit/s", "snd s/GB", "rcv s/GB", "calls", "notifs", "completed", "copied%", "enobufs"
+        "round",
+        "mode",
+        "Gbit/s",
+        "snd s/GB",
+        "rcv s/GB",
+        "calls",
+        "notifs",
+        "completed",
+        "copied%",
+        "enobufs"
     );
     let mut runs: Vec<(Mode, Run)> = Vec::new();
     let mut failed = false;
@@ -260,7 +283,11 @@ fn main() {
                         Some(z) => (
                             z.completions.notifications.to_string(),
                             format!("{}/{}", z.completions.completed, z.completions.issued),
-                            format!("{:.1}", 100.0 * z.completions.copied as f64 / z.completions.issued.max(1) as f64),
+                            format!(
+                                "{:.1}",
+                                100.0 * z.completions.copied as f64
+                                    / z.completions.issued.max(1) as f64
+                            ),
                             z.enobufs.to_string(),
                         ),
                         None => ("-".into(), "-".into(), "-".into(), "-".into()),
@@ -277,9 +304,13 @@ fn main() {
                         copied,
                         enobufs
                     );
-                    let complete = r.zc.is_none_or(|z| z.completions.completed == z.completions.issued);
+                    let complete =
+                        r.zc.is_none_or(|z| z.completions.completed == z.completions.issued);
                     if r.received != r.sent || !complete {
-                        println!("      FAILED: sent {} received {} ({:?})", r.sent, r.received, r.zc);
+                        println!(
+                            "      FAILED: sent {} received {} ({:?})",
+                            r.sent, r.received, r.zc
+                        );
                         failed = true;
                     }
                     runs.push((mode, r));
@@ -297,31 +328,49 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for mode in Mode::ALL {
-        let rs: Vec<&Run> = runs.iter().filter(|(m, _)| *m == mode).map(|(_, r)| r).collect();
+        let rs: Vec<&Run> = runs
+            .iter()
+            .filter(|(m, _)| *m == mode)
+            .map(|(_, r)| r)
+            .collect();
         if rs.is_empty() {
             continue;
         }
         let g: Vec<f64> = rs.iter().map(|r| r.gbps()).collect();
-        let (lo, hi) = g.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        let (lo, hi) = g
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
         let zc = |f: &dyn Fn(&ZeroCopyReport) -> f64| {
             let v: Vec<f64> = rs.iter().filter_map(|r| r.zc.as_ref().map(f)).collect();
-            if v.is_empty() { "-".to_string() } else { format!("{:.0}", median(v)) }
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.0}", median(v))
+            }
         };
         let share: Vec<f64> = rs
             .iter()
-            .filter_map(|r| r.zc.map(|z| 100.0 * z.completions.copied as f64 / z.completions.issued.max(1) as f64))
+            .filter_map(|r| {
+                r.zc.map(|z| {
+                    100.0 * z.completions.copied as f64 / z.completions.issued.max(1) as f64
+                })
+            })
             .collect();
         println!(
             "| {} | {:.2} ({:.1}-{:.1}) | {:.3} | {:.3} | {} | {} | {} |",
             mode.name(),
-            median(g.clone()),
+            median(g),
             lo,
             hi,
             median(rs.iter().map(|r| r.per_gb(r.sender_cpu)).collect()),
             median(rs.iter().map(|r| r.per_gb(r.receiver_cpu)).collect()),
             zc(&|z| z.completions.notifications as f64),
             zc(&|z| z.completions.issued as f64),
-            if share.is_empty() { "-".to_string() } else { format!("{:.1}%", median(share)) },
+            if share.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.1}%", median(share))
+            },
         );
     }
     if failed {

@@ -51,7 +51,9 @@ pub enum MsgZeroCopyError {
     ErrorQueue(#[source] io::Error),
     /// Something other than a zerocopy notification was on the error
     /// queue (an ICMP error, a timestamp): the socket is not only ours.
-    #[error("the error queue held errno {errno} from origin {origin}, not a zerocopy notification")]
+    #[error(
+        "the error queue held errno {errno} from origin {origin}, not a zerocopy notification"
+    )]
     NotZeroCopy { errno: u32, origin: u8 },
     /// A notification covered more ids than sends were issued: the
     /// accounting and the kernel disagree.
@@ -210,9 +212,15 @@ impl<'a> ZeroCopySend<'a> {
             match err.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::ENOBUFS) if self.report.completions.outstanding() > 0 => {
+                    // Option memory is full of pending notifications:
+                    // reading them frees it. A second without one means
+                    // nothing is being acknowledged; give up rather than
+                    // spin.
                     self.report.enobufs += 1;
                     self.wait_for_notification(Duration::from_secs(1))?;
-                    self.drain()?;
+                    if self.drain()? == 0 {
+                        return Err(MsgZeroCopyError::Send(err));
+                    }
                 }
                 _ => return Err(MsgZeroCopyError::Send(err)),
             }
@@ -306,7 +314,7 @@ impl<'a> ZeroCopySend<'a> {
                 let c = &*cmsg;
                 let recverr = (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
                     || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR);
-                if recverr && c.cmsg_len as usize >= libc::CMSG_LEN(want as u32) as usize {
+                if recverr && c.cmsg_len >= libc::CMSG_LEN(want as u32) as _ {
                     let ee: libc::sock_extended_err =
                         std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
                     self.report.completions.record(&ee)?;

@@ -388,6 +388,54 @@ mod tests {
         ));
     }
 
+    /// Sends the receiver's window cannot take yet stay unacknowledged, so
+    /// their completions come only once it reads: `finish` must wait for
+    /// them, not return the tally of what was already queued.
+    #[test]
+    fn finish_waits_for_completions_still_in_flight() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        // A small receive buffer (inherited by the accepted socket) closes
+        // the window after a few sends; a large send buffer keeps every
+        // send from blocking.
+        socket2::SockRef::from(&l)
+            .set_recv_buffer_size(32 * 1024)
+            .unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        socket2::SockRef::from(&a)
+            .set_send_buffer_size(8 << 20)
+            .unwrap();
+        let (b, _) = l.accept().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let receiver = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            let mut got = 0u64;
+            loop {
+                match crate::engine::zerocopy::discard(&b, 1 << 20).unwrap() {
+                    0 => return got,
+                    n => got += n as u64,
+                }
+            }
+        });
+        let mut sender = ZeroCopySend::new(&a, vec![1u8; 64 * 1024]).unwrap();
+        let mut took = 0u64;
+        for _ in 0..16 {
+            took += sender.send().unwrap() as u64;
+        }
+        sender.drain().unwrap();
+        let before = sender.report().completions;
+        assert!(
+            before.outstanding() > 0,
+            "the closed window should hold some sends back: {before:?}"
+        );
+        go.send(()).unwrap();
+        let report = sender.finish(Duration::from_secs(10)).unwrap();
+        assert_eq!(report.completions.issued, 16);
+        assert_eq!(report.completions.completed, 16, "{report:?}");
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(receiver.join().unwrap(), took);
+        assert_eq!(report.bytes, took);
+    }
+
     /// Over a real loopback connection: every byte the sender was told the
     /// kernel took arrives, and every send's completion is read.
     #[test]

@@ -15,8 +15,10 @@
 //! local socket copies the pinned pages (`skb_orphan_frags_rx`). So it paid
 //! the copy plus the pinning and the notifications. Its medians lost to
 //! `write` on both: loopback 19.3 against 23.0 Gbit/s at 0.175 against
-//! 0.157 sender s/GB; veth 9.6 against 12.2 at 0.311 against 0.233. It
-//! stays a measurement part ([`crate::engine::msg_zerocopy`]), not a mode.
+//! 0.157 sender s/GB; veth 9.6 against 12.2 at 0.311 against 0.233. A
+//! second, more loaded run had it behind on loopback and tied on veth,
+//! never ahead. It stays a measurement part
+//! ([`crate::engine::msg_zerocopy`]), not a mode.
 //! sendfile's pages are page-cache pages that the receiving socket may
 //! hold without a copy.
 //!

@@ -2,9 +2,10 @@
 //! and their sockets ([`datapath`]), UDP pacing ([`pacing`]), UDP loss and
 //! jitter accounting ([`accounting`]), TCP_INFO ([`tcpinfo`]), batched UDP
 //! I/O ([`udp_io`]), latency histograms ([`histogram`]), the figures each
-//! side measures ([`stats`]), copy-free TCP I/O ([`zerocopy`]) and why a
-//! probe failed ([`error`]), and adaptive duration's stopping rule and
-//! shared state ([`adaptive`]).
+//! side measures ([`stats`]), copy-free TCP I/O ([`zerocopy`]), the
+//! `MSG_ZEROCOPY` sender that only benches/zerocopy_send.rs uses
+//! ([`msg_zerocopy`]), why a probe failed ([`error`]), and adaptive
+//! duration's stopping rule and shared state ([`adaptive`]).
 //!
 //! A kind's loops (in [`crate::kinds`]) are built from these parts; nothing
 //! here imports a kind, so that adding one never edits the engine.
@@ -15,6 +16,7 @@ pub mod connections;
 pub mod datapath;
 pub mod error;
 pub mod histogram;
+pub mod msg_zerocopy;
 pub mod pacing;
 pub mod stats;
 pub mod tcp_socket;

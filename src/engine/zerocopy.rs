@@ -5,12 +5,22 @@
 //! to a buffer nobody reads.
 //!
 //! A TCP throughput stream's payload is filler: neither end looks at it, so
-//! the two copies are pure CPU cost, paid by the host being measured. Why
-//! sendfile rather than `MSG_ZEROCOPY`: on loopback and veth the kernel
-//! copies a zerocopy skb's pages anyway when it is delivered to a local
-//! socket (`skb_orphan_frags_rx`), so `MSG_ZEROCOPY` there pays the copy and
-//! the completion notifications on top; sendfile's pages are page-cache
-//! pages that the receiving socket may hold without a copy.
+//! the two copies are pure CPU cost, paid by the host being measured.
+//!
+//! Why sendfile rather than `MSG_ZEROCOPY`: measured, not only argued.
+//! benches/zerocopy_send.rs ran the three senders taking turns
+//! (docs/PERFORMANCE.md, "MSG_ZEROCOPY, measured"; 5 rounds of 2.5 s on a
+//! loaded machine). The kernel flagged every `MSG_ZEROCOPY` completion
+//! `SO_EE_CODE_ZEROCOPY_COPIED`, on loopback and on veth: delivery to a
+//! local socket copies the pinned pages (`skb_orphan_frags_rx`). So it paid
+//! the copy plus the pinning and the notifications. Its medians lost to
+//! `write` on both: loopback 19.3 against 23.0 Gbit/s at 0.175 against
+//! 0.157 sender s/GB; veth 9.6 against 12.2 at 0.311 against 0.233. A
+//! second, more loaded run had it behind on loopback and tied on veth,
+//! never ahead. It stays a measurement part
+//! ([`crate::engine::msg_zerocopy`]), not a mode.
+//! sendfile's pages are page-cache pages that the receiving socket may
+//! hold without a copy.
 //!
 //! The default (`auto`) chooses by where the peer is, as measured: plain
 //! `write` to a peer on this host (loopback, or one of its own addresses)

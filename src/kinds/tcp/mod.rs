@@ -267,6 +267,42 @@ fn set_low_water_mark(stream: &TcpStream, bytes: usize) {
     }
 }
 
+/// Bytes that reached the socket and are not read yet (SIOCINQ, which is
+/// FIONREAD on Linux); `None` where the kernel does not say.
+fn queued_bytes(stream: &TcpStream) -> Option<u64> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, on an open socket.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::FIONREAD,
+            &mut queued as *mut libc::c_int,
+        )
+    };
+    (rc == 0).then(|| u64::try_from(queued).unwrap_or(0))
+}
+
+/// Opens a receiver's window now: the instant it opens at, and the bytes
+/// then queued in the socket, which arrived before it and do not count.
+///
+/// A receiver can start after its sender (its side read the start message
+/// late, on a loaded host): meanwhile the sender's bytes queue here, up to
+/// the receive window. Counted over a window that opens later, they would
+/// read as a rate never sent: 1.5 s of 8 Mbit/s, begun 400 ms before the
+/// receiver, read as 10.7 Mbit/s. UDP moves its window back to the
+/// kernel's receive stamps; TCP's are no good for that (a read is stamped
+/// with the latest segment it took, and the queue merges segments under
+/// the newest stamp), but the byte count is exact: what is queued when the
+/// window opens arrived before it, and everything read after that arrived
+/// after it. One ioctl per stream, once. A kernel that will not say
+/// counts the queue, as before. What this cannot undo: a queue that filled
+/// the receive window stalled the sender, and what it then held back
+/// arrives in the window as fast as its pacing lets it (docs/JSON.md).
+fn open_window(stream: &TcpStream) -> (Instant, u64) {
+    let queued = queued_bytes(stream).unwrap_or(0);
+    (Instant::now(), queued)
+}
+
 /// The receiving loop: reads until the sender half-closes.
 pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamStats) {
     let Some(start) = ctx.gate.wait() else { return };
@@ -282,16 +318,22 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
     };
     let mut meter = ThreadMeter::default();
     let mut intervals = IntervalMeter::new(ctx, stats, Mark::None);
+    // Every byte read so far, warm-up included.
+    let mut bytes = 0u64;
+    // Bytes that arrived before the window opened (read during the warm-up,
+    // or queued when it opened): the first this many read do not count.
+    let mut excluded = 0u64;
+    let mut last_read = start;
     if ctx.plan.omit.is_zero() {
-        meter.open(start);
+        let (at, queued) = open_window(&stream);
+        excluded = queued;
+        last_read = at;
+        meter.open(at);
         set_low_water_mark(&stream, read_size);
         if let Some(iv) = intervals.as_mut() {
-            iv.open(start);
+            iv.open(at);
         }
     }
-    let mut bytes = 0u64;
-    let mut bytes_at_open = 0u64;
-    let mut last_read = start;
     let mut log = ctx.recorder(stats.id, start);
     loop {
         meter.syscall();
@@ -303,29 +345,35 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
         match read {
             Ok(0) => break,
             Ok(n) => {
-                let now = Instant::now();
+                let mut now = Instant::now();
+                let counted_before = bytes.saturating_sub(excluded);
+                bytes += n as u64;
+                ctx.progress.add(n as u64);
                 if !meter.is_open() && now >= window_start {
-                    meter.open(now);
-                    bytes_at_open = bytes;
+                    // This read's bytes came before it returned, so before
+                    // the window: they are excluded with the queue.
+                    let (at, queued) = open_window(&stream);
+                    excluded = bytes + queued;
+                    now = at;
+                    meter.open(at);
                     // Reads returned promptly during the warm-up, so the
                     // window starts within a segment of the boundary.
                     set_low_water_mark(&stream, read_size);
                     if let Some(iv) = intervals.as_mut() {
-                        iv.open(now);
+                        iv.open(at);
                     }
                 }
-                bytes += n as u64;
-                ctx.progress.add(n as u64);
+                let counted = bytes.saturating_sub(excluded);
                 last_read = now;
                 if let Some(log) = log.as_mut() {
-                    log.record(now, bytes - bytes_at_open);
+                    log.record(now, counted);
                 }
                 if let Some(iv) = intervals.as_mut() {
                     if iv.due(now) {
                         iv.roll(now, None);
                     }
                     if meter.is_open() {
-                        iv.add(n as u64, 0);
+                        iv.add(counted - counted_before.min(counted), 0);
                     }
                 }
             }
@@ -357,7 +405,7 @@ pub fn receive(mut stream: TcpStream, ctx: &StreamContext, stats: &mut StreamSta
         TcpIoMode::Read
     });
     let opened = meter.opened_at().unwrap_or(last_read);
-    stats.bytes = bytes - bytes_at_open;
+    stats.bytes = bytes.saturating_sub(excluded);
     stats.seconds = last_read.saturating_duration_since(opened).as_secs_f64();
     if let Some(log) = log {
         log.finish(last_read, stats.bytes);
@@ -471,4 +519,165 @@ pub(crate) async fn open_streams(
         sockets.push((id, DataSocket::Tcp(s)));
     }
     Ok(sockets)
+}
+
+#[cfg(test)]
+mod late_start_tests {
+    use super::*;
+    use crate::engine::datapath::{IntervalPlan, Plan, Progress, StartGate, StopFlag};
+    use crate::engine::stats::Role;
+    use crate::protocol::model::FlowDirection;
+    use std::net::TcpListener;
+
+    const RATE: u64 = 8_000_000;
+
+    fn ctx(omit: Duration, rate: u64) -> StreamContext {
+        StreamContext {
+            plan: Plan {
+                omit,
+                duration: Duration::from_millis(1500),
+                length: 128 * 1024,
+                bitrate_per_stream: rate,
+                affinity: None,
+                test_id: 7,
+                interval: Some(IntervalPlan {
+                    length: Duration::from_millis(500),
+                    count: 3,
+                }),
+                offload: false,
+                rr: None,
+                wire: Default::default(),
+                send_limit: None,
+                zerocopy: Default::default(),
+                adaptive: None,
+            },
+            gate: StartGate::default(),
+            stop: StopFlag::default(),
+            progress: Progress::default(),
+            intervals: None,
+        }
+    }
+
+    /// A loopback connection with the options a paced test gives both
+    /// ends (the kernel's pacing at the rate, default buffers).
+    fn pair(window: Option<u32>, rate: u64) -> (TcpStream, TcpStream) {
+        let opts = TcpOptions {
+            window,
+            congestion: None,
+            tos: None,
+            bitrate: rate,
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        for s in [&tx, &rx] {
+            apply_options(&SockRef::from(s), &opts, false).unwrap();
+            prepare_blocking(s).unwrap();
+        }
+        (tx, rx)
+    }
+
+    /// Runs a paced sender and a receiver whose gate opens `late` after
+    /// the sender's; returns (sender's, receiver's) figures.
+    fn run(
+        late: Duration,
+        omit: Duration,
+        window: Option<u32>,
+        rate: u64,
+    ) -> (StreamStats, StreamStats) {
+        let (tx, rx) = pair(window, rate);
+        let (send_ctx, recv_ctx) = (ctx(omit, rate), ctx(omit, rate));
+        let recv_gate = recv_ctx.gate.clone();
+        let receiver = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                ..StreamStats::default()
+            };
+            receive(rx, &recv_ctx, &mut stats);
+            stats
+        });
+        let sender = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Send),
+                role: Some(Role::Sender),
+                ..StreamStats::default()
+            };
+            send_ctx.gate.open();
+            send(tx, &send_ctx, &mut stats);
+            stats
+        });
+        std::thread::sleep(late);
+        recv_gate.open();
+        (sender.join().unwrap(), receiver.join().unwrap())
+    }
+
+    fn bps(s: &StreamStats) -> f64 {
+        s.bytes as f64 * 8.0 / s.seconds
+    }
+
+    /// The receiver read the start 400 ms after its sender began (a loaded
+    /// host's control task), with a window (`-w 1M`) that holds what came
+    /// meanwhile: those 400 KB were queued before its window opened, and do
+    /// not count. Before, they were counted over its 1.1 s, and 8 Mbit/s
+    /// read as 10.7 (the UDP receiver had the same fault: its late-start
+    /// test).
+    #[test]
+    fn a_receiver_that_starts_late_still_measures_the_senders_rate() {
+        let (sent, got) = run(
+            Duration::from_millis(400),
+            Duration::ZERO,
+            Some(1 << 20),
+            RATE,
+        );
+        assert!(
+            got.seconds > 0.95 && got.seconds < 1.25,
+            "window {} s: the receiver's own, from its start",
+            got.seconds
+        );
+        // 1.1 s of the sender's 1.5 s arrived in the window, not 400 ms' worth.
+        assert!(
+            got.bytes < sent.bytes - 250_000 && got.bytes > sent.bytes / 2,
+            "{} of {} bytes counted",
+            got.bytes,
+            sent.bytes
+        );
+        assert!(
+            (bps(&got) / RATE as f64 - 1.0).abs() < 0.05,
+            "{} bit/s for an {RATE} bit/s sender",
+            bps(&got)
+        );
+        // The intervals cover the same window and the same bytes.
+        let intervals: u64 = got.intervals.iter().map(|i| i.bytes).sum();
+        assert_eq!(intervals, got.bytes);
+        let last = got.intervals.last().unwrap();
+        assert!((last.end - got.seconds).abs() < 1e-6, "{last:?}");
+    }
+
+    /// Bytes that arrive in the warm-up do not count, nor does the read
+    /// that opens the window: the receiver's count is the sender's after
+    /// its own warm-up, within a write either way.
+    #[test]
+    fn a_warm_up_counts_nothing_that_arrived_in_it() {
+        let (sent, got) = run(
+            Duration::ZERO,
+            Duration::from_millis(300),
+            Some(1 << 20),
+            RATE,
+        );
+        let write = RATE / 8 / 100;
+        assert!(
+            got.bytes.abs_diff(sent.bytes) <= write,
+            "received {} for {} sent after the warm-up",
+            got.bytes,
+            sent.bytes
+        );
+        assert!(
+            (bps(&got) / RATE as f64 - 1.0).abs() < 0.05,
+            "{} bit/s",
+            bps(&got)
+        );
+        let intervals: u64 = got.intervals.iter().map(|i| i.bytes).sum();
+        assert_eq!(intervals, got.bytes);
+    }
 }

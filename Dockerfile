@@ -28,13 +28,14 @@ WORKDIR /build
 
 # Dependencies first, in a layer of their own: it is rebuilt only when
 # Cargo.toml or Cargo.lock change, not on every source edit. The crate's
-# targets are stand-ins here (an empty library, an empty main, and the bench
-# that Cargo.toml names, which cargo insists exists).
+# targets are stand-ins here (an empty library, an empty main, and the
+# benches that Cargo.toml names, which cargo insists exist).
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > benches/serve_scale.rs \
+ && echo 'fn main() {}' > benches/zerocopy_send.rs \
  && cargo build --release --locked \
  && rm -rf src benches
 

@@ -582,31 +582,105 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What the kinds' stream tests share: a plan, a context around it, and a
+/// sender and receiver run on threads of their own, as a side runs them.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::engine::stats::Role;
+    use crate::protocol::model::FlowDirection;
+
+    /// 1.5 s of 1000 B at 8 Mbit/s, no warm-up, nothing else asked for;
+    /// tests change what they are about.
+    pub fn plan() -> Plan {
+        Plan {
+            omit: Duration::ZERO,
+            duration: Duration::from_millis(1500),
+            length: 1000,
+            bitrate_per_stream: 8_000_000,
+            affinity: None,
+            test_id: 7,
+            interval: None,
+            offload: false,
+            rr: None,
+            wire: UdpWire::Pathprobe,
+            send_limit: None,
+            zerocopy: Default::default(),
+            adaptive: None,
+        }
+    }
+
+    /// A closed gate and nothing moved yet, for `plan`.
+    pub fn context(plan: Plan) -> StreamContext {
+        StreamContext {
+            plan,
+            gate: StartGate::default(),
+            stop: StopFlag::default(),
+            progress: Progress::default(),
+            intervals: None,
+        }
+    }
+
+    /// One end's stream loop: `tcp::send`, `udp::receive` and the like.
+    pub type Loop<S> = fn(S, &StreamContext, &mut StreamStats);
+
+    /// Runs `send` on `tx` and `receive` on `rx`, each on a thread, and
+    /// returns (sender's, receiver's) figures. The receiver's gate opens
+    /// first, or `late` after the sender's (a receiver that read the
+    /// start late).
+    pub fn run_pair<T: Send + 'static, R: Send + 'static>(
+        (tx, send): (T, Loop<T>),
+        (rx, receive): (R, Loop<R>),
+        (send_ctx, recv_ctx): (StreamContext, StreamContext),
+        late: Duration,
+    ) -> (StreamStats, StreamStats) {
+        let recv_gate = recv_ctx.gate.clone();
+        let receiver = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Receive),
+                role: Some(Role::Receiver),
+                ..StreamStats::default()
+            };
+            receive(rx, &recv_ctx, &mut stats);
+            stats
+        });
+        if late.is_zero() {
+            recv_gate.open();
+        }
+        let sender = std::thread::spawn(move || {
+            let mut stats = StreamStats {
+                direction: Some(FlowDirection::Send),
+                role: Some(Role::Sender),
+                ..StreamStats::default()
+            };
+            send_ctx.gate.open();
+            send(tx, &send_ctx, &mut stats);
+            stats
+        });
+        if !late.is_zero() {
+            std::thread::sleep(late);
+            recv_gate.open();
+        }
+        (sender.join().unwrap(), receiver.join().unwrap())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ctx(interval: Option<IntervalPlan>, sink: Option<IntervalSink>) -> StreamContext {
+        let plan = Plan {
+            duration: Duration::from_secs(2),
+            bitrate_per_stream: 0,
+            test_id: 0,
+            interval,
+            offload: true,
+            ..testing::plan()
+        };
         StreamContext {
-            plan: Plan {
-                omit: Duration::ZERO,
-                duration: Duration::from_secs(2),
-                length: 1000,
-                bitrate_per_stream: 0,
-                affinity: None,
-                test_id: 0,
-                interval,
-                offload: true,
-                rr: None,
-                wire: UdpWire::Pathprobe,
-                send_limit: None,
-                zerocopy: Default::default(),
-                adaptive: None,
-            },
-            gate: StartGate::default(),
-            stop: StopFlag::default(),
-            progress: Progress::default(),
             intervals: sink,
+            ..testing::context(plan)
         }
     }
 

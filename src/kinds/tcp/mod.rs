@@ -524,38 +524,23 @@ pub(crate) async fn open_streams(
 #[cfg(test)]
 mod late_start_tests {
     use super::*;
-    use crate::engine::datapath::{IntervalPlan, Plan, Progress, StartGate, StopFlag};
-    use crate::engine::stats::Role;
-    use crate::protocol::model::FlowDirection;
+    use crate::engine::datapath::testing::{context, plan, run_pair};
+    use crate::engine::datapath::{IntervalPlan, Plan};
     use std::net::TcpListener;
 
     const RATE: u64 = 8_000_000;
 
     fn ctx(omit: Duration, rate: u64) -> StreamContext {
-        StreamContext {
-            plan: Plan {
-                omit,
-                duration: Duration::from_millis(1500),
-                length: 128 * 1024,
-                bitrate_per_stream: rate,
-                affinity: None,
-                test_id: 7,
-                interval: Some(IntervalPlan {
-                    length: Duration::from_millis(500),
-                    count: 3,
-                }),
-                offload: false,
-                rr: None,
-                wire: Default::default(),
-                send_limit: None,
-                zerocopy: Default::default(),
-                adaptive: None,
-            },
-            gate: StartGate::default(),
-            stop: StopFlag::default(),
-            progress: Progress::default(),
-            intervals: None,
-        }
+        context(Plan {
+            omit,
+            length: 128 * 1024,
+            bitrate_per_stream: rate,
+            interval: Some(IntervalPlan {
+                length: Duration::from_millis(500),
+                count: 3,
+            }),
+            ..plan()
+        })
     }
 
     /// A loopback connection with the options a paced test gives both
@@ -586,30 +571,12 @@ mod late_start_tests {
         rate: u64,
     ) -> (StreamStats, StreamStats) {
         let (tx, rx) = pair(window, rate);
-        let (send_ctx, recv_ctx) = (ctx(omit, rate), ctx(omit, rate));
-        let recv_gate = recv_ctx.gate.clone();
-        let receiver = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Receive),
-                role: Some(Role::Receiver),
-                ..StreamStats::default()
-            };
-            receive(rx, &recv_ctx, &mut stats);
-            stats
-        });
-        let sender = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Send),
-                role: Some(Role::Sender),
-                ..StreamStats::default()
-            };
-            send_ctx.gate.open();
-            send(tx, &send_ctx, &mut stats);
-            stats
-        });
-        std::thread::sleep(late);
-        recv_gate.open();
-        (sender.join().unwrap(), receiver.join().unwrap())
+        run_pair(
+            (tx, send),
+            (rx, receive),
+            (ctx(omit, rate), ctx(omit, rate)),
+            late,
+        )
     }
 
     fn bps(s: &StreamStats) -> f64 {

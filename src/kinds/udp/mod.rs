@@ -703,32 +703,10 @@ mod tests {
 #[cfg(test)]
 mod late_start_tests {
     use super::*;
-    use crate::engine::datapath::{Plan, Progress, StartGate, StopFlag};
-    use crate::engine::stats::Role;
-    use crate::protocol::model::FlowDirection;
+    use crate::engine::datapath::testing::{context, plan, run_pair};
 
     fn ctx() -> StreamContext {
-        StreamContext {
-            plan: Plan {
-                omit: Duration::ZERO,
-                duration: Duration::from_millis(1500),
-                length: 1000,
-                bitrate_per_stream: 8_000_000,
-                affinity: None,
-                test_id: 7,
-                interval: None,
-                offload: false,
-                rr: None,
-                wire: UdpWire::Pathprobe,
-                send_limit: None,
-                zerocopy: Default::default(),
-                adaptive: None,
-            },
-            gate: StartGate::default(),
-            stop: StopFlag::default(),
-            progress: Progress::default(),
-            intervals: None,
-        }
+        context(plan())
     }
 
     /// A fast paced sender (5 Gbit/s of 1400 B) sends full batches, the
@@ -782,30 +760,7 @@ mod late_start_tests {
             c.plan.duration = Duration::from_millis(600);
             c
         };
-        let (send_ctx, recv_ctx) = (fast(), fast());
-        let gates = (send_ctx.gate.clone(), recv_ctx.gate.clone());
-        let receiver = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Receive),
-                role: Some(Role::Receiver),
-                ..StreamStats::default()
-            };
-            receive(rx, &recv_ctx, &mut stats);
-            stats
-        });
-        let sender = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Send),
-                role: Some(Role::Sender),
-                ..StreamStats::default()
-            };
-            send(tx, &send_ctx, &mut stats);
-            stats
-        });
-        gates.1.open();
-        gates.0.open();
-        let sent = sender.join().unwrap();
-        let got = receiver.join().unwrap();
+        let (sent, got) = run_pair((tx, send), (rx, receive), (fast(), fast()), Duration::ZERO);
         let sent_packets = sent.udp_sent.as_ref().unwrap().packets;
         let r = got.udp_received.as_ref().unwrap();
         assert!(sent_packets > 10_000, "{sent_packets} datagrams sent");
@@ -842,31 +797,12 @@ mod late_start_tests {
         rx.connect(tx.local_addr().unwrap()).unwrap();
         configure_socket(&rx, 4 << 20);
         configure_socket(&tx, 1 << 20);
-        let (send_ctx, recv_ctx) = (ctx(), ctx());
-        let recv_gate = recv_ctx.gate.clone();
-        let receiver = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Receive),
-                role: Some(Role::Receiver),
-                ..StreamStats::default()
-            };
-            receive(rx, &recv_ctx, &mut stats);
-            stats
-        });
-        let sender = std::thread::spawn(move || {
-            let mut stats = StreamStats {
-                direction: Some(FlowDirection::Send),
-                role: Some(Role::Sender),
-                ..StreamStats::default()
-            };
-            send_ctx.gate.open();
-            send(tx, &send_ctx, &mut stats);
-            stats
-        });
-        std::thread::sleep(Duration::from_millis(400));
-        recv_gate.open();
-        let sent = sender.join().unwrap();
-        let got = receiver.join().unwrap();
+        let (sent, got) = run_pair(
+            (tx, send),
+            (rx, receive),
+            (ctx(), ctx()),
+            Duration::from_millis(400),
+        );
         let rate = got.bytes as f64 * 8.0 / got.seconds;
         assert!(got.bytes > 0 && got.bytes as f64 >= 0.95 * sent.bytes as f64);
         assert!(

@@ -4,7 +4,8 @@
 //! I/O ([`udp_io`]), latency histograms ([`histogram`]), the figures each
 //! side measures ([`stats`]), copy-free TCP I/O ([`zerocopy`]), the
 //! `MSG_ZEROCOPY` sender that only benches/zerocopy_send.rs uses
-//! ([`msg_zerocopy`]), why a probe failed ([`error`]), and adaptive
+//! ([`msg_zerocopy`]), the socket error queue's messages
+//! ([`error_queue`]), why a probe failed ([`error`]), and adaptive
 //! duration's stopping rule and shared state ([`adaptive`]).
 //!
 //! A kind's loops (in [`crate::kinds`]) are built from these parts; nothing
@@ -15,6 +16,7 @@ pub mod adaptive;
 pub mod connections;
 pub mod datapath;
 pub mod error;
+pub mod error_queue;
 pub mod histogram;
 pub mod msg_zerocopy;
 pub mod pacing;

@@ -305,23 +305,9 @@ impl<'a> ZeroCopySend<'a> {
                 _ => Err(MsgZeroCopyError::ErrorQueue(err)),
             };
         }
-        let want = std::mem::size_of::<libc::sock_extended_err>();
-        // SAFETY: CMSG_* walk the control buffer the kernel filled, within
-        // msg_controllen; each header is checked long enough before its
-        // data is read, unaligned.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                let c = &*cmsg;
-                let recverr = (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
-                    || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR);
-                if recverr && c.cmsg_len >= libc::CMSG_LEN(want as u32) as _ {
-                    let ee: libc::sock_extended_err =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                    self.report.completions.record(&ee)?;
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
+        // SAFETY: recvmsg filled `msg`, whose control buffer lives here.
+        for e in unsafe { super::error_queue::extended_errors(&msg) } {
+            self.report.completions.record(&e.err)?;
         }
         Ok(true)
     }

@@ -7,7 +7,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -303,67 +303,30 @@ fn recv_err(fd: RawFd) -> io::Result<Option<QueuedError>> {
             _ => Err(e),
         };
     }
-    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the
-    // CMSG macros walk only within them.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            let h = &*c;
-            let ours = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
-                || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
-            let need = libc::CMSG_LEN(size_of::<libc::sock_extended_err>() as u32) as usize;
-            if ours && h.cmsg_len as usize >= need {
-                let ee = libc::CMSG_DATA(c) as *const libc::sock_extended_err;
-                let ee_v = std::ptr::read_unaligned(ee);
-                if ee_v.ee_origin != libc::SO_EE_ORIGIN_ICMP
-                    && ee_v.ee_origin != libc::SO_EE_ORIGIN_ICMP6
-                {
-                    return Ok(Some(QueuedError {
-                        origin: ee_v.ee_origin,
-                        icmp_type: 0,
-                        offender: None,
-                    }));
-                }
-                let off = libc::SO_EE_OFFENDER(ee) as *const u8;
-                let room = h.cmsg_len as usize - need;
-                let offender = read_addr(off, room);
-                return Ok(Some(QueuedError {
-                    origin: ee_v.ee_origin,
-                    icmp_type: ee_v.ee_type,
-                    offender,
-                }));
+    // SAFETY: recvmsg filled `msg`, whose control buffer lives here.
+    let first = unsafe { crate::engine::error_queue::extended_errors(&msg) }.next();
+    Ok(Some(match first {
+        Some(e)
+            if e.err.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                || e.err.ee_origin == libc::SO_EE_ORIGIN_ICMP6 =>
+        {
+            QueuedError {
+                origin: e.err.ee_origin,
+                icmp_type: e.err.ee_type,
+                offender: e.offender,
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
         }
-    }
-    Ok(Some(QueuedError {
-        origin: 0,
-        icmp_type: 0,
-        offender: None,
+        Some(e) => QueuedError {
+            origin: e.err.ee_origin,
+            icmp_type: 0,
+            offender: None,
+        },
+        None => QueuedError {
+            origin: 0,
+            icmp_type: 0,
+            offender: None,
+        },
     }))
-}
-
-/// The offender's address, if `room` bytes hold a whole sockaddr of its
-/// family.
-///
-/// # Safety
-/// `p` must be valid for reads of `room` bytes.
-unsafe fn read_addr(p: *const u8, room: usize) -> Option<IpAddr> {
-    if room < size_of::<libc::sa_family_t>() {
-        return None;
-    }
-    let family = std::ptr::read_unaligned(p as *const libc::sa_family_t);
-    match family as libc::c_int {
-        libc::AF_INET if room >= size_of::<libc::sockaddr_in>() => {
-            let a = std::ptr::read_unaligned(p as *const libc::sockaddr_in);
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
-        }
-        libc::AF_INET6 if room >= size_of::<libc::sockaddr_in6>() => {
-            let a = std::ptr::read_unaligned(p as *const libc::sockaddr_in6);
-            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
-        }
-        _ => None,
-    }
 }
 
 /// A local socket address, for reporting the flow the trace used.

@@ -318,6 +318,17 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
+    /// Reads `b` until the peer's end of stream, discarding; the bytes read.
+    fn discard_to_end(b: &TcpStream) -> u64 {
+        let mut got = 0u64;
+        loop {
+            match crate::engine::zerocopy::discard(b, 1 << 20).unwrap() {
+                0 => return got,
+                n => got += n as u64,
+            }
+        }
+    }
+
     fn note(lo: u32, hi: u32, code: u8) -> libc::sock_extended_err {
         libc::sock_extended_err {
             ee_errno: 0,
@@ -395,13 +406,7 @@ mod tests {
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let receiver = std::thread::spawn(move || {
             wait.recv().unwrap();
-            let mut got = 0u64;
-            loop {
-                match crate::engine::zerocopy::discard(&b, 1 << 20).unwrap() {
-                    0 => return got,
-                    n => got += n as u64,
-                }
-            }
+            discard_to_end(&b)
         });
         let mut sender = ZeroCopySend::new(&a, vec![1u8; 64 * 1024]).unwrap();
         let mut took = 0u64;
@@ -430,15 +435,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
-        let receiver = std::thread::spawn(move || {
-            let mut got = 0u64;
-            loop {
-                match crate::engine::zerocopy::discard(&b, 1 << 20).unwrap() {
-                    0 => return got,
-                    n => got += n as u64,
-                }
-            }
-        });
+        let receiver = std::thread::spawn(move || discard_to_end(&b));
         let mut sender = ZeroCopySend::new(&a, vec![7u8; 64 * 1024]).unwrap();
         let mut took = 0u64;
         let mut sends = 0u64;

@@ -577,10 +577,7 @@ mod tests {
     /// datagrams, not messages.
     #[test]
     fn send_gso_spreads_a_large_batch_over_messages() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (tx, rx) = loopback_pair();
         configure_rcvbuf(&rx);
         assert!(set_gso(&tx, 1000), "this kernel has UDP_SEGMENT");
         assert_eq!(gso_segments(1000), 64);
@@ -646,10 +643,7 @@ mod tests {
     #[test]
     fn runs_are_counted_from_their_first_header_and_anything_else_is_read_whole() {
         use crate::protocol::udp::write_run;
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (tx, rx) = loopback_pair();
         configure_rcvbuf(&rx);
         enable_rx_cmsgs(&rx);
         assert!(
@@ -700,16 +694,23 @@ mod tests {
         assert_eq!(socket_drops(&rx), Some(0));
     }
 
+    /// A sender connected to a receiver on loopback; reads give up after
+    /// 2 s, so that a test that lost datagrams fails instead of hanging.
+    fn loopback_pair() -> (UdpSocket, UdpSocket) {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        (tx, rx)
+    }
+
     fn configure_rcvbuf(sock: &UdpSocket) {
         set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     }
 
     #[test]
     fn gso_and_gro_on_loopback_carry_every_datagram() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (tx, rx) = loopback_pair();
         enable_rx_cmsgs(&rx);
         let gro = enable_gro(&rx);
         let gso = set_gso(&tx, 100);

@@ -1,5 +1,8 @@
 //! The options both ends apply to a TCP data socket (window, congestion
-//! control, TOS, pacing) and its blocking mode, for every TCP kind.
+//! control, TOS, pacing) and its blocking mode, for every TCP kind, and how
+//! a prober's socket takes a source address.
+
+use std::net::{IpAddr, SocketAddr};
 
 use socket2::SockRef;
 
@@ -52,4 +55,70 @@ pub fn apply_options(sock: &SockRef<'_>, opts: &TcpOptions, ipv6: bool) -> std::
         }
     }
     Ok(())
+}
+
+/// Binds `sock` to the source address `ip` and leaves its port to
+/// connect(). With IP_BIND_ADDRESS_NO_PORT the kernel picks the port when
+/// it connects, as for an unbound socket: any port whose 4-tuple is free,
+/// TIME_WAIT ports reused where `tcp_tw_reuse` allows. A plain bind to
+/// port 0 takes a port no other connect() may share, and keeps it through
+/// its TIME_WAIT: a `tcp_crr` prober binding each connection so would use
+/// up the ephemeral ports for every destination in one TIME_WAIT period.
+/// The option is best effort (Linux 4.2 and later); without it the bind
+/// still holds.
+pub fn bind_source(sock: &SockRef<'_>, ip: IpAddr) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: IP_BIND_ADDRESS_NO_PORT takes an int flag; the kernel reads
+    // it at SOL_IP for IPv6 sockets too.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&**sock),
+            libc::SOL_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    sock.bind(&SocketAddr::new(ip, 0).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::net::TcpListener;
+
+    fn local_port(s: &Socket) -> u16 {
+        s.local_addr().unwrap().as_socket().unwrap().port()
+    }
+
+    #[test]
+    fn a_source_address_takes_no_port_until_connect() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        for ip in [IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2])] {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+            bind_source(&SockRef::from(&s), ip).unwrap();
+            let bound = s.local_addr().unwrap().as_socket().unwrap();
+            // The address is taken, the port left to connect().
+            assert_eq!((bound.ip(), bound.port()), (ip, 0));
+            s.connect(&listener.local_addr().unwrap().into()).unwrap();
+            let connected = s.local_addr().unwrap().as_socket().unwrap();
+            assert_eq!(connected.ip(), ip);
+            assert_ne!(connected.port(), 0);
+        }
+        // A plain bind takes its port at once: what bind_source avoids.
+        let plain = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        plain
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        assert_ne!(local_port(&plain), 0);
+    }
+
+    #[test]
+    fn a_source_address_not_on_the_host_is_refused() {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        // TEST-NET-3: on no interface of the machine.
+        let err = bind_source(&SockRef::from(&s), IpAddr::from([203, 0, 113, 7])).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EADDRNOTAVAIL), "{err}");
+    }
 }

@@ -468,6 +468,10 @@ pub(crate) async fn connect(
     // Connect's own choice of an ephemeral port is not changed by it.
     sock.set_reuseaddr(true)
         .map_err(|e| ProbeError::io("socket", e))?;
+    // A plain bind, not `bind_source`: a trace can take over a port a
+    // bind() took, and not one connect() chose (its bucket stays the
+    // connect's). A probe opens a few connections, not tcp_crr's
+    // thousands.
     if let Some(ip) = bind {
         sock.bind(SocketAddr::new(ip, 0))
             .map_err(|e| ProbeError::BadArgument(format!("cannot bind to {ip}: {e}")))?;

@@ -22,7 +22,8 @@
 //! one `no_local_port` failure and stops opening connections, as every
 //! further attempt would fail the same way; the port of its end-of-test
 //! connection is bound before the first transaction, so that it can still
-//! say it is done. No SO_LINGER 0 on a good
+//! say it is done. A source address (`-B`) takes no port of its own
+//! ([`bind_source`]), so it changes none of this. No SO_LINGER 0 on a good
 //! connection: an RST per transaction is not what applications do, and a
 //! firewall would count it. The responder resets only connections it gives
 //! up on (past their deadline, or sending more than the test's request).
@@ -47,7 +48,7 @@ use crate::engine::connections::{Arrival, Arrivals, Dialer};
 use crate::engine::datapath::{StreamContext, ThreadMeter, POLL_INTERVAL};
 use crate::engine::histogram::{new_histogram, record, summarize};
 use crate::engine::stats::StreamStats;
-use crate::engine::tcp_socket::{apply_options, TcpOptions};
+use crate::engine::tcp_socket::{apply_options, bind_source, TcpOptions};
 use crate::protocol::crr::{
     CrrFailure, CrrFailures, CrrStats, CONNECTION_DEADLINE, END_STREAM, TRANSACTION_STREAM,
 };
@@ -306,7 +307,7 @@ fn transact(
         return failed(out, &e);
     }
     if let Some(ip) = d.bind {
-        if let Err(e) = sock.bind(&SocketAddr::new(ip, 0).into()) {
+        if let Err(e) = bind_source(&SockRef::from(&sock), ip) {
             return failed(out, &e);
         }
     }

@@ -16,14 +16,16 @@ use pathprobe::control::{read_message, write_message};
 use pathprobe::engine::connections::{Connections, Dialer};
 use pathprobe::engine::datapath::DataSocket;
 use pathprobe::engine::stats::SideStats;
-use pathprobe::engine::tcp_socket::TcpOptions;
+use pathprobe::engine::tcp_socket::{bind_source, TcpOptions};
 use pathprobe::kinds::side::{End, TestSide};
 use pathprobe::probe::{self, Direction, Kind, ProbeResult, ProbeSpec, Target};
 use pathprobe::protocol::crr::CrrStats;
 use pathprobe::protocol::message::Hello;
 use pathprobe::protocol::{encode_frame, Message};
 use pathprobe::responder::ResponderConfig;
+use socket2::SockRef;
 
+use crate::common::lab::{require_root, LoopbackNetns};
 use crate::common::metrics::sample;
 use crate::common::serve::InProcess;
 use crate::common::{promtool, responder, turn};
@@ -136,6 +138,59 @@ async fn tcp_crr_on_loopback_times_every_connection() {
     assert!(text.contains("failed 0: none"), "{text}");
 }
 
+/// A prober given a source address (`-B`) leaves the machine's ephemeral
+/// ports to others: its connections take their ports at connect(), where
+/// other destinations share them and loopback's TIME_WAIT reuse recycles
+/// them. With a plain bind to port 0 each connection held its port, no
+/// other connect() could use it, through its TIME_WAIT: CI's tcp_crr tests
+/// ran out of ports (`no_local_port`) after tests that bind had run.
+///
+/// In a namespace of its own: its 70,000 connections leave as many sockets
+/// in TIME_WAIT, and on the machine's loopback they would sit on the ports
+/// other tests bind (a trace taking over a probe's port found it busy).
+#[test]
+fn tcp_crr_from_a_source_address_leaves_ports_for_the_next_prober() {
+    if !require_root() {
+        return;
+    }
+    let _turn = turn::exclusive();
+    let ns = LoopbackNetns::new("crr").unwrap();
+    let (a, b) = ns.run(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (first, _, _stop_first) = responder::start(ResponderConfig::default()).await;
+            let (second, _, _stop_second) = responder::start(ResponderConfig::default()).await;
+            // More connections than the port range (28,232) holds. With a
+            // bind per connection the bound prober slowed to 3,400 a second
+            // as its ports piled up, and the next prober ran out after
+            // 11,354 connections (`no_local_port`), as in CI; now 12,000 a
+            // second each.
+            let bound = ProbeSpec {
+                bind: Some(IpAddr::from([127, 0, 0, 3])),
+                ..crr_spec(5.0)
+            };
+            let a = run(first, &bound).await;
+            let b = run(second, &crr_spec(1.0)).await;
+            (a, b)
+        })
+    });
+    for (what, r) in [("bound to 127.0.0.3", &a), ("then unbound", &b)] {
+        let rr = r.rr().unwrap();
+        eprintln!(
+            "tcp_crr {what}: {} transactions, {:.0} conn/s, failed {:?}",
+            rr.transactions,
+            rr.transactions_per_second,
+            r.crr().unwrap().failures
+        );
+        assert!(rr.transactions_per_second > FLOOR_PER_SECOND);
+        assert_consistent(r);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_crr_through_the_cli_with_netperfs_sizes() {
     let (addr, _counters, _stop) = responder::start(ResponderConfig::default()).await;
@@ -168,8 +223,11 @@ async fn tcp_crr_through_the_cli_with_netperfs_sizes() {
     );
     let tps = rr["transactions_per_second"].as_f64().unwrap();
     assert!(tps > FLOOR_PER_SECOND, "{tps}");
-    assert_eq!(rr["crr"]["failed"], 0);
-    assert_eq!(rr["transactions"], rr["crr"]["connections_established"]);
+    assert_eq!(rr["crr"]["failed"], 0, "{rr:#}");
+    assert_eq!(
+        rr["transactions"], rr["crr"]["connections_established"],
+        "{rr:#}"
+    );
     let per = rr["response_bytes_per_second"].as_f64().unwrap() / tps;
     assert!(
         (per - 2048.0).abs() < 1.0,
@@ -359,7 +417,7 @@ async fn tcp_crr_failures_are_counted_by_reason() {
 /// A client bound to `ip` (any 127/8 address reaches loopback).
 fn connect_from(ip: [u8; 4], to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    s.bind(&SocketAddr::from((ip, 0)).into())?;
+    bind_source(&SockRef::from(&s), IpAddr::from(ip))?;
     s.connect_timeout(&to.into(), Duration::from_secs(2))?;
     let s: TcpStream = s.into();
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -499,7 +557,7 @@ fn stop_flood(stop: &AtomicBool, threads: Vec<std::thread::JoinHandle<()>>, pati
 async fn hostile_test(addr: SocketAddr, seconds: f64) -> (tokio::net::TcpStream, String) {
     let t = Duration::from_secs(3);
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind(SocketAddr::from((ATTACKER, 0))).unwrap();
+    bind_source(&SockRef::from(&sock), IpAddr::from(ATTACKER)).unwrap();
     let mut c = sock.connect(addr).await.unwrap();
     write_message(&mut c, &Message::Hello(Hello::new()), t)
         .await

@@ -128,7 +128,7 @@ fn responder_under_a_minute_of_load() {
 /// A TCP connection to `to` from address `from`.
 fn connect_from(from: std::net::Ipv4Addr, to: std::net::SocketAddr) -> std::io::Result<TcpStream> {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    sock.bind(&std::net::SocketAddr::new(from.into(), 0).into())?;
+    pathprobe::engine::tcp_socket::bind_source(&socket2::SockRef::from(&sock), from.into())?;
     sock.connect_timeout(&to.into(), Duration::from_secs(1))?;
     Ok(sock.into())
 }

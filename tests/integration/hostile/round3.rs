@@ -528,7 +528,7 @@ fn connect_std(
     to: std::net::SocketAddr,
 ) -> std::io::Result<std::net::TcpStream> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    s.bind(&std::net::SocketAddr::from((from, 0)).into())?;
+    pathprobe::engine::tcp_socket::bind_source(&socket2::SockRef::from(&s), from.into())?;
     s.connect_timeout(&to.into(), Duration::from_secs(2))?;
     Ok(s.into())
 }

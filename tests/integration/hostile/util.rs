@@ -322,7 +322,7 @@ pub async fn real_probes(
 /// A TCP connection from `from` to `to`, within 3 s.
 pub async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = TcpSocket::new_v4()?;
-    s.bind(SocketAddr::new(IpAddr::V4(from), 0))?;
+    pathprobe::engine::tcp_socket::bind_source(&socket2::SockRef::from(&s), IpAddr::V4(from))?;
     match tokio::time::timeout(Duration::from_secs(3), s.connect(to)).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::new(

@@ -19,6 +19,9 @@
 #   nodrop NAME            remove the random drop
 #   drop-ab NAME PERCENT   as drop, of the packets r forwards from a towards b
 #                          only (one way: the b -> a direction loses nothing)
+#   drop-data NAME PERCENT as drop, sparing UDP datagrams of under 8 payload
+#                          bytes: iperf3's UDP connect and its reply (4 bytes),
+#                          which stock iperf3 sends once and waits 30 s for
 #   down NAME              delete everything; idempotent, never fails
 #   exec NAME a|r|b CMD... run CMD inside one of the namespaces
 #   addr NAME a|b          print the address of an end
@@ -246,7 +249,7 @@ set_end_gso_segs() {
 }
 
 cmd_drop() {
-    name=$1; pct=$2
+    name=$1; pct=$2; spare=${3:-}
     r=$(ns "$name" r)
     # PERCENT of 100000 buckets: 1 -> 1000, 0.5 -> 500.
     n=$(echo "$pct" | awk '/^[0-9]+(\.[0-9]+)?$/ { v = $0 * 1000;
@@ -258,11 +261,16 @@ cmd_drop() {
         nsx "$r" nft add rule inet lab forward counter drop
     elif [ "$n" -gt 0 ]; then
         set_end_gso_segs "$name" 1
+        if [ -n "$spare" ]; then
+            # UDP length counts its own 8-byte header: 12 is a 4-byte
+            # payload, and no data datagram of a probe is under 16.
+            nsx "$r" nft add rule inet lab forward udp length '<' 16 accept
+        fi
         nsx "$r" nft add rule inet lab forward numgen random mod 100000 '<' "$n" counter drop
     else
         set_end_gso_segs "$name" 65535
     fi
-    echo "lab $name dropping $pct% (numgen random mod 100000 < $n) on r forward"
+    echo "lab $name dropping $pct% (numgen random mod 100000 < $n) on r forward${spare:+, sparing UDP under 16 bytes}"
 }
 
 # One way only: packets r forwards that came in from a (its veth NAME-ra).
@@ -374,7 +382,7 @@ cmd_star_shape() {
     echo "star $name shaped: tbf $args on ${name}r1 .. ${name}r$count"
 }
 
-[ $# -ge 2 ] || die "usage: lab.sh up|shape|unshape|drop|drop-ab|nodrop|down|exec|addr|star|star-shape|star-addr NAME ..."
+[ $# -ge 2 ] || die "usage: lab.sh up|shape|unshape|drop|drop-ab|drop-data|nodrop|down|exec|addr|star|star-shape|star-addr NAME ..."
 sub=$1; name=$2; shift 2
 check_name "$name"
 case "$sub" in
@@ -385,6 +393,7 @@ case "$sub" in
     drop)    [ $# -eq 1 ] || die "usage: lab.sh drop NAME PERCENT"; cmd_drop "$name" "$1" ;;
     nodrop)  cmd_nodrop "$name" ;;
     drop-ab) [ $# -eq 1 ] || die "usage: lab.sh drop-ab NAME PERCENT"; cmd_drop_ab "$name" "$1" ;;
+    drop-data) [ $# -eq 1 ] || die "usage: lab.sh drop-data NAME PERCENT"; cmd_drop "$name" "$1" spare ;;
     down)    cmd_down "$name" ;;
     star)    [ $# -eq 1 ] || die "usage: lab.sh star NAME N"; check_count "$1"; cmd_star "$name" "$1" ;;
     star-shape) [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: lab.sh star-shape NAME N RATE [LIMIT]"

@@ -30,7 +30,8 @@
 //! 2. link r1 -> r3 losing 5% (nft numgen): 10.0.13.3;
 //! 3. router r3 forwards nothing between its links (nft): 10.0.3.1;
 //! 4. ECMP member x at 4 Mbit/s both ways (tbf), y untouched: an end of x
-//!    (10.0.12.1 or 10.0.12.2), never an end of y;
+//!    (10.0.12.1 or 10.0.12.2), and an end of y neither first once every
+//!    pair has been probed nor alerted on;
 //! 5. with r1 dropping its ICMP time-exceeded (nft) and r2 rate-limiting
 //!    its ICMP (`icmp_ratelimit`), host c1's link at 4 Mbit/s: 10.0.3.10,
 //!    and neither r1 nor r2 is named.
@@ -303,7 +304,9 @@ struct Fault {
     on: &'static [(&'static str, &'static str)],
     off: &'static [(&'static str, &'static str)],
     expect: &'static [&'static str],
-    /// Hops that must never rank first nor be alerted on.
+    /// Hops that are not the fault: reported if they lead before every
+    /// pair has been probed (see the loop), never first once it has been,
+    /// nor alerted on.
     never: &'static [&'static str],
 }
 
@@ -594,10 +597,13 @@ fn each_injected_fault_ranks_its_hop_first_within_a_cycle() -> Result<()> {
         // another hop may lead for a moment: the far end of a link into a
         // dead router has the same first paths as the router (they are
         // told apart once the router's other paths fail too), and each run
-        // of a path may hash onto either ECMP member. Those moments are
-        // reported; a hop of `never` must not lead even then. Once every
+        // of a path may hash onto either ECMP member, its ACKs onto the
+        // other one than its data (TRACE.md, "Asymmetric routes": CI saw
+        // y's end of the ECMP pair lead at 0.44 halfway through x's fault,
+        // over x's ends at 0.33). Those moments are reported. Once every
         // pair has been probed, the injured hop ranks first alone, and the
-        // alert (pending: its `for` is a minute in the fast copy) names it.
+        // alert (pending: its `for` is a minute in the fast copy) names it
+        // and no other hop.
         let mut pending: Vec<String> = Vec::new();
         // Other hops that led for a moment before every pair was probed.
         let mut ahead: Vec<(String, f64)> = Vec::new();
@@ -611,12 +617,6 @@ fn each_injected_fault_ranks_its_hop_first_within_a_cycle() -> Result<()> {
             }
             let r = net.ranking()?;
             if let Some((a, sc)) = r.first().filter(|(_, sc)| *sc > 0.0) {
-                assert!(
-                    !f.never.contains(&a.as_str()),
-                    "{}: {a} ranks first: {}",
-                    f.name,
-                    show(&r)
-                );
                 if !f.expect.contains(&a.as_str()) && !ahead.iter().any(|(x, _)| x == a) {
                     ahead.push((a.clone(), *sc));
                 }

@@ -350,34 +350,49 @@ fn adaptive_tcp_at_1000mbit_with_loss_stops_out_of_reach_and_200mbit_still_conve
     lab.shape(1000).unwrap();
     lab.drop_percent(0.5).unwrap();
     let _responder = Responder::start(&lab);
-    let (v, tbf_bytes) = probe(&lab, &["-t", "auto"]);
-    let a = adaptive(&v);
-    let got = estimate_bps(&v);
-    let elapsed = a["elapsed_seconds"].as_f64().unwrap_or(0.0);
-    let rel = a["estimate"]["half_width_bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0)
-        / got;
-    let best = a["best_half_width_at_max_bits_per_second"].as_f64();
-    eprintln!(
-        "tbf 1000 Mbit/s, 0.5% loss: {} (converged {}), estimate {:.1} Mbit/s ±{:.2}%, best at the maximum {:?}, {elapsed:.2} s, tbf passed {:.1} MB",
-        a["stop_reason"],
-        a["converged"],
-        got / 1e6,
-        rel * 100.0,
-        best.map(|b| format!("±{:.2}%", b / got * 100.0)),
-        tbf_bytes / 1e6
-    );
-    assert_eq!(a["stop_reason"], "out_of_reach", "{a:#}");
-    assert_eq!(a["converged"], false, "{a:#}");
-    assert!(
-        best.is_some_and(|b| b > 0.03 * got),
-        "the best at the maximum is not reported out of reach: {a:#}"
-    );
-    // Judged from 1.25 s on: stopped well before the 5 s maximum, with
-    // well under the 190 MB the full maximum moved at the least.
-    assert!(elapsed < 4.0, "stopped at {elapsed} s: {a:#}");
-    assert!(tbf_bytes < 150e6, "tbf passed {tbf_bytes} bytes");
+    // The rule stops a probe whose interval could not come within three
+    // times the precision by the maximum. A run whose swings happen to be
+    // milder may end there within it (CI saw ±2.93% at 5 s): then running
+    // on was right. Up to three runs; each must be one or the other, and
+    // one must stop early.
+    let mut stopped_early = false;
+    for _ in 0..3 {
+        let (v, tbf_bytes) = probe(&lab, &["-t", "auto"]);
+        let a = adaptive(&v);
+        let got = estimate_bps(&v);
+        let elapsed = a["elapsed_seconds"].as_f64().unwrap_or(0.0);
+        let rel = a["estimate"]["half_width_bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / got;
+        let best = a["best_half_width_at_max_bits_per_second"].as_f64();
+        eprintln!(
+            "tbf 1000 Mbit/s, 0.5% loss: {} (converged {}), estimate {:.1} Mbit/s ±{:.2}%, best at the maximum {:?}, {elapsed:.2} s, tbf passed {:.1} MB",
+            a["stop_reason"],
+            a["converged"],
+            got / 1e6,
+            rel * 100.0,
+            best.map(|b| format!("±{:.2}%", b / got * 100.0)),
+            tbf_bytes / 1e6
+        );
+        assert_eq!(a["converged"], false, "{a:#}");
+        if a["stop_reason"] == "max_duration" {
+            assert!(rel <= 0.03, "ran to the maximum out of reach: {a:#}");
+            continue;
+        }
+        assert_eq!(a["stop_reason"], "out_of_reach", "{a:#}");
+        assert!(
+            best.is_some_and(|b| b > 0.03 * got),
+            "the best at the maximum is not reported out of reach: {a:#}"
+        );
+        // Judged from 1.25 s on: stopped well before the 5 s maximum, with
+        // well under the 190 MB the full maximum moved at the least.
+        assert!(elapsed < 4.0, "stopped at {elapsed} s: {a:#}");
+        assert!(tbf_bytes < 150e6, "tbf passed {tbf_bytes} bytes");
+        stopped_early = true;
+        break;
+    }
+    assert!(stopped_early, "no run of three stopped out of reach");
 
     // The same lab without loss at 200 Mbit/s: converges as before.
     lab.nodrop().unwrap();

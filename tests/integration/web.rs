@@ -302,8 +302,10 @@ web: {{history_file: "{}"}}
             "{name}: chart areas {regions:?}"
         );
         for reg in regions.iter().take(min_regions) {
+            // An area with nothing drawn has none; a sparkline of a few
+            // points has a few dozen (CI once saw 28).
             let blue = img.count_near(*reg, [42, 111, 176], 40);
-            assert!(blue > 30, "{name}: nothing drawn in {reg:?} ({blue} px)");
+            assert!(blue > 10, "{name}: nothing drawn in {reg:?} ({blue} px)");
         }
         if name == "path.png" {
             let purple = img.count_near(regions[0], [122, 63, 176], 40);

@@ -82,7 +82,7 @@ fn set_ttl(sock: &Socket, dst: SocketAddr, ttl: u8) -> io::Result<()> {
 /// whether it has the requested source port.
 pub(super) fn udp_flow(src: Option<SocketAddr>, dst: SocketAddr) -> io::Result<(Socket, bool)> {
     let sock = new_socket(Proto::Udp, dst)?;
-    let matched = bind_source(&sock, src)?;
+    let matched = bind_flow_port(&sock, src)?;
     sock.connect(&dst.into())?;
     Ok((sock, matched))
 }
@@ -90,7 +90,7 @@ pub(super) fn udp_flow(src: Option<SocketAddr>, dst: SocketAddr) -> io::Result<(
 /// Binds `src` when given. A source port that is busy falls back to the
 /// address alone (an ephemeral port): the trace then runs, but is not
 /// bound to the probe's flow, which the caller reports.
-fn bind_source(sock: &Socket, src: Option<SocketAddr>) -> io::Result<bool> {
+fn bind_flow_port(sock: &Socket, src: Option<SocketAddr>) -> io::Result<bool> {
     let Some(src) = src else {
         return Ok(true);
     };
@@ -161,7 +161,7 @@ pub(super) fn tcp_probe(
     timeout: Duration,
 ) -> io::Result<(Answer, bool, Option<SocketAddr>)> {
     let sock = new_socket(Proto::Tcp, dst)?;
-    let matched = bind_source(&sock, src)?;
+    let matched = bind_flow_port(&sock, src)?;
     let local = local_of(&sock);
     set_ttl(&sock, dst, ttl)?;
     let _ = sock.set_linger(Some(Duration::ZERO));

@@ -39,8 +39,18 @@ RUN mkdir -p src benches \
  && cargo build --release --locked \
  && rm -rf src benches
 
-# The real sources. config/ is needed at compile time: the default
+# The commit the image is built from, for `pathprobe --version` and the
+# startup log: the build context has no .git for build.rs to ask, so pass it
+#   docker build --build-arg PATHPROBE_COMMIT="$(git rev-parse --short=12 HEAD)" .
+# Left empty, the binary says "unknown". Declared here, after the dependency
+# layer, so that a new commit does not rebuild the dependencies.
+ARG PATHPROBE_COMMIT=
+ENV PATHPROBE_COMMIT=${PATHPROBE_COMMIT}
+
+# The real sources. build.rs sets PATHPROBE_COMMIT for the compiler, which
+# src/build_info.rs reads; config/ is needed at compile time: the default
 # configuration is embedded in the binary with include_str!.
+COPY build.rs ./
 COPY src ./src
 COPY benches ./benches
 COPY config ./config

@@ -1,7 +1,7 @@
 //! The deployment files, checked without a container engine, a cluster or
-//! systemd: the Dockerfile is parsed and its build stage replayed in a
-//! temporary directory (cargo stood in for by `cargo metadata --locked` and
-//! the binary these tests were built with), its HEALTHCHECK is run against a
+//! systemd: the Dockerfile is parsed and its build stage replayed in an
+//! empty directory (its COPY lines copying from the build context, its RUN
+//! lines run with the real cargo, offline), its HEALTHCHECK is run against a
 //! real `pathprobe serve`, the Compose, Kubernetes, Grafana and systemd files
 //! are parsed, every host path they name must exist, every pathprobe
 //! configuration they carry is loaded by the library's own parser, and every

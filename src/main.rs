@@ -329,7 +329,20 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     // Once, in the log's format: the log is stderr already.
-                    tracing::error!(error = %format!("{e:#}"), "pathprobe serve failed");
+                    // A file's errors one a line, as check-config lists
+                    // them, so that logfmt and JSON keep each whole.
+                    match e.downcast_ref::<pathprobe::config::ConfigError>() {
+                        Some(pathprobe::config::ConfigError::Several(all)) => {
+                            for one in all {
+                                tracing::error!(error = %one, "invalid configuration");
+                            }
+                            tracing::error!(
+                                errors = all.len(),
+                                "pathprobe serve failed: the configuration has errors"
+                            );
+                        }
+                        _ => tracing::error!(error = %format!("{e:#}"), "pathprobe serve failed"),
+                    }
                     // --config.file that cannot be read is a flag's file,
                     // a usage error (README, exit codes) as for `probe
                     // --auth.secret-file`; an invalid one is a failure.

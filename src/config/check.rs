@@ -35,7 +35,10 @@ pub const SECTIONS: [&str; 9] = [
 ];
 
 /// Reads, parses and validates `path` as [`Config::load`] does, but on
-/// failure returns every error found rather than the first.
+/// failure returns every error found rather than the first: each part's
+/// parse errors, and the checks of values together over every part that
+/// parsed (a bad key left out, a part that cannot be read at all left to
+/// its defaults).
 pub fn load_all(path: &Path) -> Result<Config, Vec<ConfigError>> {
     let text = super::read_text(path).map_err(|e| vec![e])?;
     let name = path.display().to_string();
@@ -43,21 +46,33 @@ pub fn load_all(path: &Path) -> Result<Config, Vec<ConfigError>> {
         Ok(c) => Ok(c),
         Err(first) => {
             let mut all = vec![first];
-            all.extend(parse_errors(&text, &name));
-            if all.len() == 1 {
-                // Parsed: the rest are checks of values together.
-                if let Ok(Some(config)) = serde_yaml::from_str::<Option<Config>>(&text) {
-                    all.extend(
-                        config
-                            .validation_errors(&name)
-                            .into_iter()
-                            .map(|e| e.locate_in(&text)),
-                    );
+            let parsed = parse_errors(&text, &name);
+            all.extend(parsed.errors);
+            if let Ok(Some(mut config)) = serde_yaml::from_value::<Option<Config>>(parsed.salvage) {
+                for module in config.modules.values_mut() {
+                    module.resolve_auto();
                 }
+                all.extend(
+                    config
+                        .validation_errors(&name)
+                        .into_iter()
+                        .filter(|e| !parsed.unchecked.iter().any(|p| at_or_under(e, p)))
+                        .map(|e| e.locate_in(&text)),
+                );
             }
             Err(sorted_unique(all))
         }
     }
+}
+
+/// Whether `e` is about the key path `prefix` or something under it.
+fn at_or_under(e: &ConfigError, prefix: &str) -> bool {
+    let key = match e {
+        ConfigError::Invalid { key, .. } | ConfigError::InvalidAt { key, .. } => key,
+        _ => return false,
+    };
+    key.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
 }
 
 /// In file order (those without a position last), each message once.
@@ -78,48 +93,125 @@ fn sorted_unique(errors: Vec<ConfigError>) -> Vec<ConfigError> {
     keyed.into_iter().map(|(_, _, e)| e).collect()
 }
 
+/// What reading each part of a file on its own found.
+struct Parsed {
+    errors: Vec<ConfigError>,
+    /// The document without what failed to parse: bad keys removed, a
+    /// part that still fails removed (a section, a module) or replaced by
+    /// a stand-in (a target, so that the others keep their index).
+    salvage: serde_yaml::Value,
+    /// Key paths whose checks would be about the stand-ins, not the file.
+    unchecked: Vec<String>,
+}
+
 /// The parse errors of each part of `text` read on its own: each section,
 /// each module and each target, and each unknown top-level key.
-fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
-    let Ok(serde_yaml::Value::Mapping(top)) = serde_yaml::from_str::<serde_yaml::Value>(text)
-    else {
+fn parse_errors(text: &str, file: &str) -> Parsed {
+    use serde_yaml::Value;
+    let Ok(Value::Mapping(top)) = serde_yaml::from_str::<Value>(text) else {
         // Not YAML, or not a mapping: the first error is the only one.
-        return Vec::new();
+        return Parsed {
+            errors: Vec::new(),
+            salvage: Value::Null,
+            unchecked: Vec::new(),
+        };
     };
+    let mut salvage = top.clone();
+    let mut unchecked = Vec::new();
+    let mut lost_modules = BTreeSet::new();
     let mut found: Vec<serde_yaml::Error> = Vec::new();
     let mut out = Vec::new();
-    let mut push = |errors: Vec<serde_yaml::Error>| found.extend(errors);
     for (key, value) in &top {
         let Some(key) = key.as_str() else { continue };
+        let section = |found: &mut Vec<serde_yaml::Error>, salvage: &mut serde_yaml::Mapping| {
+            let (errors, keys) = match key {
+                "responder" => read_at::<ResponderSection>(text, &[Seg::Key(key)]),
+                "scheduler" => read_at::<SchedulerConfig>(text, &[Seg::Key(key)]),
+                "discovery" => read_at::<DiscoveryConfig>(text, &[Seg::Key(key)]),
+                "host_metrics" => read_at::<HostMetricsConfig>(text, &[Seg::Key(key)]),
+                "http" => read_at::<HttpSection>(text, &[Seg::Key(key)]),
+                "web" => read_at::<WebSection>(text, &[Seg::Key(key)]),
+                "trace" => read_at::<super::TraceSection>(text, &[Seg::Key(key)]),
+                _ => unreachable!(),
+            };
+            if !errors.is_empty() {
+                found.extend(errors);
+                if !salvaged(salvage.get_mut(key), &keys, |v| match key {
+                    "responder" => reads_as::<ResponderSection>(v),
+                    "scheduler" => reads_as::<SchedulerConfig>(v),
+                    "discovery" => reads_as::<DiscoveryConfig>(v),
+                    "host_metrics" => reads_as::<HostMetricsConfig>(v),
+                    "http" => reads_as::<HttpSection>(v),
+                    "web" => reads_as::<WebSection>(v),
+                    _ => reads_as::<super::TraceSection>(v),
+                }) {
+                    salvage.remove(key);
+                }
+            }
+        };
         match key {
-            "responder" => push(read_at::<ResponderSection>(text, &[Seg::Key(key)])),
-            "scheduler" => push(read_at::<SchedulerConfig>(text, &[Seg::Key(key)])),
-            "discovery" => push(read_at::<DiscoveryConfig>(text, &[Seg::Key(key)])),
-            "host_metrics" => push(read_at::<HostMetricsConfig>(text, &[Seg::Key(key)])),
-            "http" => push(read_at::<HttpSection>(text, &[Seg::Key(key)])),
-            "web" => push(read_at::<WebSection>(text, &[Seg::Key(key)])),
-            "trace" => push(read_at::<super::TraceSection>(text, &[Seg::Key(key)])),
+            "responder" | "scheduler" | "discovery" | "host_metrics" | "http" | "web" | "trace" => {
+                section(&mut found, &mut salvage)
+            }
             "modules" => match value {
-                serde_yaml::Value::Mapping(m) => {
+                Value::Mapping(m) => {
                     for name in m.keys().filter_map(|k| k.as_str()) {
-                        push(read_at::<Module>(text, &[Seg::Key(key), Seg::Key(name)]));
+                        let (errors, keys) =
+                            read_at::<Module>(text, &[Seg::Key(key), Seg::Key(name)]);
+                        if errors.is_empty() {
+                            continue;
+                        }
+                        found.extend(errors);
+                        let modules = salvage.get_mut(key).and_then(Value::as_mapping_mut);
+                        if let Some(modules) = modules {
+                            if !salvaged(modules.get_mut(name), &keys, reads_as::<Module>) {
+                                modules.remove(name);
+                                lost_modules.insert(name.to_string());
+                            }
+                        }
                     }
                 }
-                _ => push(read_at::<std::collections::BTreeMap<String, Module>>(
-                    text,
-                    &[Seg::Key(key)],
-                )),
+                _ => {
+                    found.extend(
+                        read_at::<std::collections::BTreeMap<String, Module>>(
+                            text,
+                            &[Seg::Key(key)],
+                        )
+                        .0,
+                    );
+                    salvage.remove(key);
+                    unchecked.push("targets".to_string());
+                }
             },
             "targets" => match value {
-                serde_yaml::Value::Sequence(s) => {
+                Value::Sequence(s) => {
                     for i in 0..s.len() {
-                        push(read_at::<TargetConfig>(
-                            text,
-                            &[Seg::Key(key), Seg::Index(i)],
-                        ));
+                        let (errors, keys) =
+                            read_at::<TargetConfig>(text, &[Seg::Key(key), Seg::Index(i)]);
+                        if errors.is_empty() {
+                            continue;
+                        }
+                        found.extend(errors);
+                        let target = salvage
+                            .get_mut(key)
+                            .and_then(Value::as_sequence_mut)
+                            .and_then(|s| s.get_mut(i));
+                        if let Some(target) = target {
+                            if !salvaged(Some(&mut *target), &keys, reads_as::<TargetConfig>) {
+                                // A stand-in that fails only its own checks.
+                                *target = serde_yaml::from_str(&format!(
+                                    "{{name: \"\\0unreadable target {i}\", modules: []}}"
+                                ))
+                                .unwrap_or(Value::Null);
+                                unchecked.push(format!("targets[{i}]"));
+                            }
+                        }
                     }
                 }
-                _ => push(read_at::<Vec<TargetConfig>>(text, &[Seg::Key(key)])),
+                _ => {
+                    found.extend(read_at::<Vec<TargetConfig>>(text, &[Seg::Key(key)]).0);
+                    salvage.remove(key);
+                }
             },
             other => {
                 let message = super::error::plain_words(&format!(
@@ -137,6 +229,24 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
                     column: 1,
                     message,
                 });
+                salvage.remove(other);
+            }
+        }
+    }
+    // A target naming a module that could not be read: its list is
+    // checked without it, and an emptied list is not the file's mistake.
+    if let Some(targets) = salvage.get_mut("targets").and_then(Value::as_sequence_mut) {
+        for (i, t) in targets.iter_mut().enumerate() {
+            let Some(list) = t.get_mut("modules").and_then(Value::as_sequence_mut) else {
+                continue;
+            };
+            let before = list.len();
+            list.retain(|m| !m.as_str().is_some_and(|m| lost_modules.contains(m)));
+            if list.len() != before {
+                unchecked.push(format!("targets[{i}].modules"));
+                if list.is_empty() {
+                    unchecked.push(format!("targets[{i}]"));
+                }
             }
         }
     }
@@ -145,7 +255,30 @@ fn parse_errors(text: &str, file: &str) -> Vec<ConfigError> {
             .iter()
             .map(|e| ConfigError::from_yaml_in(file, e, text)),
     );
-    out
+    Parsed {
+        errors: out,
+        salvage: Value::Mapping(salvage),
+        unchecked,
+    }
+}
+
+fn reads_as<T: DeserializeOwned>(v: &serde_yaml::Value) -> bool {
+    serde_yaml::from_value::<T>(v.clone()).is_ok()
+}
+
+/// Removes the bad `keys` from `node`; whether it then reads.
+fn salvaged(
+    node: Option<&mut serde_yaml::Value>,
+    keys: &BTreeSet<String>,
+    reads: impl Fn(&serde_yaml::Value) -> bool,
+) -> bool {
+    let Some(node) = node else { return false };
+    if let Some(m) = node.as_mapping_mut() {
+        for k in keys {
+            m.remove(k.as_str());
+        }
+    }
+    reads(node)
 }
 
 /// One step of a path into the document.
@@ -166,7 +299,10 @@ const MAX_ERRORS_PER_NODE: usize = 32;
 /// node is read again without that key, so that the next bad key is found
 /// too; a required key left out that way is then missing, which is no new
 /// error and ends the search.
-fn read_at<T: DeserializeOwned>(text: &str, path: &[Seg]) -> Vec<serde_yaml::Error> {
+fn read_at<T: DeserializeOwned>(
+    text: &str,
+    path: &[Seg],
+) -> (Vec<serde_yaml::Error>, BTreeSet<String>) {
     let skipped = RefCell::new(Skipped::default());
     let mut errors = Vec::new();
     while errors.len() < MAX_ERRORS_PER_NODE {
@@ -200,7 +336,8 @@ fn read_at<T: DeserializeOwned>(text: &str, path: &[Seg]) -> Vec<serde_yaml::Err
             }
         }
     }
-    errors
+    let keys = std::mem::take(&mut skipped.borrow_mut().keys);
+    (errors, keys)
 }
 
 /// The keys of the node being read that are left out, and the key the

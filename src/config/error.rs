@@ -49,9 +49,30 @@ pub enum ConfigError {
         key: String,
         message: String,
     },
+    /// Every error of a file (as `check-config` lists them), for `serve`:
+    /// one a line, in file order.
+    #[error("{}", several(.0))]
+    Several(Vec<ConfigError>),
+}
+
+fn several(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl ConfigError {
+    /// One error as it is, several as [`ConfigError::Several`].
+    pub fn from_all(mut errors: Vec<ConfigError>) -> ConfigError {
+        if errors.len() == 1 {
+            errors.remove(0)
+        } else {
+            ConfigError::Several(errors)
+        }
+    }
+
     pub(crate) fn invalid(file: &str, key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
             file: file.to_string(),

@@ -217,8 +217,8 @@ impl Config {
                 ));
             }
         }
-        out.extend(self.validate_targets(file).err());
-        out.extend(self.validate_discovery(file).err());
+        out.extend(self.validate_targets(file));
+        out.extend(self.validate_discovery(file));
         out
     }
 
@@ -277,9 +277,25 @@ impl Config {
         Ok(())
     }
 
-    fn validate_targets(&self, file: &str) -> Result<(), ConfigError> {
+    /// The first error of each target: one target's mistake does not hide
+    /// the next target's.
+    fn validate_targets(&self, file: &str) -> Vec<ConfigError> {
         let mut names: HashMap<&str, usize> = HashMap::new();
-        for (i, t) in self.targets.iter().enumerate() {
+        self.targets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| self.validate_target(file, i, t, &mut names).err())
+            .collect()
+    }
+
+    fn validate_target<'a>(
+        &'a self,
+        file: &str,
+        i: usize,
+        t: &'a TargetConfig,
+        names: &mut HashMap<&'a str, usize>,
+    ) -> Result<(), ConfigError> {
+        {
             let key = format!("targets[{i}]");
             let bad = |k: &str, m: String| ConfigError::invalid(file, format!("{key}.{k}"), m);
             let modules = self.check_module_list(file, &key, &t.modules)?;
@@ -346,8 +362,16 @@ impl Config {
         Ok(())
     }
 
-    fn validate_discovery(&self, file: &str) -> Result<(), ConfigError> {
-        for (i, sd) in self.discovery.file_sd.iter().enumerate() {
+    /// The first error of each discovery entry.
+    fn validate_discovery(&self, file: &str) -> Vec<ConfigError> {
+        let file_sd = (0..self.discovery.file_sd.len()).map(|i| self.validate_file_sd(file, i));
+        let dns = (0..self.discovery.dns.len()).map(|i| self.validate_dns(file, i));
+        file_sd.chain(dns).filter_map(Result::err).collect()
+    }
+
+    fn validate_file_sd(&self, file: &str, i: usize) -> Result<(), ConfigError> {
+        {
+            let sd = &self.discovery.file_sd[i];
             let key = format!("discovery.file_sd[{i}]");
             let bad = |k: &str, m: &str| ConfigError::invalid(file, format!("{key}.{k}"), m);
             if sd.files.is_empty() {
@@ -360,7 +384,12 @@ impl Config {
             check_periods(sd.interval, sd.refresh_interval).map_err(|(k, m)| bad(k, m))?;
             self.check_discovered_interval(file, &key, &sd.modules, sd.interval)?;
         }
-        for (i, dns) in self.discovery.dns.iter().enumerate() {
+        Ok(())
+    }
+
+    fn validate_dns(&self, file: &str, i: usize) -> Result<(), ConfigError> {
+        {
+            let dns = &self.discovery.dns[i];
             let key = format!("discovery.dns[{i}]");
             let bad = |k: &str, m: &str| ConfigError::invalid(file, format!("{key}.{k}"), m);
             if dns.names.is_empty() {

@@ -42,6 +42,15 @@ use self::runner::ProbeRunner;
 /// default port allocation list.
 pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
 
+/// `http://HOST:PORT` for a person to open: the listener's own address,
+/// or for a wildcard listener `localhost`, which it also answers on.
+pub fn browsable_base(addr: std::net::SocketAddr) -> String {
+    match addr.ip() {
+        ip if ip.is_unspecified() => format!("http://localhost:{}", addr.port()),
+        _ => format!("http://{addr}"),
+    }
+}
+
 /// Where the configuration comes from.
 #[derive(Debug, Clone)]
 pub enum ConfigSource {
@@ -56,7 +65,11 @@ impl ConfigSource {
     pub fn load(&self) -> Result<Config, ConfigError> {
         match self {
             ConfigSource::Embedded => Ok(Config::default_embedded()),
-            ConfigSource::File(p) => Config::load(p),
+            // Every error of the file, as check-config lists them, so that
+            // fixing a file takes one run, not one per mistake.
+            ConfigSource::File(p) => {
+                crate::config::check::load_all(p).map_err(ConfigError::from_all)
+            }
         }
     }
 }
@@ -198,9 +211,14 @@ pub async fn run(
         .web
         .history_path(&config.base_dir, state_dir.as_deref())
         .and_then(|path| {
+        let existed = path.exists();
         match history.load(&path, started) {
-            Ok(n) => {
+            Ok(n) if existed => {
                 tracing::info!(path = %path.display(), entries = n, "history read back; saved there and at shutdown");
+                Some(path)
+            }
+            Ok(_) => {
+                tracing::info!(path = %path.display(), "no history file yet: starting an empty history, saved there periodically and at shutdown");
                 Some(path)
             }
             Err(e) => {
@@ -300,12 +318,15 @@ pub async fn run(
 
     let http_addr = listeners.http.local_addr()?;
     // The status page is where a person starts; Prometheus needs /metrics.
+    // A wildcard listener ([::], 0.0.0.0) is no address to browse to: the
+    // links name this host instead.
+    let base = browsable_base(http_addr);
     tracing::info!(
         addr = %http_addr,
-        status_page = %format!("http://{http_addr}/"),
+        status_page = %format!("{base}/"),
         version = crate::build_info::VERSION,
         config = %source,
-        "serving metrics on http://{http_addr}/metrics and the status page on http://{http_addr}/"
+        "serving metrics on {base}/metrics and the status page on {base}/"
     );
     let http_task = tokio::spawn(crate::http::serve(
         listeners.http,

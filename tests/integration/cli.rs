@@ -1629,3 +1629,67 @@ fn zerocopy_mode_is_named_in_json_and_defaults_to_write_discard() {
         stderr(&out)
     );
 }
+
+/// A file with seven different mistakes: check-config lists all seven in
+/// one run (the other keys of a module after an unknown key, targets after
+/// a module that failed, the checks of values together on every part that
+/// parsed), and `serve` refuses it with the same list.
+#[test]
+fn check_config_and_serve_list_seven_mistakes_in_one_run() {
+    let text = "scheduler:\n  jitter: 2.5\n\
+                modules:\n  a:\n    kind: tcp\n    duraton: 5s\n    streams: many\n\
+                \x20 b:\n    kind: udp\n    bitrate: -3\n\
+                \x20 c:\n    kind: tcp\n    duration: 0s\n\
+                \x20 d:\n    kind: tcp\n    duration: 5s\n\
+                targets:\n  - address: h1.example\n    modules: [missing_module]\n\
+                \x20 - address: h2.example\n    modules: [d]\n    port: http\n";
+    let want = [
+        "c.yml:2:",
+        "c.yml:6:5: modules.a: unknown key `duraton`",
+        "c.yml:7:14: modules.a.streams:",
+        "c.yml:10:14: modules.b.bitrate:",
+        "c.yml:13:",
+        "c.yml:18:",
+        "c.yml:21:11: targets[1].port:",
+    ];
+    let (code, _, err) = check_config(text);
+    assert_eq!(code, Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), want.len() + 1, "{err}");
+    for (line, want) in lines.iter().zip(want) {
+        assert!(
+            line.starts_with(want),
+            "{line:?} should start {want:?}:\n{err}"
+        );
+    }
+    assert!(lines[2].contains("modules.a.streams"), "{err}");
+    assert!(lines[4].contains("modules.c"), "{err}");
+    assert!(
+        lines[5].contains("targets[0]") && lines[5].contains("missing_module"),
+        "{err}"
+    );
+    assert_eq!(lines[7], "c.yml: 7 errors", "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yml");
+    std::fs::write(&path, text).unwrap();
+    let out = run(
+        bin()
+            .args([
+                "serve",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--config.file",
+            ])
+            .arg(&path),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let log = stderr(&out).replace(path.to_str().unwrap(), "c.yml");
+    for error in &lines[..7] {
+        assert!(
+            log.lines().any(|l| l.contains(&error.replace('"', "\\\""))),
+            "serve does not log {error:?}:\n{log}"
+        );
+    }
+}

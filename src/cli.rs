@@ -169,10 +169,12 @@ pub struct ProbeArgs {
     /// The target given as iperf3 takes it (`-c HOST`).
     #[arg(short = 'c', long, value_name = "HOST", conflicts_with_all = ["target", "loopback"])]
     client: Option<String>,
-    /// Probe a stock iperf3 server (`iperf3 -s`) at HOST, through iperf3's
-    /// own protocol; the port defaults to iperf3's, 5201.
-    #[arg(long, value_name = "HOST", conflicts_with_all = ["target", "client", "loopback"])]
-    iperf3: Option<String>,
+    /// Probe a stock iperf3 server (`iperf3 -s`), through iperf3's own
+    /// protocol; the port defaults to iperf3's, 5201. The host is given
+    /// here or as usual (`--iperf3 -c HOST`, `--iperf3 HOST`, `HOST
+    /// --iperf3`).
+    #[arg(long, value_name = "HOST", num_args = 0..=1, conflicts_with = "loopback")]
+    iperf3: Option<Option<String>>,
     /// Probe over loopback against a responder inside this process.
     #[arg(long, conflicts_with = "target")]
     pub loopback: bool,
@@ -234,7 +236,7 @@ pub struct ProbeArgs {
     /// Measured seconds (fractions allowed), or `auto` (TCP and UDP): stop
     /// once the rate is known to --precision, between --min-duration and
     /// --max-duration (docs/ADAPTIVE.md).
-    #[arg(short, long, value_name = "SECS|auto", default_value = "5", value_parser = parse_time)]
+    #[arg(short, long, value_name = "SECS|auto", default_value = "5", value_parser = parse_time, allow_negative_numbers = true)]
     time: ProbeTime,
     /// -t auto: the shortest probe [default: 0.5s].
     #[arg(long, value_name = "SECS", value_parser = parse_positive_duration)]
@@ -612,7 +614,7 @@ impl ProbeArgs {
         self.target
             .as_deref()
             .or(self.client.as_deref())
-            .or(self.iperf3.as_deref())
+            .or(self.iperf3.as_ref().and_then(Option::as_deref))
     }
 
     /// The port to probe when the target gives none.
@@ -640,8 +642,19 @@ impl ProbeArgs {
                 "-T is nuttcp's time: pathprobe takes it as -t, iperf3's spelling (-t {t})"
             ));
         }
-        if self.format.is_some() {
-            return Some("-f is not supported: pathprobe always prints MiB and Mbps, and -J gives exact bytes and bits per second; drop -f".into());
+        if self.target.is_some() as u8
+            + self.client.is_some() as u8
+            + self.iperf3.as_ref().is_some_and(Option::is_some) as u8
+            > 1
+        {
+            return Some(
+                "give the host once: pathprobe probe --iperf3 -c HOST (or --iperf3 HOST)".into(),
+            );
+        }
+        // iperf3's -f m (Mbits) and -f M (MBytes) are what pathprobe prints
+        // anyway, so they are accepted as iperf3 users type them.
+        if let Some(unit) = self.format.as_deref().filter(|u| !matches!(*u, "m" | "M")) {
+            return Some(format!("-f {unit} is not supported: pathprobe always prints Mbps (and MiB), as -f m does; -J gives exact bytes and bits per second"));
         }
         if self.set_mss.is_some() {
             return Some("-M/--set-mss is not supported: pathprobe leaves the MSS to the kernel, which follows the path MTU; lower the route's MTU (ip route ... mtu N) to test smaller segments".into());
@@ -900,6 +913,11 @@ enum ProbeTime {
 fn parse_time(s: &str) -> Result<ProbeTime, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
         return Ok(ProbeTime::Auto);
+    }
+    if s.trim().starts_with('-') {
+        return Err(format!(
+            "{s} is negative: give the seconds to measure, more than zero (e.g. -t 10), or auto"
+        ));
     }
     parse_duration(s).map(ProbeTime::Fixed)
 }

@@ -946,7 +946,7 @@ async fn handle_connection(
         }
         Ok(other) => {
             ResponderCounters::inc(&shared.counters.protocol_errors);
-            tracing::debug!(%peer, message = ?other, "unexpected first message");
+            tracing::debug!(%peer, received = ?other, "unexpected first message");
         }
         Err(ControlError::Timeout(_)) => {
             ResponderCounters::inc(&shared.counters.timeouts);

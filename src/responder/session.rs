@@ -122,7 +122,7 @@ pub(super) async fn run(
                 }
             },
             Ok(other) => {
-                limited_info!(shared.log, "auth_failed", %peer, message = ?other, "expected the prober's proof");
+                limited_info!(shared.log, "auth_failed", %peer, received = ?other, "expected the prober's proof");
                 refuse(
                     &mut control,
                     counters,
@@ -147,7 +147,7 @@ pub(super) async fn run(
         Ok(Message::Request(_)) => return,
         Ok(other) => {
             ResponderCounters::inc(&counters.protocol_errors);
-            tracing::debug!(%peer, message = %describe(&other), "expected a test request");
+            tracing::debug!(%peer, received = %describe(&other), "expected a test request");
             return;
         }
         Err(e) => {
@@ -596,7 +596,7 @@ async fn run_test(
                     ended = Some(*end);
                     continue;
                 }
-                limited_info!(shared.log, "interrupted", %peer, message = %describe_recv(&msg), "prober interrupted the test");
+                limited_info!(shared.log, "interrupted", %peer, received = %describe_recv(&msg), "prober interrupted the test");
                 stop.stop();
                 let _ = (&mut run).await;
                 return Err(TestError::Unexpected {

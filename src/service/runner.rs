@@ -358,7 +358,7 @@ impl ProbeRunner {
                         tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, bits_per_second = r.throughput_bits_per_second, "probe succeeded")
                     }
                     Err(f) => {
-                        tracing::info!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
+                        tracing::warn!(target = %key.target, module = %key.module, direction = %o.direction, reason = f.reason, error = %f.message, "probe failed")
                     }
                 }
                 // A between-group result stands for a whole group: no
@@ -382,7 +382,16 @@ impl ProbeRunner {
     fn skip(&self, job: &Job<ProbeJob>, why: Skip) {
         let key = ProbeKey::new(job.key.target.clone(), job.key.module.clone());
         let store_key = job.payload.store_key(&job.key);
-        tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped");
+        match why {
+            // It ran, and measured nothing usable before its deadline: a
+            // failure an operator looks for at warn, not a skipped run.
+            Skip::Timeout => {
+                tracing::warn!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run cut at its deadline, nothing recorded")
+            }
+            _ => {
+                tracing::info!(target = %key.target, module = %key.module, reason = why.as_str(), "probe run skipped")
+            }
+        }
         self.store.record_skipped(&store_key, why.as_str());
         // A run cut at its deadline recorded nothing: it is a failed probe,
         // and its old figures must not stay looking current. So is a run

@@ -304,9 +304,9 @@ impl Challenge {
     }
 }
 
-/// What a responder with a secret tells a prober without one.
-pub const AUTH_REQUIRED: &str =
-    "authentication required: this responder needs a shared secret (--auth.secret-file, or secret_file in a module)";
+/// What a responder with a secret tells a prober without one: what is
+/// wrong; the prober's hint says how to give a secret, once.
+pub const AUTH_REQUIRED: &str = "authentication required: this responder needs a shared secret";
 /// What a responder tells a prober whose proof is wrong.
 pub const AUTH_FAILED: &str = "authentication failed: the shared secrets differ";
 

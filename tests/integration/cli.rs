@@ -476,6 +476,8 @@ fn secrets_come_from_files_and_failures_say_which() {
         ),
         "{err}"
     );
+    // The way out is said once, in the hint, not also in the message.
+    assert_eq!(err.matches("--auth.secret-file").count(), 1, "{err}");
     let out = probe(&["-J"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -1171,7 +1173,8 @@ fn nuttcp_and_iperf3_habits_name_the_pathprobe_way() {
             "for nuttcp's -r (receive: the far end sends), use -R",
         ),
         (&["probe", "h", "-r"][..], "use -R"),
-        (&["probe", "-f", "m", "h"][..], "always prints MiB and Mbps"),
+        (&["probe", "-f", "k", "h"][..], "-f k is not supported"),
+        (&["probe", "-t", "-1", "h"][..], "-1 is negative"),
     ] {
         let out = run(bin().args(args), Duration::from_secs(20));
         let err = stderr(&out);
@@ -1250,6 +1253,17 @@ fn flags_of_another_mode_and_a_sparse_udp_rr_are_noted() {
         Duration::from_secs(20),
     );
     assert!(!stderr(&out).contains("note:"), "{}", stderr(&out));
+    // The RTT line says the responder's processing is already out of the
+    // figures, not a second figure to subtract from them.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rtt = text
+        .lines()
+        .find(|l| l.starts_with("rtt "))
+        .unwrap_or_else(|| panic!("no rtt line: {text}"));
+    assert!(
+        rtt.contains("the responder's own processing (mean") && rtt.ends_with("already taken out"),
+        "{rtt}"
+    );
 }
 
 /// Issue 25 point 5: `-A 5` on a 2-CPU host ran unpinned with exit 0,
@@ -1692,4 +1706,53 @@ fn check_config_and_serve_list_seven_mistakes_in_one_run() {
             "serve does not log {error:?}:\n{log}"
         );
     }
+}
+
+/// iperf3 users' spellings are taken: `--iperf3 -c HOST` (the flag did
+/// swallow the host) and `-f m`, which is what pathprobe prints. Against a
+/// closed port the probe fails to connect, which is no usage error.
+#[test]
+fn iperf3_spellings_are_accepted() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    for args in [
+        &[
+            "probe",
+            "--iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+        ][..],
+        &["probe", "--iperf3", "127.0.0.1", "-p", &port, "-t", "1"][..],
+        &[
+            "probe",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-f",
+            "m",
+        ][..],
+    ] {
+        let out = run(bin().args(args), Duration::from_secs(30));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("127.0.0.1"), "{args:?}: {err}");
+    }
+    let out = run(
+        bin().args(["probe", "--iperf3", "a", "-c", "b"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("give the host once"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -562,7 +562,7 @@ fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
     if let Some(l) = &u.rtt {
         let _ = writeln!(
             out,
-            "rtt      min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} us (mean {:.1}), less responder processing mean {:.1} max {:.1} us",
+            "rtt      min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} us (mean {:.1}), the responder's own processing (mean {:.1} us, max {:.1} us) already taken out",
             us(l.min),
             us(l.p50),
             us(l.p90),

@@ -119,6 +119,17 @@ fn history_outlives_a_restart_in_the_state_directory_without_any_config() {
     serve.wait_for(Duration::from_secs(30), "first probe", |b| {
         b.contains("pathprobe_probe_success{target=\"loopback\"")
     });
+    // No file yet: nothing was read back, and the log does not say it was.
+    assert!(
+        serve.log().contains("no history file yet"),
+        "{}",
+        serve.log()
+    );
+    assert!(
+        !serve.log().contains("history read back"),
+        "{}",
+        serve.log()
+    );
     let before = history_times(&serve);
     assert!(!before.is_empty());
     stop(serve);

@@ -235,6 +235,19 @@ fn card(
             @if let Some(j) = j {
                 @let from = window_start(j, now, retention);
                 @let oldest = now - retention;
+                // A failing path leads with the failure: its last figure
+                // is stale, and shown as such, small, after it.
+                @if failing {
+                    div class="figs" {
+                        span class="fig failing" { "failing" }
+                        @if let Some(f) = kv.headline.first() {
+                            @if let Some((value, _)) = latest_and_change(j, oldest, retention, f) {
+                                " "
+                                small class="stale" { "last ok " (f.name) " " ((f.unit)(value)) }
+                            }
+                        }
+                    }
+                } @else {
                 div class="figs" {
                     @for (i, f) in kv.headline.iter().enumerate() {
                         @let latest = latest_and_change(j, oldest, retention, f);
@@ -251,6 +264,7 @@ fn card(
                         }
                         " "
                     }
+                }
                 }
                 (svg::sparkline(from, now, &series_of(j, from, kv.trend().value), &failures_of(j, from)))
                 @if let Some(p) = j.latest() {

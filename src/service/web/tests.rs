@@ -122,6 +122,16 @@ fn overview_puts_failures_first_and_says_when_the_first_probe_is_due() {
     assert!(down < evil);
     assert!(body.contains("class=\"card fail\" data-target=\"down\""));
     assert!(body.contains("failed (refused)"), "{body}");
+    // The failing card's headline is the failure, not its last success.
+    let card = &body[down..];
+    let card = &card[..card.find("</div>\n").unwrap_or(card.len())];
+    let figs = &card[card.find("class=\"figs\"").expect("figs")..];
+    let first = figs.find("<span class=\"fig").expect("a headline");
+    assert!(
+        figs[first..].starts_with("<span class=\"fig failing\">failing<"),
+        "{card}"
+    );
+    assert!(!figs.contains("data-figure="), "{card}");
     assert!(
         body.contains("no results yet, first probe by <time data-ts=\"2000000030\">in 30 s</time>")
     );

@@ -1756,3 +1756,32 @@ fn iperf3_spellings_are_accepted() {
         stderr(&out)
     );
 }
+
+/// The text of a log event is its `message` field: an event that also
+/// names a field `message` printed two `message=` keys in logfmt (and two
+/// in JSON), of which consumers keep one. No event in the sources does.
+#[test]
+fn no_log_event_has_a_second_message_field() {
+    let event = regex::Regex::new(
+        r"(?s)(?:tracing::(?:trace|debug|info|warn|error)|limited_info)!\((?:[^;]*?)[,(]\s*message\s*=",
+    )
+    .unwrap();
+    let mut stack = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files += 1;
+                let text = std::fs::read_to_string(&path).unwrap();
+                if let Some(m) = event.find(&text) {
+                    let line = text[..m.start()].lines().count() + 1;
+                    panic!("{}:{line}: {}", path.display(), m.as_str());
+                }
+            }
+        }
+    }
+    assert!(files > 50, "read {files} files");
+}

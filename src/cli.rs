@@ -54,6 +54,9 @@ pub enum Command {
     CheckConfig {
         /// The configuration file (YAML).
         file: PathBuf,
+        /// Also check this web configuration file (`serve --web.config.file`).
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<PathBuf>,
     },
 }
 
@@ -66,6 +69,11 @@ pub struct ServeArgs {
     /// Accepts ip:port, [ipv6]:port and :port (every address).
     #[arg(long = "web.listen-address", value_name = "ADDR", default_value = pathprobe::service::DEFAULT_WEB_LISTEN, value_parser = parse_listen)]
     pub web_listen_address: SocketAddr,
+    /// TLS, client certificates, basic-auth users and headers for every
+    /// HTTP endpoint, in the format of Prometheus' exporter-toolkit; read
+    /// again at every reload.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long = "log.level", value_name = "LEVEL", default_value = "info", value_parser = LOG_LEVELS)]
     pub log_level: String,

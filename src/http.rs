@@ -8,6 +8,12 @@
 //!   is `pathprobe_probe_success 0`, not an HTTP error. A loopback module
 //!   takes no target (`/probe?module=NAME`), and one given is a 400.
 //! - `/-/healthy`, `/-/ready`, `/-/reload` (POST), and `/`, a landing page.
+//!
+//! What `--web.config.file` sets ([`WebConfig`]: TLS, client certificates,
+//! basic-auth users, headers) applies to every one of them, as
+//! exporter-toolkit applies it to a whole exporter: a connection takes the
+//! TLS settings in force when it is accepted, a request the users and
+//! headers in force when it arrives.
 
 #![warn(missing_docs)]
 
@@ -25,6 +31,8 @@ use tokio::net::TcpListener;
 
 use crate::future::BoxFuture;
 use crate::metrics;
+use crate::metrics::HttpRefusal;
+use crate::web_config::{AuthVerdict, BasicAuth, WebConfig};
 
 /// What a `/probe` request produced.
 pub struct ProbeResponse {
@@ -92,7 +100,21 @@ pub trait App: Send + Sync + 'static {
     /// Called for each connection closed at accept for being over
     /// [`App::max_connections`] or the client's share.
     fn connection_refused(&self) {}
+    /// The web configuration in force (`--web.config.file`); plain HTTP,
+    /// open to all, without one.
+    fn web_config(&self) -> Arc<WebConfig> {
+        static PLAIN: std::sync::OnceLock<Arc<WebConfig>> = std::sync::OnceLock::new();
+        PLAIN.get_or_init(Default::default).clone()
+    }
+    /// Called for each request or connection refused by the web
+    /// configuration: no or wrong credentials, too many password checks
+    /// waiting, a failed TLS handshake.
+    fn refused(&self, _reason: HttpRefusal) {}
 }
+
+/// How long a client has to finish its TLS handshake: a connection that
+/// never does would otherwise hold its slot.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a response may make no progress into the socket before the
 /// connection is closed: a client that never reads would otherwise hold
@@ -316,6 +338,46 @@ fn scrape_timeout(req: &Request<Incoming>) -> Option<Duration> {
     Duration::try_from_secs_f64((secs - 0.5).max(secs * 0.5)).ok()
 }
 
+/// Checks the request's credentials against the web configuration in
+/// force, then answers it; the configuration's headers go on every
+/// response, refusals included.
+async fn guarded<A: App>(
+    app: Arc<A>,
+    auth: Arc<BasicAuth>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let web = app.web_config();
+    let mut resp = match auth
+        .check(&web, req.headers().get(hyper::header::AUTHORIZATION))
+        .await
+    {
+        AuthVerdict::Allowed => handle(app, req).await?,
+        AuthVerdict::Unauthorized => {
+            app.refused(HttpRefusal::Unauthorized);
+            let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic"),
+            );
+            r
+        }
+        AuthVerdict::Busy => {
+            app.refused(HttpRefusal::AuthBusy);
+            let mut r = text(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many password checks in progress; try again\n",
+            );
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+    };
+    for (name, value) in web.headers() {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+    Ok(resp)
+}
+
 async fn handle<A: App>(
     app: Arc<A>,
     req: Request<Incoming>,
@@ -407,6 +469,9 @@ async fn handle<A: App>(
 pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Future<Output = ()>) {
     let mut conns = tokio::task::JoinSet::new();
     let clients = Arc::new(PerClient::default());
+    // One memory of good passwords for the server's life: a reload that
+    // keeps a user's hash keeps its checks.
+    let auth = Arc::new(BasicAuth::new());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -438,16 +503,17 @@ pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Fu
                     continue;
                 };
                 let app = app.clone();
+                let auth = auth.clone();
+                let tls = app.web_config().tls().cloned();
                 conns.spawn(async move {
                     let _slot = slot;
-                    let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
-                    let io = StallLimited::new(stream, WRITE_STALL_TIMEOUT);
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(10))
-                        .serve_connection(TokioIo::new(io), service);
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+                    match tls {
+                        None => serve_connection(stream, app, auth, peer).await,
+                        Some(acceptor) => {
+                            if let Some(s) = accept_tls(stream, &acceptor, peer, &*app).await {
+                                serve_connection(s, app, auth, peer).await;
+                            }
+                        }
                     }
                 });
             }
@@ -460,6 +526,65 @@ pub async fn serve<A: App>(listener: TcpListener, app: Arc<A>, shutdown: impl Fu
     })
     .await;
     conns.shutdown().await;
+}
+
+/// Serves HTTP/1.1 on one accepted connection, plain or TLS.
+async fn serve_connection<A: App, S>(
+    stream: S,
+    app: Arc<A>,
+    auth: Arc<BasicAuth>,
+    peer: std::net::SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| guarded(app.clone(), auth.clone(), req));
+    let io = StallLimited::new(stream, WRITE_STALL_TIMEOUT);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+    }
+}
+
+/// The TLS side of an accepted connection, within
+/// [`TLS_HANDSHAKE_TIMEOUT`]. A client speaking plain HTTP to the TLS port
+/// is told so in plain HTTP (a 400, as Go's servers do) rather than left
+/// with a reset it cannot explain; any failure is counted and logged at
+/// debug (a port scan must not fill the log).
+async fn accept_tls<A: App>(
+    stream: tokio::net::TcpStream,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    peer: std::net::SocketAddr,
+    app: &A,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt;
+    let handshake = async {
+        let mut first = [0u8; 1];
+        // A TLS connection opens with a handshake record (type 22).
+        if matches!(stream.peek(&mut first).await, Ok(1) if first[0] != 22) {
+            let mut stream = stream;
+            let _ = stream
+                .write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+                .await;
+            let _ = stream.shutdown().await;
+            return Err("plain HTTP to the TLS port".to_string());
+        }
+        acceptor.accept(stream).await.map_err(|e| e.to_string())
+    };
+    let result = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(r) => r,
+        Err(_) => Err("TLS handshake timed out".to_string()),
+    };
+    match result {
+        Ok(s) => Some(s),
+        Err(e) => {
+            app.refused(HttpRefusal::TlsHandshake);
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -64,3 +64,4 @@ pub mod service;
 pub mod slot;
 pub mod trace;
 pub mod units;
+pub mod web_config;

@@ -96,8 +96,9 @@ async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     });
-    service::run(
+    service::run_with_web_config(
         source,
+        args.web_config_file,
         Listeners {
             http,
             responder: None,
@@ -310,8 +311,14 @@ fn main() -> ExitCode {
             init_logging("warn");
             runtime.block_on(run_probe(args))
         }
-        Command::CheckConfig { file } => {
-            let report = pathprobe::service::check::check_config(&file);
+        Command::CheckConfig {
+            file,
+            web_config_file,
+        } => {
+            let mut report = pathprobe::service::check::check_config(&file);
+            if let Some(web) = web_config_file {
+                pathprobe::service::check::check_web_config(&web, &mut report);
+            }
             for line in &report.stderr {
                 eprintln!("{line}");
             }

@@ -79,13 +79,23 @@ pub enum HttpRefusal {
     ProbeBusy,
     /// Target outside `http.probe_allow` or the static targets: 403.
     ProbeForbidden,
+    /// No or wrong basic-auth credentials (`--web.config.file`): 401.
+    Unauthorized,
+    /// Too many password checks waiting: 429.
+    AuthBusy,
+    /// A TLS handshake that failed or timed out, plain HTTP to the TLS
+    /// port, a client certificate missing or not verified.
+    TlsHandshake,
 }
 
 impl HttpRefusal {
-    pub const ALL: [HttpRefusal; 3] = [
+    pub const ALL: [HttpRefusal; 6] = [
         HttpRefusal::Connections,
         HttpRefusal::ProbeBusy,
         HttpRefusal::ProbeForbidden,
+        HttpRefusal::Unauthorized,
+        HttpRefusal::AuthBusy,
+        HttpRefusal::TlsHandshake,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +103,9 @@ impl HttpRefusal {
             HttpRefusal::Connections => "connections",
             HttpRefusal::ProbeBusy => "probe_busy",
             HttpRefusal::ProbeForbidden => "probe_forbidden",
+            HttpRefusal::Unauthorized => "unauthorized",
+            HttpRefusal::AuthBusy => "auth_busy",
+            HttpRefusal::TlsHandshake => "tls_handshake",
         }
     }
 }

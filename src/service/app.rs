@@ -259,6 +259,14 @@ impl App for ServiceApp {
         self.0.state.http_refused(HttpRefusal::Connections);
     }
 
+    fn web_config(&self) -> Arc<crate::web_config::WebConfig> {
+        self.0.web_config()
+    }
+
+    fn refused(&self, reason: HttpRefusal) {
+        self.0.state.http_refused(reason);
+    }
+
     fn ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
     }

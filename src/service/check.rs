@@ -70,6 +70,23 @@ pub fn check_config(path: &Path) -> CheckReport {
     report
 }
 
+/// Checks the web configuration file at `path` (`serve
+/// --web.config.file`) into `report`: what it sets, or why it would be
+/// refused.
+pub fn check_web_config(path: &Path, report: &mut CheckReport) {
+    match crate::web_config::WebConfig::load(path) {
+        Ok(w) => report.stdout.push(format!(
+            "{}: OK (web config: {})",
+            path.display(),
+            w.summary()
+        )),
+        Err(e) => {
+            report.code = report.code.max(1);
+            report.stderr.push(e.to_string());
+        }
+    }
+}
+
 /// What tracing costs over the paths of the static targets and
 /// `discovered` (the startup log says the same over the schedule).
 fn trace_note(config: &Config, discovered: &[DiscoveredTarget]) -> String {

@@ -44,10 +44,10 @@ pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
 
 /// `http://HOST:PORT` for a person to open: the listener's own address,
 /// or for a wildcard listener `localhost`, which it also answers on.
-pub fn browsable_base(addr: std::net::SocketAddr) -> String {
+pub fn browsable_base(scheme: &str, addr: std::net::SocketAddr) -> String {
     match addr.ip() {
-        ip if ip.is_unspecified() => format!("http://localhost:{}", addr.port()),
-        _ => format!("http://{addr}"),
+        ip if ip.is_unspecified() => format!("{scheme}://localhost:{}", addr.port()),
+        _ => format!("{scheme}://{addr}"),
     }
 }
 
@@ -123,12 +123,24 @@ pub struct ServiceContext {
     pub web_jobs: RwLock<Arc<Vec<web::JobInfo>>>,
     /// This host's name, for the page.
     pub hostname: String,
+    /// `--web.config.file`, read again at every reload.
+    pub web_config_path: Option<PathBuf>,
+    /// What it set, in force; replaced whole by a good reload.
+    pub web_config: RwLock<Arc<crate::web_config::WebConfig>>,
 }
 
 impl ServiceContext {
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The web configuration in force.
+    pub fn web_config(&self) -> Arc<crate::web_config::WebConfig> {
+        self.web_config
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -187,11 +199,27 @@ fn scheduler_config(c: &Config) -> SchedulerConfig {
 pub async fn run(
     source: ConfigSource,
     listeners: Listeners,
+    reloads: mpsc::Receiver<()>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    run_with_web_config(source, None, listeners, reloads, shutdown).await
+}
+
+/// [`run`], with the HTTP side under `web_config` (`--web.config.file`:
+/// TLS, basic auth, headers), read at start and at every reload.
+pub async fn run_with_web_config(
+    source: ConfigSource,
+    web_config_path: Option<PathBuf>,
+    listeners: Listeners,
     mut reloads: mpsc::Receiver<()>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let config = Arc::new(source.load()?);
+    let web_config = match &web_config_path {
+        Some(p) => crate::web_config::WebConfig::load(p)?,
+        None => Default::default(),
+    };
     // After the load: a file that fails is named once, in the error.
     tracing::info!(
         version = crate::build_info::VERSION,
@@ -306,6 +334,8 @@ pub async fn run(
         history: history.clone(),
         web_jobs: RwLock::new(Arc::new(Vec::new())),
         hostname: crate::host::hostname(),
+        web_config_path: web_config_path.clone(),
+        web_config: RwLock::new(Arc::new(web_config)),
     });
     let saver = history_path.map(|path| {
         tokio::spawn(history::save_periodically(
@@ -317,10 +347,18 @@ pub async fn run(
     });
 
     let http_addr = listeners.http.local_addr()?;
+    let scheme = if shared.web_config().tls().is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    if let Some(p) = &web_config_path {
+        tracing::info!(file = %p.display(), "web config: {}", shared.web_config().summary());
+    }
     // The status page is where a person starts; Prometheus needs /metrics.
     // A wildcard listener ([::], 0.0.0.0) is no address to browse to: the
     // links name this host instead.
-    let base = browsable_base(http_addr);
+    let base = browsable_base(scheme, http_addr);
     tracing::info!(
         addr = %http_addr,
         status_page = %format!("{base}/"),
@@ -550,10 +588,20 @@ fn reload(
     let loaded = source.load().map_err(|e| e.to_string()).and_then(|new| {
         let host =
             HostMetrics::new(new.host_metrics.irq_pattern.as_str()).map_err(|e| e.to_string())?;
-        Ok((new, host))
+        // Both files or neither: a bad web config keeps the old one, and
+        // the old configuration with it.
+        let web = match &shared.web_config_path {
+            Some(p) => Some(crate::web_config::WebConfig::load(p).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        Ok((new, host, web))
     });
     match loaded {
-        Ok((new, host_metrics)) => {
+        Ok((new, host_metrics, web)) => {
+            if let Some(web) = web {
+                tracing::info!("web config: {}", web.summary());
+                *shared.web_config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(web);
+            }
             if new.responder.listen != current.responder.listen
                 || new.responder.enabled != current.responder.enabled
             {

@@ -44,4 +44,5 @@ mod step_replay;
 mod trace_lab;
 mod udp_rr;
 mod web;
+mod web_config;
 mod wire_compat;

@@ -294,6 +294,10 @@ pub async fn run(
             history.clone(),
             path,
             config.web.history_save_interval,
+            {
+                let state = state.clone();
+                move |ok| state.history_saved(ok)
+            },
             stopped(stop_rx.clone()),
         ))
     });

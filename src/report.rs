@@ -1525,6 +1525,7 @@ mod tests {
             responder_agreed: true,
             receiver_bits_per_second: Some(194e6),
             best_half_width_at_max_bits_per_second: None,
+            progress_reports_refused: 0,
         };
         let line = adaptive_line(&a);
         assert!(
@@ -1562,6 +1563,7 @@ mod tests {
             responder_agreed: true,
             receiver_bits_per_second: None,
             best_half_width_at_max_bits_per_second: Some(14.5e6),
+            progress_reports_refused: 0,
         };
         let line = adaptive_line(&a);
         assert!(

@@ -741,6 +741,15 @@ pub struct AdaptiveOutcome {
     /// precision), which is why it stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best_half_width_at_max_bits_per_second: Option<f64>,
+    /// The receiver's progress reports dropped because their time was
+    /// ahead of this side's clock (plus the handshake's round trip): a
+    /// responder whose clock runs fast. Absent when none were.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub progress_reports_refused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ pub struct TestSide {
     /// Where this side's intervals go as they close (the prober's
     /// `--json-stream`); the responder's travel in its results only.
     pub intervals: Option<IntervalSink>,
+    /// The count of bytes this side's streams move, when the caller keeps
+    /// one (the byte budget's); a count of the side's own otherwise.
+    progress: Option<Progress>,
 }
 
 impl TestSide {
@@ -135,6 +138,7 @@ impl TestSide {
                 peer.to_canonical().is_ipv6(),
             ),
             intervals: None,
+            progress: None,
         }
     }
 
@@ -147,6 +151,13 @@ impl TestSide {
     /// Sends this side's intervals to `sink` as they close.
     pub fn with_intervals(mut self, sink: Option<IntervalSink>) -> TestSide {
         self.intervals = sink;
+        self
+    }
+
+    /// Counts this side's bytes in `progress` too (see
+    /// [`crate::probe::ProbeSpec::moved`]).
+    pub fn with_progress(mut self, progress: Option<Progress>) -> TestSide {
+        self.progress = progress;
         self
     }
 
@@ -239,6 +250,7 @@ impl TestSide {
             self.plan.clone(),
             self.irqs.clone(),
             self.intervals,
+            self.progress,
         )?;
         // Loopback carries both ends of the test: nothing to tell apart.
         run.counted = self
@@ -394,10 +406,11 @@ impl SideRun {
         plan: Plan,
         irqs: Vec<String>,
         intervals: Option<IntervalSink>,
+        progress: Option<Progress>,
     ) -> std::io::Result<SideRun> {
         let gate = StartGate::default();
         let stop = StopFlag::default();
-        let progress = Progress::default();
+        let progress = progress.unwrap_or_default();
         let ctx = StreamContext {
             plan: plan.clone(),
             gate: gate.clone(),

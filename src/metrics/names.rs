@@ -699,7 +699,7 @@ pub static BUDGET_BYTES: MetricDef = def(
     Counter,
     "pathprobe_budget_bytes_total",
     &[ROLE],
-    "Payload bytes counted against the host's byte budget, by role: prober (this host's own probes, loopback modules left out) and responder (tests it served, native and iperf3 ports). Counted with or without a budget.",
+    "Payload bytes counted against the host's byte budget, by role: prober (every byte this host's own probes' data sockets wrote and read, start-up, tail and failed runs included; loopback modules left out) and responder (tests it served, native and iperf3 ports). Counted with or without a budget.",
 );
 pub static BUDGET_REFUSALS: MetricDef = def(
     Service,
@@ -721,6 +721,13 @@ pub static HOST_SLOT_SETTLES: MetricDef = def(
     "pathprobe_host_slot_settles_total",
     &[],
     "Incoming tests that waited (at most 1 s) for this host's own probes to let go of the test slot rather than be told busy at once: a probe reading its results, between the two tests of a both run, or asking the very prober, which then gave way. Not refusals.",
+);
+pub static HISTORY_SAVES: MetricDef = def(
+    Service,
+    Counter,
+    "pathprobe_history_saves_total",
+    &[RESULT],
+    "Saves of the status page's history file (web.history_file, every web.history_save_interval and at shutdown), by result: success, or failure (a full disk, a read-only or missing directory; the previous file is kept intact, a warning is logged, and the next save tries again). Both exist at 0 from the start; both stay 0 when no history file is in use.",
 );
 pub static MESH_CYCLE_SECONDS: MetricDef = def(
     Service,
@@ -946,6 +953,7 @@ pub static ALL: &[&MetricDef] = &[
     &BUDGET_REFUSALS,
     &HOST_SLOT_YIELDS,
     &HOST_SLOT_SETTLES,
+    &HISTORY_SAVES,
     &MESH_CYCLE_SECONDS,
     &MESH_SLOT_SECONDS,
     &MESH_GUARD_SECONDS,

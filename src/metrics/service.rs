@@ -68,6 +68,8 @@ pub struct ServiceState {
     /// Whether `trace.enabled` is in force: the tracer's counters exist
     /// from the start then.
     tracing: std::sync::atomic::AtomicBool,
+    /// History file saves: successful, failed.
+    history_saves: [AtomicU64; 2],
 }
 
 /// Why the HTTP server turned a connection or a `/probe` request away.
@@ -126,7 +128,21 @@ impl ServiceState {
             mesh: Mutex::new(None),
             paths: Arc::new(super::path::PathTable::new()),
             tracing: Default::default(),
+            history_saves: Default::default(),
         }
+    }
+
+    /// Counts one save of the history file.
+    pub fn history_saved(&self, ok: bool) {
+        self.history_saves[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// History file saves so far: (successful, failed).
+    pub fn history_saves(&self) -> (u64, u64) {
+        (
+            self.history_saves[0].load(Ordering::Relaxed),
+            self.history_saves[1].load(Ordering::Relaxed),
+        )
     }
 
     /// Counts one refusal by the HTTP server.
@@ -293,6 +309,10 @@ pub(crate) fn render_service(out: &mut Exposition, s: &ServiceState) {
     }
     out.add(&names::HOST_SLOT_YIELDS, &[], c.yields() as f64);
     out.add(&names::HOST_SLOT_SETTLES, &[], c.settles() as f64);
+    let (saved, failed) = s.history_saves();
+    for (result, n) in [("success", saved), ("failure", failed)] {
+        out.add(&names::HISTORY_SAVES, &[(RESULT, result)], n as f64);
+    }
     let mesh = s.mesh.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(m) = mesh {
         out.add(&names::MESH_CYCLE_SECONDS, &[], m.cycle.as_secs_f64());

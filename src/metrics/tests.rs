@@ -1162,6 +1162,7 @@ fn rich_scrape() -> String {
                     responder_agreed: true,
                     receiver_bits_per_second: None,
                     best_half_width_at_max_bits_per_second: None,
+                    progress_reports_refused: 0,
                 }),
                 ..result(
                     Kind::Udp,
@@ -2286,6 +2287,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
             responder_agreed: true,
             receiver_bits_per_second: None,
             best_half_width_at_max_bits_per_second: None,
+            progress_reports_refused: 0,
         });
     }
     store.record(ProbeKey::new("b", "tcp_send"), probe);

@@ -281,6 +281,7 @@ async fn run_test(
 
     let side = TestSide::new(End::Prober, &request, &token, spec.affinity, addr.ip())
         .with_intervals(spec.interval_events.clone())
+        .with_progress(spec.moved.clone())
         .with_zerocopy(spec.zerocopy);
     let kind = crate::kinds::of(request.kind);
     let sockets = match (kind.transport(), kind.connection_per_transaction()) {
@@ -420,7 +421,10 @@ async fn run_test(
                 .ok()
         };
         let ticking = !reports_on && sampler.is_none();
-        let mut control = AdaptiveControl::new(run, &asked, plan.duration, sends_datagrams);
+        // Without the handshake's clock stamps (an older responder), the
+        // round trip is not known: a quarter second of slack then.
+        let rtt = clock.map_or(0.25, |c| 2.0 * c.uncertainty_seconds);
+        let mut control = AdaptiveControl::new(run, &asked, plan.duration, sends_datagrams, rtt);
         let mut tick = tokio::time::interval(crate::engine::adaptive::SAMPLE_INTERVAL);
         let mut end_tx = Some(end_tx);
         // A slot's end (the mesh's): the test ends then, reported cut.
@@ -527,7 +531,17 @@ struct AdaptiveControl {
     /// This side sends datagrams: the receiver's figures over the span
     /// are the ones the estimate must agree with.
     check_receiver: bool,
+    /// How far ahead of this side's clock a receiver's report may be: the
+    /// handshake's round trip (the two start gates open that far apart at
+    /// most) and a little for scheduling.
+    report_slack: f64,
+    /// Reports refused for a time ahead of that.
+    refused_reports: u64,
 }
+
+/// Slack on a receiver's report time beyond the handshake's round trip:
+/// two hosts' wake-ups.
+const REPORT_SLACK: f64 = 0.02;
 
 impl AdaptiveControl {
     fn new(
@@ -535,6 +549,7 @@ impl AdaptiveControl {
         asked: &AdaptiveRequest,
         max: Duration,
         check_receiver: bool,
+        handshake_rtt: f64,
     ) -> AdaptiveControl {
         AdaptiveControl {
             run,
@@ -545,6 +560,8 @@ impl AdaptiveControl {
             pending: None,
             sent: false,
             check_receiver,
+            report_slack: handshake_rtt.clamp(0.0, 1.0) + REPORT_SLACK,
+            refused_reports: 0,
         }
     }
 
@@ -585,12 +602,28 @@ impl AdaptiveControl {
 
     /// Takes the responder's count: the rule runs on what arrived, timed
     /// by the responder's own clock (from its start gate), so that the
-    /// control connection's delay does not enter the rates.
+    /// control connection's delay does not enter the rates. But the test's
+    /// length is judged by this side's clock: a report timed ahead of what
+    /// this side has seen (plus the handshake's round trip) is refused and
+    /// counted, so that a responder's fast clock cannot end the test
+    /// before its minimum, and the end is recorded at this side's time.
     fn report(&mut self, p: Progress) {
         let t = p.at_us as f64 / 1e6;
-        tracing::trace!(t, bytes = p.bytes, "adaptive receiver report");
+        let now = self.elapsed();
+        tracing::trace!(t, now, bytes = p.bytes, "adaptive receiver report");
+        if t > now + self.report_slack {
+            self.refused_reports += 1;
+            if self.refused_reports == 1 {
+                tracing::debug!(
+                    report_seconds = t,
+                    elapsed_seconds = now,
+                    "a receiver's progress report is ahead of this side's clock: refused"
+                );
+            }
+            return;
+        }
         if let Step::Stop(reason) = self.estimator.push(t, p.bytes, None) {
-            self.decide(reason, t);
+            self.decide(reason, now);
         }
     }
 
@@ -675,6 +708,7 @@ impl AdaptiveControl {
             best_half_width_at_max_bits_per_second: (reason == StopReason::OutOfReach)
                 .then(|| self.estimator.reachable_half_width())
                 .flatten(),
+            progress_reports_refused: self.refused_reports,
         }
     }
 }

@@ -306,6 +306,7 @@ async fn converse(
     let side = TestSide::new(End::Prober, request, "", spec.affinity, addr.ip())
         .with_wire(UdpWire::Iperf3 { counters64 })
         .with_intervals(spec.interval_events.clone())
+        .with_progress(spec.moved.clone())
         .with_zerocopy(spec.zerocopy);
     let count = side.stream_count();
     let kind = crate::kinds::of(request.kind);

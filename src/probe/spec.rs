@@ -126,6 +126,11 @@ pub struct ProbeSpec {
     /// with stop reason `cut`, not converged: a mesh slot's end, less what
     /// the end of a test takes (issue 27 point 4). Local; not on the wire.
     pub cut_at: Option<tokio::time::Instant>,
+    /// Counts every payload byte this end's data sockets write and read,
+    /// from the first to the last (warm-up, tail and a run that fails
+    /// included): what the byte budget charges, from this side's own
+    /// counts rather than the peer's figures. Local; not on the wire.
+    pub moved: Option<crate::engine::datapath::Progress>,
 }
 
 /// Receives the limits the responder applied to a test, once, when it
@@ -199,6 +204,7 @@ impl Default for ProbeSpec {
             zerocopy: Default::default(),
             adaptive: None,
             cut_at: None,
+            moved: None,
         }
     }
 }

@@ -182,8 +182,13 @@ impl App for ServiceApp {
             let slot = shared.slot.clone();
             let max_probing = config.scheduler.max_concurrent_probes;
             let mut outcomes = Vec::new();
-            for (direction, spec) in m.specs() {
+            for (direction, mut spec) in m.specs() {
                 let _ = writeln!(debug, "- {direction} probe: {}", spec_words(&spec));
+                // Asked for by a person, so run whatever the byte budget
+                // holds, but count every byte its sockets move against it,
+                // however it ends.
+                let moved = crate::engine::datapath::Progress::default();
+                spec.moved = Some(moved.clone());
                 let queued = Instant::now();
                 // When the probe itself began, after the wait for the slot.
                 let mut began: Option<(Instant, SystemTime)> = None;
@@ -202,17 +207,15 @@ impl App for ServiceApp {
                 .await;
                 let (run_start, started) = began.unwrap_or((Instant::now(), SystemTime::now()));
                 let slot_wait = run_start.saturating_duration_since(queued);
+                if !m.is_loopback() {
+                    shared
+                        .state
+                        .host_budget()
+                        .charge(crate::byte_budget::BudgetRole::Probing, moved.get());
+                }
                 let result = match run {
                     Ok(Some(Ok(r))) => {
                         debug.push_str(&crate::report::text(&r, true));
-                        // Asked for by a person, so run whatever the byte
-                        // budget holds, but counted against it.
-                        if !m.is_loopback() {
-                            shared.state.host_budget().charge(
-                                crate::byte_budget::BudgetRole::Probing,
-                                crate::scheduler::budget::moved_bytes(&r),
-                            );
-                        }
                         Ok(r)
                     }
                     Ok(Some(Err((f, _)))) => {

@@ -21,17 +21,22 @@
 //!
 //! # Persistence
 //!
-//! [`History::save`] writes JSON to a temporary file beside the target and
-//! renames it over, so a crash leaves the old file or the new one, never
-//! half of one. [`History::load`] refuses a file that is not a pathprobe
-//! history (foreign, corrupt, another version) with a message; the caller
-//! logs it and starts empty, and does not write over that file.
+//! [`History::save`] writes JSON to a temporary file beside the target,
+//! flushes and syncs it, reads it back to check the disk holds every byte
+//! written, and only then renames it over (and syncs the directory), so a
+//! crash or a full disk leaves the old file or the new one, never half of
+//! one: a failed save is an error that leaves the old file as it was.
+//! [`History::load`] checks the file's size before it reads anything and
+//! then parses it as a stream, entry by entry, so its memory stays within
+//! about the file's size; it refuses a file that is not a pathprobe
+//! history (foreign, corrupt, another version, too large) with a message;
+//! the caller logs it and starts empty, and does not write over that file.
 
 // Point's fields are documented once, on their JSON form, Sample.
 #![allow(missing_docs)]
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -593,6 +598,23 @@ impl JobHistory {
     }
 }
 
+impl JobHistory {
+    /// Folds `other` (the same job, read again) into this one.
+    fn merge(&mut self, other: JobHistory, r: &Retention, now: f64) {
+        let by_time = |a: &Point, b: &Point| a.timestamp.total_cmp(&b.timestamp);
+        self.buckets.extend(other.buckets);
+        self.buckets.make_contiguous().sort_by(by_time);
+        self.recent.extend(other.recent);
+        self.recent.make_contiguous().sort_by(by_time);
+        self.steps.extend(other.steps);
+        while self.steps.len() > MAX_STEPS {
+            self.steps.pop_front();
+        }
+        self.kind = other.kind;
+        self.compact(r, now);
+    }
+}
+
 /// The file's shape.
 #[derive(Serialize, Deserialize)]
 struct File {
@@ -622,8 +644,8 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("history file {path} is larger than {MAX_FILE_BYTES} bytes")]
-    TooLarge { path: PathBuf },
+    #[error("history file {path} is {size} bytes, over the {MAX_FILE_BYTES} bytes pathprobe reads back; not read (move it away, or set web.history_file elsewhere)")]
+    TooLarge { path: PathBuf, size: u64 },
     #[error("{path} is not a pathprobe history file (or it is corrupt): {why}")]
     Foreign { path: PathBuf, why: String },
     #[error("history file {path} is version {version} of the format; this pathprobe reads version {VERSION}")]
@@ -796,7 +818,9 @@ impl History {
     }
 
     /// Writes the history to `path` atomically: a temporary file beside
-    /// it, synced, then renamed over it.
+    /// it, flushed, synced and read back, then renamed over it. On any
+    /// error (a full disk among them) the file at `path` is left as it was
+    /// and the temporary one removed.
     pub fn save(&self, path: &Path, now: SystemTime) -> std::io::Result<()> {
         let file = {
             let g = self.lock();
@@ -820,13 +844,7 @@ impl History {
         let mut tmp_name = path.as_os_str().to_owned();
         tmp_name.push(format!(".tmp.{}", std::process::id()));
         let tmp = PathBuf::from(tmp_name);
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            serde_json::to_writer(std::io::BufWriter::new(&mut f), &file)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        };
-        let r = write();
+        let r = write_verified(&tmp, path, &file);
         if r.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -835,109 +853,417 @@ impl History {
 
     /// Reads a history written by [`History::save`] into this one (whose
     /// retention applies at `now`). A missing file is an empty history,
-    /// not an error; any other file that is not ours is refused whole.
+    /// not an error; any other file that is not ours is refused whole, and
+    /// one over [`MAX_FILE_BYTES`] before any of it is read.
     pub fn load(&self, path: &Path, now: SystemTime) -> Result<usize, LoadError> {
+        let io = |source| LoadError::Io {
+            path: path.into(),
+            source,
+        };
         let f = match std::fs::File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(source) => {
-                return Err(LoadError::Io {
-                    path: path.into(),
-                    source,
-                })
-            }
+            Err(source) => return Err(io(source)),
         };
-        let mut bytes = Vec::new();
-        f.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|source| LoadError::Io {
+        let size = f.metadata().map_err(io)?.len();
+        if size > MAX_FILE_BYTES {
+            return Err(LoadError::TooLarge {
                 path: path.into(),
-                source,
-            })?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(LoadError::TooLarge { path: path.into() });
+                size,
+            });
         }
         let foreign = |why: String| LoadError::Foreign {
             path: path.into(),
             why,
         };
-        // The header first, so that another version is named as such
-        // rather than as a shape error.
-        #[derive(Deserialize)]
-        struct Header {
-            format: String,
-            version: u32,
-        }
-        let header: Header = serde_json::from_slice(&bytes).map_err(|e| foreign(e.to_string()))?;
-        if header.format != FORMAT {
-            return Err(foreign(format!("its format is {:?}", header.format)));
-        }
-        if header.version != VERSION {
-            return Err(LoadError::Version {
-                path: path.into(),
-                version: header.version,
+        // Parsed as a stream into a history of its own, so that a file
+        // refused half-way leaves this one as it was, and so that memory
+        // holds entries (at most 192 bytes, each under its JSON's size)
+        // rather than the file's text besides them. A file that grows
+        // while read is read no further than the limit.
+        let g = &mut *self.lock();
+        let mut st = LoadState {
+            retention: g.retention,
+            now: unix(now),
+            strings: std::mem::take(&mut g.strings),
+            jobs: BTreeMap::new(),
+            format: None,
+            version: None,
+            count: 0,
+        };
+        let reader = std::io::BufReader::with_capacity(64 << 10, f.take(MAX_FILE_BYTES));
+        let mut de = serde_json::Deserializer::from_reader(reader);
+        let parsed = serde::de::DeserializeSeed::deserialize(FileSeed(&mut st), &mut de)
+            .and_then(|()| de.end());
+        g.strings = std::mem::take(&mut st.strings);
+        if let Err(e) = parsed {
+            if e.is_io() {
+                return Err(io(e.into()));
+            }
+            return Err(match (st.format, st.version) {
+                (Some(f), _) if f != FORMAT => foreign(format!("its format is {f:?}")),
+                (Some(_), Some(version)) if version != VERSION => LoadError::Version {
+                    path: path.into(),
+                    version,
+                },
+                _ => foreign(e.to_string()),
             });
         }
-        let file: File = serde_json::from_slice(&bytes).map_err(|e| foreign(e.to_string()))?;
-        drop(bytes);
-        let g = &mut *self.lock();
-        let (r, now) = (g.retention, unix(now));
-        let mut count = 0;
-        for job in file.jobs {
-            let mut points: Vec<Point> = job
-                .samples
-                .iter()
-                .filter_map(|s| Point::from_sample(s, &mut g.strings))
-                .collect();
-            points.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
-            let j = g
-                .jobs
-                .entry(ProbeKey::new(job.target, job.module))
-                .or_default();
-            j.kind = job.kind.chars().take(32).collect();
-            // The file is ours, but read it as any input: bounded.
-            j.steps = job
-                .steps
-                .into_iter()
-                .filter(|s| s.summary.len() <= 4096 && s.step.changes.len() <= 64)
-                .rev()
-                .take(MAX_STEPS)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            for p in points {
-                // Entries that were buckets stay buckets, as they were.
-                if p.is_bucket() {
-                    j.buckets.push_back(p);
-                } else {
-                    j.recent.push_back(p);
+        let (r, now) = (g.retention, st.now);
+        for (key, job) in st.jobs {
+            match g.jobs.entry(key) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(job);
                 }
-                count += 1;
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    o.get_mut().merge(job, &r, now);
+                }
             }
-            j.compact(&r, now);
         }
-        Ok(count)
+        Ok(st.count)
+    }
+}
+
+/// Writes `file` to `tmp`, makes sure the disk holds all of it, and
+/// renames it to `path`.
+fn write_verified(tmp: &Path, path: &Path, file: &File) -> std::io::Result<()> {
+    use sha2::Digest as _;
+    /// Counts and hashes what goes through to the file.
+    struct Hashing<W> {
+        inner: W,
+        hash: sha2::Sha256,
+        len: u64,
+    }
+    impl<W: std::io::Write> std::io::Write for Hashing<W> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = self.inner.write(buf)?;
+            self.hash.update(&buf[..n]);
+            self.len += n as u64;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+    let f = std::fs::File::create(tmp)?;
+    let mut w = Hashing {
+        inner: std::io::BufWriter::with_capacity(64 << 10, f),
+        hash: sha2::Sha256::new(),
+        len: 0,
+    };
+    serde_json::to_writer(&mut w, file)?;
+    // A BufWriter dropped unflushed loses its last write's error (a full
+    // disk among them): flush it here, where that is an error.
+    w.flush()?;
+    let Hashing { inner, hash, len } = w;
+    let f = inner.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    drop(f);
+    // Read back what the file holds now: a short or torn write is caught
+    // before it replaces a good file.
+    let mut back = std::fs::File::open(tmp)?;
+    let (mut check, mut n) = (sha2::Sha256::new(), 0u64);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let got = back.read(&mut buf)?;
+        if got == 0 {
+            break;
+        }
+        check.update(&buf[..got]);
+        n += got as u64;
+    }
+    if n != len || check.finalize() != hash.finalize() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the file read back ({n} bytes) is not what was written ({len} bytes)"),
+        ));
+    }
+    std::fs::rename(tmp, path)?;
+    // The rename lasts across a power cut only once the directory is
+    // synced; a directory that cannot be opened or synced (some file
+    // systems) leaves the rename done, which is what matters most.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// What a load has read so far.
+struct LoadState {
+    retention: Retention,
+    now: f64,
+    strings: Interner,
+    jobs: BTreeMap<ProbeKey, JobHistory>,
+    /// The header, once read: after an error, it says which error it was.
+    format: Option<String>,
+    version: Option<u32>,
+    count: usize,
+}
+
+/// The file, read as a stream: the header is checked as soon as it is read
+/// (the writer puts it first), and each job goes into the history as it
+/// is read.
+struct FileSeed<'a>(&'a mut LoadState);
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a pathprobe history (a JSON object)")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        use serde::de::Error as _;
+        let st = self.0;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "format" => {
+                    let f: String = map.next_value()?;
+                    let ours = f == FORMAT;
+                    st.format = Some(f);
+                    if !ours {
+                        return Err(A::Error::custom("another format"));
+                    }
+                }
+                "version" => {
+                    let v: u32 = map.next_value()?;
+                    st.version = Some(v);
+                    if v != VERSION {
+                        return Err(A::Error::custom("another version"));
+                    }
+                }
+                "jobs" => {
+                    if st.format.is_none() || st.version.is_none() {
+                        return Err(A::Error::custom(
+                            "its jobs come before its format and version",
+                        ));
+                    }
+                    map.next_value_seed(JobsSeed(st))?;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        if st.format.is_none() {
+            return Err(A::Error::missing_field("format"));
+        }
+        if st.version.is_none() {
+            return Err(A::Error::missing_field("version"));
+        }
+        Ok(())
+    }
+}
+
+struct JobsSeed<'a>(&'a mut LoadState);
+
+impl<'de> serde::de::DeserializeSeed<'de> for JobsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JobsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of jobs")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(JobSeed(&mut *self.0))?.is_some() {}
+        Ok(())
+    }
+}
+
+struct JobSeed<'a>(&'a mut LoadState);
+
+impl<'de> serde::de::DeserializeSeed<'de> for JobSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JobSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a job's history")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        use serde::de::Error as _;
+        let st = self.0;
+        let (r, now) = (st.retention, st.now);
+        let (mut target, mut module, mut kind) = (None, None, None);
+        let mut points = Vec::new();
+        let mut steps = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "target" => target = Some(map.next_value::<String>()?),
+                "module" => module = Some(map.next_value::<String>()?),
+                "kind" => kind = Some(map.next_value::<String>()?),
+                "samples" => map.next_value_seed(SamplesSeed {
+                    strings: &mut st.strings,
+                    points: &mut points,
+                    keep: r.max_entries(),
+                    from: now - r.retention.as_secs_f64(),
+                })?,
+                "steps" => map.next_value_seed(StepsSeed(&mut steps))?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let target = target.ok_or_else(|| A::Error::missing_field("target"))?;
+        let module = module.ok_or_else(|| A::Error::missing_field("module"))?;
+        let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
+        points.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+        st.count += points.len();
+        let mut j = JobHistory {
+            kind: kind.chars().take(32).collect(),
+            ..JobHistory::default()
+        };
+        for p in points {
+            // Entries that were buckets stay buckets, as they were.
+            if p.is_bucket() {
+                j.buckets.push_back(p);
+            } else {
+                j.recent.push_back(p);
+            }
+        }
+        j.steps = steps.into();
+        j.compact(&r, now);
+        match st.jobs.entry(ProbeKey::new(target, module)) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(j);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().merge(j, &r, now),
+        }
+        Ok(())
+    }
+}
+
+/// A job's entries, each made a [`Point`] as it is read; at most about
+/// twice the entries a job may hold are kept at any time (the newest).
+struct SamplesSeed<'a> {
+    strings: &'a mut Interner,
+    points: &'a mut Vec<Point>,
+    keep: usize,
+    /// Entries older than this are past retention: not kept.
+    from: f64,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for SamplesSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for SamplesSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of history entries")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(s) = seq.next_element::<Sample>()? {
+            let Some(p) = Point::from_sample(&s, self.strings) else {
+                continue;
+            };
+            if p.timestamp < self.from {
+                continue;
+            }
+            self.points.push(p);
+            if self.points.len() >= 2 * self.keep {
+                self.points
+                    .sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+                let extra = self.points.len() - self.keep;
+                self.points.drain(..extra);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job's steps: the file is ours, but read it as any input, bounded.
+struct StepsSeed<'a>(&'a mut Vec<StepRecord>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for StepsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StepsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of steps")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(s) = seq.next_element::<StepRecord>()? {
+            if s.summary.len() <= 4096 && s.step.changes.len() <= 64 {
+                self.0.push(s);
+            }
+            if self.0.len() > 2 * MAX_STEPS {
+                self.0.drain(..self.0.len() - MAX_STEPS);
+            }
+        }
+        if self.0.len() > MAX_STEPS {
+            self.0.drain(..self.0.len() - MAX_STEPS);
+        }
+        Ok(())
     }
 }
 
 /// Saves `history` to `path` every `every` and once more when `stop`
-/// completes. Errors are logged, never fatal.
+/// completes, telling `saved` whether each save worked. Errors are logged
+/// at warn, never fatal: the old file stays, and the next save tries again,
+/// so saving resumes by itself once the disk has room.
 pub async fn save_periodically(
     history: Arc<History>,
     path: PathBuf,
     every: Duration,
+    saved: impl Fn(bool) + Send + Sync + 'static,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let save = |history: Arc<History>, path: PathBuf| async move {
-        let p = path.clone();
-        let r = tokio::task::spawn_blocking(move || history.save(&p, SystemTime::now())).await;
-        match r {
-            Ok(Ok(())) => tracing::debug!(path = %path.display(), "history saved"),
-            Ok(Err(e)) => {
-                tracing::warn!(path = %path.display(), error = %e, "saving the history failed")
+    let saved = Arc::new(saved);
+    // Failed saves in a row, to say when saving works again.
+    let failing = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let save = |history: Arc<History>, path: PathBuf| {
+        let (saved, failing) = (saved.clone(), failing.clone());
+        async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            let p = path.clone();
+            let r = tokio::task::spawn_blocking(move || history.save(&p, SystemTime::now())).await;
+            let ok = matches!(r, Ok(Ok(())));
+            saved(ok);
+            match r {
+                Ok(Ok(())) => {
+                    let failed = failing.swap(0, Relaxed);
+                    if failed > 0 {
+                        tracing::info!(path = %path.display(), failed_saves = failed, "history saved again");
+                    } else {
+                        tracing::debug!(path = %path.display(), "history saved");
+                    }
+                }
+                Ok(Err(e)) => {
+                    let n = failing.fetch_add(1, Relaxed) + 1;
+                    tracing::warn!(path = %path.display(), error = %e, failed_saves = n, "saving the history failed: the previous file is kept as it was, and the next save tries again")
+                }
+                Err(e) => {
+                    failing.fetch_add(1, Relaxed);
+                    tracing::warn!(error = %e, "the history saving task failed")
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "the history saving task failed"),
         }
     };
     tokio::pin!(stop);
@@ -1188,5 +1514,83 @@ mod tests {
         let (_, s) = h.samples(&ProbeKey::new("a", "m"), 0.0).unwrap();
         assert_eq!((s[0].samples, s[0].failures), (1, 1));
         assert_eq!(s[0].throughput_bits_per_second, None);
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused_from_its_size_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.json");
+        // Sparse: reading it whole would take long and show in memory.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(MAX_FILE_BYTES + 1)
+            .unwrap();
+        let h = History::new(Retention::default());
+        let e = h.load(&path, at(2e9)).unwrap_err();
+        assert!(matches!(e, LoadError::TooLarge { size, .. } if size == MAX_FILE_BYTES + 1));
+        let text = e.to_string();
+        assert!(
+            text.contains("536870913 bytes, over the 536870912"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_failed_save_keeps_the_old_file_and_the_next_one_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.json");
+        let h = History::new(Retention::default());
+        let t0 = 1.7e9;
+        day(&h, t0, |t| t, |_| "6.1.0".into());
+        let now = at(t0 + 24.0 * H);
+        h.save(&path, now).unwrap();
+        let old = std::fs::read(&path).unwrap();
+        // The temporary file cannot be made (a directory holds its name):
+        // the save fails, and the old file is as it was.
+        let tmp = dir
+            .path()
+            .join(format!("history.json.tmp.{}", std::process::id()));
+        std::fs::create_dir(&tmp).unwrap();
+        h.record_point(&key(), "tcp", point(t0 + 24.0 * H, 1.0, "6.1.0"), now);
+        assert!(h.save(&path, at(t0 + 24.0 * H + 60.0)).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), old);
+        std::fs::remove_dir(&tmp).unwrap();
+        h.save(&path, at(t0 + 24.0 * H + 120.0)).unwrap();
+        let back = History::new(Retention::default());
+        assert_eq!(back.load(&path, now).unwrap(), h.len());
+        assert_ne!(std::fs::read(&path).unwrap(), old);
+    }
+
+    #[test]
+    fn a_job_of_endless_entries_loads_bounded_and_a_repeated_job_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.json");
+        let r = Retention::default();
+        let now = 2e9;
+        let sample = |t: f64| {
+            format!(
+                r#"{{"timestamp_seconds":{t},"direction":"send","samples":1,"failures":0,"throughput_bits_per_second":1e9}}"#
+            )
+        };
+        let many: Vec<String> = (0..5 * r.max_entries())
+            .map(|i| sample(now - 3600.0 + i as f64 * 0.5))
+            .collect();
+        let text = format!(
+            r#"{{"format":"pathprobe-history","version":1,"saved_at_seconds":0,"jobs":[
+              {{"target":"a","module":"m","kind":"tcp","samples":[{}]}},
+              {{"target":"a","module":"m","kind":"tcp","samples":[{}]}}]}}"#,
+            many.join(","),
+            sample(now - 10.0)
+        );
+        std::fs::write(&path, text).unwrap();
+        let h = History::new(r);
+        h.load(&path, at(now)).unwrap();
+        assert!(h.len() <= r.max_entries(), "{}", h.len());
+        let (_, s) = h.samples(&ProbeKey::new("a", "m"), 0.0).unwrap();
+        // The newest entries are the ones kept, the second copy's among them.
+        assert!(s.iter().any(|e| e.timestamp_seconds == now - 10.0));
+        assert!(s
+            .windows(2)
+            .all(|w| w[0].timestamp_seconds <= w[1].timestamp_seconds));
     }
 }

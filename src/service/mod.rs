@@ -342,6 +342,10 @@ pub async fn run_with_web_config(
             history.clone(),
             path,
             config.web.history_save_interval,
+            {
+                let state = state.clone();
+                move |ok| state.history_saved(ok)
+            },
             stopped(stop_rx.clone()),
         ))
     });

@@ -82,16 +82,25 @@ pub async fn run_contained(
     }
 }
 
+/// What [`run_job`] did.
+pub struct JobRun {
+    /// One per run that happened, in order.
+    pub outcomes: Vec<ProbeOutcome>,
+    /// The busy responder's retry hint, when it said busy.
+    pub busy: Option<Duration>,
+    /// Payload bytes this host's own data sockets wrote and read over
+    /// every run, however each ended: what the byte budget charges.
+    pub moved: u64,
+}
+
 /// Runs every probe of `job` (two for a `both` module) and returns the
 /// outcomes, stopping early when the responder is busy. With `cut_at` (a
 /// mesh slot's), an adaptive probe still running then is ended and
 /// reported cut; the runs of a `both` module share what is left of the
 /// time equally, each handing what it does not use to the next.
-pub async fn run_job(
-    job: &ProbeJob,
-    cut_at: Option<tokio::time::Instant>,
-) -> (Vec<ProbeOutcome>, Option<Duration>) {
+pub async fn run_job(job: &ProbeJob, cut_at: Option<tokio::time::Instant>) -> JobRun {
     let mut outcomes = Vec::new();
+    let moved = crate::engine::datapath::Progress::default();
     let specs = job.module.specs();
     let runs = specs.len() as u32;
     for (i, (direction, mut spec)) in specs.into_iter().enumerate() {
@@ -101,6 +110,7 @@ pub async fn run_job(
                 now + cut.saturating_duration_since(now) / (runs - i as u32)
             });
         }
+        spec.moved = Some(moved.clone());
         let started = SystemTime::now();
         let clock = Instant::now();
         let (result, busy) = match run_contained(job.endpoint.clone(), spec, job.module.ipv6).await
@@ -118,10 +128,18 @@ pub async fn run_job(
             result,
         });
         if busy.is_some() {
-            return (outcomes, busy);
+            return JobRun {
+                outcomes,
+                busy,
+                moved: moved.get(),
+            };
         }
     }
-    (outcomes, None)
+    JobRun {
+        outcomes,
+        busy: None,
+        moved: moved.get(),
+    }
 }
 
 /// The longest step sentence logged and kept.
@@ -323,16 +341,22 @@ impl ProbeRunner {
                 expected,
                 settled: !counted,
             };
-            let (outcomes, busy) = run_job(&payload, cut_at).await;
+            let JobRun {
+                outcomes,
+                busy,
+                moved,
+            } = run_job(&payload, cut_at).await;
             if counted {
-                // What really moved replaces the reservation. A probe that
-                // failed reports no bytes: most fail before any data flows.
+                // What really moved replaces the reservation: every byte
+                // this host's own sockets wrote or read, warm-up, tail and
+                // failed runs included (a run that fails at its end, or an
+                // adaptive one whose figure covers part of it, still
+                // crossed the link), counted here rather than taken from
+                // the responder's figures.
                 reserved.settled = true;
-                let mut moved = 0u64;
                 for o in &outcomes {
                     if let Ok(r) = &o.result {
                         let bytes = moved_bytes(r);
-                        moved = moved.saturating_add(bytes);
                         let seconds = r.omit_seconds + r.requested_seconds;
                         if seconds > 0.0 {
                             last_rates.note(&job_key, o.direction, bytes as f64 / seconds);

@@ -1304,3 +1304,180 @@ fn b6_bidir_16_streams_of_16_mib_writes_cost_under_128_mib() {
         "probe {status}: {summary}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// A run that fails at its end still crossed the link: the byte budget is
+// charged what this host's sockets moved, and refuses the runs over it.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_responder_whose_results_are_refused_is_charged_what_moved_and_the_budget_refuses() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // What the fake's data connections really received, over every test:
+    // counted before it sends results the prober must refuse.
+    let crossed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fake = {
+        let crossed = crossed.clone();
+        rt.block_on(Fake::reporting(move |mut v| {
+            let got: u64 = streams_of(&mut v)
+                .iter()
+                .map(|s| s["bytes"].as_u64().unwrap_or(0))
+                .sum();
+            crossed.fetch_add(got, Ordering::Relaxed);
+            json!({"type": "results"})
+        }))
+    };
+    // 80 Mbit/s for 1 s: about 10 MB a run, 3 runs in a 30 MB budget.
+    const BUDGET: u64 = 30_000_000;
+    let serve = Serve::yaml(&format!(
+        "responder: {{enabled: false}}\n\
+         scheduler: {{max_bytes_per_hour: {BUDGET}}}\n\
+         modules:\n  tcp: {{kind: tcp, duration: 1s, bitrate: 80M, timeout: 6s, connect_timeout: 2s}}\n\
+         targets:\n  - {{address: \"{}\", modules: [tcp], interval: 2s}}\n",
+        fake.addr
+    ))
+    .start();
+    let metric = |body: &str, name: &str, labels: &[&str]| {
+        crate::common::metrics::sample(body, name, labels).unwrap_or(0.0)
+    };
+    let body = serve.wait_for(Duration::from_secs(40), "runs refused by the budget", |b| {
+        metric(b, "pathprobe_budget_refusals_total", &["role=\"prober\""]) >= 2.0
+    });
+    let failed = metric(
+        &body,
+        "pathprobe_probes_total",
+        &["result=\"protocol_error\""],
+    );
+    let charged = metric(&body, "pathprobe_budget_bytes_total", &["role=\"prober\""]);
+    let crossed = crossed.load(Ordering::Relaxed) as f64;
+    eprintln!(
+        "refused results: {failed} runs failed, {:.1} MB crossed, {:.1} MB charged ({:.1}%), budget {} MB",
+        crossed / 1e6,
+        charged / 1e6,
+        100.0 * charged / crossed,
+        BUDGET / 1_000_000
+    );
+    assert!(failed >= 2.0, "{body}");
+    assert_eq!(
+        metric(&body, "pathprobe_probes_total", &["result=\"success\""]),
+        0.0
+    );
+    // Every failed run moved its data: charged at least 90% of what the
+    // far end received, and not many times more (the sender's count
+    // includes what was still in flight at the end).
+    assert!(crossed > 15e6, "only {crossed} bytes crossed");
+    assert!(charged >= 0.9 * crossed, "{charged} charged for {crossed}");
+    assert!(charged <= 1.5 * crossed, "{charged} charged for {crossed}");
+    // And the budget held: runs stopped once it was spent.
+    assert!(
+        charged <= BUDGET as f64 * 1.5,
+        "{charged} over a {BUDGET} budget"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// An adaptive probe's length is judged by the prober's own clock.
+// ---------------------------------------------------------------------------
+
+/// A real responder behind a relay that multiplies the time of its
+/// progress reports by `speed` (a clock running that much fast); the
+/// relay's TCP port is the responder's UDP port, so datagrams go straight
+/// to it.
+async fn fast_clock_responder(speed: u64) -> (Relay, Stopper) {
+    let tcp = pathprobe::responder::bind_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let upstream = tcp.local_addr().unwrap();
+    let rule: Rule = Arc::new(move |dir, v| {
+        if dir != Dir::ToProber || v["type"] != "progress" {
+            return None;
+        }
+        let mut v = v.clone();
+        v["at_us"] = json!(v["at_us"].as_u64().unwrap_or(0) * speed);
+        Some(vec![v])
+    });
+    let relay = Relay::start(upstream, rule).await;
+    let at = std::net::SocketAddr::new([127, 0, 0, 1].into(), relay.addr.port());
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    sock.set_reuse_address(true).unwrap();
+    sock.set_reuse_port(true).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    sock.bind(&at.into()).unwrap();
+    let udp = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+    let r = pathprobe::responder::Responder::new(tcp, udp, ResponderConfig::default()).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(r.serve(async {
+        let _ = rx.await;
+    }));
+    (relay, Stopper(Some(tx)))
+}
+
+struct Stopper(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responders_fast_clock_cannot_end_an_adaptive_probe_before_its_minimum() {
+    // Timed against the wall: alone.
+    let _turn = turn::exclusive();
+    let (relay, _stop) = fast_clock_responder(10).await;
+    let spec = ProbeSpec {
+        kind: pathprobe::probe::Kind::Udp,
+        direction: Direction::Send,
+        // Adaptive: 1 s at least, 5 s at most, to 5%.
+        duration: Duration::from_secs(5),
+        bitrate: Some(20_000_000),
+        adaptive: Some(pathprobe::protocol::adaptive::AdaptiveRequest {
+            min_duration_ms: 1000,
+            precision_ppm: 50_000,
+            receiver_progress: false,
+        }),
+        connect_timeout: Duration::from_secs(3),
+        ..ProbeSpec::default()
+    };
+    let t0 = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        probe::probe(&Target::from_addr(relay.addr), &spec),
+    )
+    .await
+    .expect("the probe ended within 20 s")
+    .expect("the probe succeeded");
+    let wall = t0.elapsed().as_secs_f64();
+    let a = r.adaptive.expect("an adaptive outcome");
+    eprintln!(
+        "fast clock (10x): probe took {wall:.2} s of wall time; elapsed_seconds {:.2}, stop {:?}, {} reports refused, {} rewritten by the relay",
+        a.elapsed_seconds,
+        a.stop_reason,
+        a.progress_reports_refused,
+        relay.rewrites.load(Ordering::Relaxed)
+    );
+    assert!(
+        relay.rewrites.load(Ordering::Relaxed) > 0,
+        "no progress report went through the relay"
+    );
+    assert!(a.progress_reports_refused > 0, "{a:?}");
+    // Not ended before its minimum by the wall clock, and its elapsed time
+    // is the wall's (the probe's wall time adds the handshake and the
+    // results, a few tens of ms on loopback).
+    assert!(wall >= 1.0, "ended after {wall:.2} s of wall time");
+    assert!(a.elapsed_seconds >= 1.0, "{a:?}");
+    assert!(
+        a.elapsed_seconds <= wall,
+        "{} s elapsed in {wall:.2} s",
+        a.elapsed_seconds
+    );
+    assert!(
+        a.elapsed_seconds >= 0.9 * wall,
+        "{} s elapsed in {wall:.2} s",
+        a.elapsed_seconds
+    );
+}

@@ -332,3 +332,222 @@ fn check_config_states_the_cost_and_coverage_of_a_grouped_mesh() {
         "{err}"
     );
 }
+
+/// A small tmpfs mounted for a test, unmounted when dropped: a disk that
+/// fills up for real.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount");
+        assert!(out.status.success(), "mount: {out:?}");
+        Tmpfs(dir)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// Fills the file system holding `dir` to the last byte with `dir/filler`.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0xa5u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    // The last few bytes a whole block did not fit in.
+    while f.write_all(&block[..1]).is_ok() {}
+    path
+}
+
+/// A history of `jobs` paths ((loopback, lo) the first) of `entries`
+/// probes each over the last `span` seconds, as serve would have written
+/// it.
+fn write_history(path: &std::path::Path, jobs: usize, entries: usize, span: f64) {
+    use pathprobe::service::history::{History, Point, Retention};
+    let h = History::new(Retention::default());
+    let now = std::time::SystemTime::now();
+    let t0 = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - span;
+    for j in 0..jobs {
+        let key = if j == 0 {
+            pathprobe::metrics::ProbeKey::new("loopback", "lo")
+        } else {
+            pathprobe::metrics::ProbeKey::new(format!("peer-{j}.example.net"), "tcp")
+        };
+        for i in 0..entries {
+            let t = t0 + i as f64 * span / entries as f64;
+            let mut p = Point::new(t, pathprobe::probe::Direction::Send);
+            p.throughput = 9.41e8 + i as f64;
+            p.send = p.throughput;
+            p.retransmits = 3.0;
+            p.rtt = 0.000_412;
+            p.local_cpu = 0.31;
+            p.remote_cpu = 0.27;
+            p.local_kernel = Some("6.1.0-13-amd64".into());
+            p.remote_kernel = Some("6.12.0-1-amd64".into());
+            h.record_point(&key, "loopback_tcp", p, now);
+        }
+    }
+    h.save(path, now).unwrap();
+}
+
+/// `pathprobe_history_saves_total{result}`; 0 when absent.
+fn saves(body: &str, result: &str) -> u64 {
+    let label = format!("result=\"{result}\"");
+    crate::common::metrics::sample(body, "pathprobe_history_saves_total", &[&label]).unwrap_or(0.0)
+        as u64
+}
+
+#[test]
+fn history_save_on_a_full_disk_keeps_the_old_file_warns_counts_and_resumes() {
+    if !crate::common::lab::require_root() {
+        return;
+    }
+    let disk = Tmpfs::mount("1m");
+    let file = disk.path().join("history.json");
+    // A history big enough that a save needs more than the space left.
+    write_history(&file, 1, 200, 7000.0);
+    let yaml = format!(
+        "responder: {{listen: \"127.0.0.1:0\"}}\nweb: {{history_file: {:?}, history_save_interval: 1s}}\nmodules: {{lo: {{kind: loopback_tcp, duration: 200ms}}}}\ntargets: [{{modules: [lo]}}]\n",
+        file.display().to_string()
+    );
+    let serve = Serve::yaml(&yaml).start();
+    let body = serve.wait_for(Duration::from_secs(30), "a saved history", |b| {
+        saves(b, "success") >= 1
+    });
+    // Both series exist from the start.
+    assert!(
+        body.contains("pathprobe_history_saves_total{result=\"failure\"} 0"),
+        "{body}"
+    );
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size > 16 << 10, "history only {size} bytes");
+
+    // The disk fills up, leaving 8 KiB: a save starts and cannot finish.
+    let filler = fill(disk.path());
+    let full = std::fs::metadata(&filler).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(full - (8 << 10))
+        .unwrap();
+    let body = serve.wait_for(Duration::from_secs(20), "failed saves", |b| {
+        saves(b, "failure") >= 2
+    });
+    let kept = std::fs::read(&file).unwrap();
+    let failed = saves(&body, "failure");
+    serve.wait_for(Duration::from_secs(20), "another failed save", |b| {
+        saves(b, "failure") > failed
+    });
+    // Not one byte of the old file changed, and it is a whole history.
+    assert_eq!(std::fs::read(&file).unwrap(), kept, "the old file changed");
+    let v: serde_json::Value = serde_json::from_slice(&kept).expect("the kept file is valid JSON");
+    assert_eq!(v["format"], "pathprobe-history");
+    assert!(v["jobs"][0]["samples"].as_array().unwrap().len() >= 200);
+    // No half-written temporary file is left taking the space.
+    let names: Vec<String> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n == "history.json" || n == "filler"),
+        "{names:?}"
+    );
+    let log = serve.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("level=warn") && l.contains("saving the history failed")),
+        "no warning:\n{log}"
+    );
+
+    // Space comes back: saving resumes by itself, and says so.
+    std::fs::remove_file(&filler).unwrap();
+    let ok = saves(&serve.metrics(), "success");
+    serve.wait_for(
+        Duration::from_secs(20),
+        "a save after space came back",
+        |b| saves(b, "success") > ok,
+    );
+    let back: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(back["saved_at_seconds"].as_f64() > v["saved_at_seconds"].as_f64());
+    assert!(
+        serve.log().contains("history saved again"),
+        "{}",
+        serve.log()
+    );
+    stop(serve);
+    // What was saved last reads back whole.
+    let again = Serve::yaml(&yaml).start();
+    assert!(again.log().contains("history read back"), "{}", again.log());
+    stop(again);
+}
+
+/// Peak resident memory of a process, KiB.
+fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_large_history_reads_back_within_twice_its_size_and_an_oversized_one_is_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history.json");
+    // Hundreds of paths with a full day each: tens of MB, as a big mesh
+    // host writes.
+    write_history(&file, 400, 1440, 86_000.0);
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size > 20 << 20, "only {size} bytes");
+    let yaml = format!(
+        "responder: {{listen: \"127.0.0.1:0\"}}\nweb: {{history_file: {:?}}}\nmodules: {{lo: {{kind: loopback_tcp, duration: 200ms}}}}\ntargets: [{{modules: [lo]}}]\n",
+        file.display().to_string()
+    );
+    // The same service with no history file: what serve needs anyway.
+    let empty = Serve::yaml(&yaml.replace(&file.display().to_string(), "")).start();
+    let base = peak_kib(empty.child.id());
+    stop(empty);
+    let serve = Serve::yaml(&yaml).start();
+    assert!(serve.log().contains("history read back"), "{}", serve.log());
+    let peak = peak_kib(serve.child.id());
+    let over = (peak.saturating_sub(base)) << 10;
+    println!("history file {size} bytes; serve's peak RSS {peak} KiB, {base} KiB without it: {over} bytes for the history");
+    assert!(over < 2 * size, "{over} bytes for a {size}-byte file");
+    stop(serve);
+
+    // A file over the limit is refused from its size, before it is read:
+    // sparse, so reading it would take seconds and the memory would show.
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(600 << 20)
+        .unwrap();
+    let serve =
+        Serve::yaml(&yaml.replace(&file.display().to_string(), &huge.display().to_string()))
+            .start();
+    let log = serve.log();
+    assert!(log.contains("629145600 bytes, over the"), "{log}");
+    let peak = peak_kib(serve.child.id());
+    assert!(peak < base + (64 << 10), "{peak} KiB peak reading nothing");
+    stop(serve);
+}

@@ -42,7 +42,7 @@ use self::runner::ProbeRunner;
 /// default port allocation list.
 pub const DEFAULT_WEB_LISTEN: &str = "[::]:9813";
 
-/// `http://HOST:PORT` for a person to open: the listener's own address,
+/// `SCHEME://HOST:PORT` for a person to open: the listener's own address,
 /// or for a wildcard listener `localhost`, which it also answers on.
 pub fn browsable_base(scheme: &str, addr: std::net::SocketAddr) -> String {
     match addr.ip() {

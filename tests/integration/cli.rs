@@ -1653,18 +1653,18 @@ fn check_config_and_serve_list_seven_mistakes_in_one_run() {
     let text = "scheduler:\n  jitter: 2.5\n\
                 modules:\n  a:\n    kind: tcp\n    duraton: 5s\n    streams: many\n\
                 \x20 b:\n    kind: udp\n    bitrate: -3\n\
-                \x20 c:\n    kind: tcp\n    duration: 0s\n\
+                \x20 c:\n    kind: tcp\n    streams: 0\n\
                 \x20 d:\n    kind: tcp\n    duration: 5s\n\
                 targets:\n  - address: h1.example\n    modules: [missing_module]\n\
                 \x20 - address: h2.example\n    modules: [d]\n    port: http\n";
     let want = [
-        "c.yml:2:",
+        "c.yml:2:11: scheduler.jitter:",
         "c.yml:6:5: modules.a: unknown key `duraton`",
         "c.yml:7:14: modules.a.streams:",
         "c.yml:10:14: modules.b.bitrate:",
-        "c.yml:13:",
-        "c.yml:18:",
-        "c.yml:21:11: targets[1].port:",
+        "c.yml:13:14: modules.c.streams:",
+        "c.yml:19:",
+        "c.yml:22:11: targets[1].port:",
     ];
     let (code, _, err) = check_config(text);
     assert_eq!(code, Some(1), "{err}");

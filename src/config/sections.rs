@@ -292,10 +292,12 @@ pub struct MeshScheduleConfig {
     /// representatives between groups (docs/MESH.md). Members without the
     /// label form one group of their own. `None`: one full mesh.
     pub group_by: Option<String>,
-    /// Refuse, at this host's responder, probers that are not members of
-    /// the mesh or that probe outside their planned slot (counted as
-    /// `out_of_turn`): they would take the slot from a planned test.
-    /// `false` lets anyone the allow list lets in probe at any time.
+    /// Keep this host's slot for the plan: the planned prober gets its
+    /// slot, anyone else (a probe by hand, a member off its slot, a
+    /// stranger) only a gap the plan leaves this host (and a member
+    /// prober) idle for the whole test, and is otherwise told `busy` with
+    /// the next free gap (counted as `out_of_turn`). `false` lets anyone
+    /// the allow list lets in probe at any time.
     pub refuse_out_of_turn: bool,
 }
 

@@ -294,14 +294,26 @@ impl ResponderHandle {
     /// before it is kept too, so that members switching to a new plan at
     /// slightly different times are not refused (see [`turns::TurnBook`]).
     pub fn set_turns(&self, turns: Option<turns::Turns>) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
         self.0
             .turns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .set(turns, now);
+            .set(turns, unix_now());
+    }
+
+    /// In mesh mode, whether this host's plan leaves it idle now for a
+    /// test of `need` that this host runs itself (a `/probe`): `Ok` with
+    /// how long until the gap ends (`None`: no end, or not in mesh mode),
+    /// or the refusal with the next free gap.
+    pub fn mesh_gap(&self, need: Duration) -> Result<Option<Duration>, turns::Refusal> {
+        let turns = self.0.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.is_empty() {
+            return Ok(None);
+        }
+        let now = unix_now();
+        turns
+            .gap(None, now, need)
+            .map(|until| until.map(|u| u.saturating_sub(now)))
     }
 
     /// Who counts as a known peer now.
@@ -331,6 +343,13 @@ enum Joined {
     Unknown(std::net::TcpStream),
     /// A `tcp_crr` test's door turned it away.
     OverLimit(std::net::TcpStream),
+}
+
+/// Wall-clock time since the Unix epoch: the mesh plan is read off it.
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 pub(crate) struct ResponderState {
@@ -433,18 +452,20 @@ impl ResponderState {
         })
     }
 
-    /// In mesh mode, whether `ip` may probe now: only a member in its
-    /// planned slot (this host's own address included: it never probes
-    /// itself in the plan).
-    fn check_turn(&self, ip: IpAddr) -> Result<(), String> {
+    /// In mesh mode, whether `ip` may take the host slot now for a test
+    /// of `need`: as the planned prober of this slot, or in a gap the plan
+    /// leaves this host idle, which the test must not outlast (the Unix
+    /// time it is cut at). Outside mesh mode, anyone, for any time.
+    fn check_turn(
+        &self,
+        ip: IpAddr,
+        need: Duration,
+    ) -> Result<Option<turns::Admit>, turns::Refusal> {
         let turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
         if turns.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        turns.check(ip, now)
+        turns.check(ip, unix_now(), need).map(Some)
     }
 
     /// Records a test for `ip` against the per-client allowance.

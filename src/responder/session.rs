@@ -155,19 +155,6 @@ pub(super) async fn run(
             return;
         }
     };
-    // In mesh mode only the member whose turn it is may take the slot.
-    if let Err(message) = shared.check_turn(peer.ip()) {
-        ResponderCounters::inc(&counters.rejected_out_of_turn);
-        limited_info!(shared.log, "out_of_turn", %peer, %message, "test refused");
-        let msg = Message::Rejected {
-            reason: RejectReason::Denied,
-            message,
-        };
-        if control.send(&msg, timeout).await.is_ok() {
-            super::drain_and_close(control.stream()).await;
-        }
-        return;
-    }
     let admission = match check_limits(&request, &config) {
         Ok(a) => a,
         Err(message) => {
@@ -185,6 +172,27 @@ pub(super) async fn run(
     };
     let request = admission.request;
     let planned = Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms));
+    // In mesh mode the host slot is kept for the plan's tests: the planned
+    // prober gets its slot, anyone else only a gap the plan leaves this
+    // host idle for the whole test, and is told the next gap otherwise.
+    let cut_at = match shared.check_turn(peer.ip(), planned + super::turns::HAND_SETUP) {
+        Ok(Some(super::turns::Admit::Gap { until: Some(until) })) => {
+            let left = until.saturating_sub(super::unix_now());
+            Some(tokio::time::Instant::now() + left)
+        }
+        Ok(_) => None,
+        Err(refusal) => {
+            ResponderCounters::inc(&counters.rejected_out_of_turn);
+            let message = refusal.message;
+            limited_info!(shared.log, "out_of_turn", %peer, %message, "test refused");
+            let msg = Message::Busy {
+                retry_after_ms: refusal.retry_after.as_millis() as u64,
+                message,
+            };
+            let _ = control.send(&msg, timeout).await;
+            return;
+        }
+    };
     if let Err((reason, message)) = allowances(shared, &config, peer.ip(), planned) {
         limited_info!(shared.log, "allowance", %peer, %message, "test refused");
         refuse(&mut control, counters, reason, message, timeout).await;
@@ -248,7 +256,7 @@ pub(super) async fn run(
     let kind = request.kind;
     let direction = request.direction;
     let began = Instant::now();
-    let ok = match run_test(
+    let run = run_test(
         &mut control,
         peer,
         &request,
@@ -256,9 +264,17 @@ pub(super) async fn run(
         token,
         shared,
         &slot,
-    )
-    .await
-    {
+    );
+    // A test let into a gap of the mesh plan ends where the gap does,
+    // however slowly its prober sets it up: it must not hold the slot
+    // into the next planned test.
+    let outcome = match cut_at {
+        Some(cut) => tokio::time::timeout_at(cut, run)
+            .await
+            .unwrap_or(Err(TestError::GapEnded)),
+        None => run.await,
+    };
+    let ok = match outcome {
         Ok(stats) => {
             // The slot is freed and the test counted before the results
             // go out: the prober's next probe may follow at once, and must
@@ -410,6 +426,8 @@ enum TestError {
     DataPath(#[from] crate::kinds::side::DataPathFailed),
     #[error("no data moved for {0:?}: the prober stopped taking part")]
     Stalled(Duration),
+    #[error("cut where this mesh member's free gap ends: a planned test is due")]
+    GapEnded,
 }
 
 async fn run_test(

@@ -174,7 +174,27 @@ impl App for ServiceApp {
             let budget = timeout
                 .unwrap_or(m.effective_timeout())
                 .min(m.effective_timeout() * 2);
-            let deadline = Instant::now() + budget;
+            let mut deadline = Instant::now() + budget;
+            // In mesh mode this host's slot is kept for its planned tests:
+            // a probe on demand runs only in a gap the plan leaves it, and
+            // ends where the gap does.
+            let need = m
+                .specs()
+                .iter()
+                .map(|(_, s)| s.omit + s.duration + crate::responder::turns::HAND_SETUP)
+                .sum();
+            let gap = match shared.responder.as_ref().map(|r| r.mesh_gap(need)) {
+                Some(Err(refusal)) => {
+                    shared.state.http_refused(HttpRefusal::ProbeBusy);
+                    tracing::info!(%target, %module, reason = %refusal.message, "/probe refused");
+                    return Err(ProbeRequestError::Busy(refusal.message));
+                }
+                Some(Ok(gap)) => gap,
+                None => None,
+            };
+            if let Some(left) = gap {
+                deadline = deadline.min(Instant::now() + left);
+            }
             let mut debug = format!(
                 "Probing {target} with module {module} ({}), within {budget:?}\n",
                 m.kind.as_str()
@@ -223,10 +243,16 @@ impl App for ServiceApp {
                         Err(f)
                     }
                     Ok(None) | Err(_) => {
-                        let _ = writeln!(debug, "  timed out after {budget:?}");
+                        let message = if deadline < queued + budget {
+                            "cut where this mesh member's free gap ends: a planned test is due"
+                                .to_string()
+                        } else {
+                            format!("no result within {budget:?}")
+                        };
+                        let _ = writeln!(debug, "  failed (timeout): {message}");
                         Err(ProbeFailure {
                             reason: "timeout",
-                            message: format!("no result within {budget:?}"),
+                            message,
                         })
                     }
                 };

@@ -161,6 +161,11 @@ pub struct Observation {
     pub advice: Option<Arc<str>>,
 }
 
+/// The bytes the changed settings may take in [`Step::describe`]'s
+/// sentence, shared between the two ends: it is logged and kept, and cut
+/// at 1 KiB there.
+pub const DESCRIBE_CHANGES: usize = 640;
+
 /// A detected step, with what changed around it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
@@ -180,7 +185,7 @@ pub struct Step {
     /// after, on either end.
     pub changes: Vec<(End, SettingChange)>,
     /// Kernel releases before and after, of the end whose kernel changed
-    /// (the remote's when both or neither did).
+    /// (this host's when both did, the remote's when neither did).
     pub release_before: Option<String>,
     pub release_after: Option<String>,
     pub verdict: Option<String>,
@@ -196,26 +201,45 @@ impl Step {
         }
     }
 
-    /// The settings that changed, one end at a time: "remote: kernel
-    /// 2.6.78 → 6.18.44, net.ipv4.tcp_wmem … → …"; "no setting changed".
-    pub fn changes_text(&self, local: &str, remote: &str) -> String {
-        let mut parts = Vec::new();
-        for (end, name) in [(End::Remote, remote), (End::Local, local)] {
-            let c: Vec<String> = self
-                .changes
-                .iter()
-                .filter(|(e, _)| *e == end)
-                .map(|(_, c)| c.describe())
-                .collect();
-            if !c.is_empty() {
-                parts.push(format!("{name}: {}", c.join(", ")));
-            }
+    /// The settings that changed, one end at a time and this host's
+    /// first: "local: net.ipv4.tcp_wmem … → …; remote: kernel 2.6.78 →
+    /// 6.18.44"; "no setting changed". Each end has its own share of
+    /// `max` bytes (the whole of it when only one end changed); an end
+    /// whose changes do not fit its share is summarised ("remote: 21
+    /// settings changed"), so that a peer that churns its settings cannot
+    /// push this host's own change out of a label or log line cut short.
+    pub fn changes_text(&self, local: &str, remote: &str, max: usize) -> String {
+        let ends: Vec<(&str, Vec<String>)> = [(End::Local, local), (End::Remote, remote)]
+            .into_iter()
+            .map(|(end, name)| {
+                let c: Vec<String> = self
+                    .changes
+                    .iter()
+                    .filter(|(e, _)| *e == end)
+                    .map(|(_, c)| c.describe())
+                    .collect();
+                (name, c)
+            })
+            .filter(|(_, c)| !c.is_empty())
+            .collect();
+        if ends.is_empty() {
+            return "no setting changed on either end".into();
         }
-        if parts.is_empty() {
-            "no setting changed on either end".into()
-        } else {
-            parts.join("; ")
-        }
+        // "; " between the ends comes out of the shares.
+        let share = (max / ends.len()).saturating_sub(2);
+        ends.iter()
+            .map(|(name, c)| {
+                let whole = format!("{name}: {}", c.join(", "));
+                if whole.len() <= share {
+                    whole
+                } else if c.len() == 1 {
+                    format!("{name}: 1 setting changed")
+                } else {
+                    format!("{name}: {} settings changed", c.len())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// One line for logs, the page and alerts: "474.5 Mbit/s → 259.9
@@ -229,7 +253,7 @@ impl Step {
             self.figure.format(self.after),
             if pct < 0.0 { "−" } else { "+" },
             pct.abs(),
-            self.changes_text(local, remote)
+            self.changes_text(local, remote, DESCRIBE_CHANGES)
         );
         if let Some(v) = &self.verdict {
             s.push_str(&format!("; verdict {v}"));
@@ -530,8 +554,10 @@ impl Detector {
                 .find(|(e, c)| *e == end && c.setting == setting::KERNEL)
                 .map(|(_, c)| (c.before.clone(), c.after.clone()))
         };
-        let (release_before, release_after) = kernel(End::Remote)
-            .or_else(|| kernel(End::Local))
+        // This host's own kernel change first: a peer's (which may be
+        // made up) must not hide it.
+        let (release_before, release_after) = kernel(End::Local)
+            .or_else(|| kernel(End::Remote))
             .unwrap_or_else(|| {
                 let k = first_after
                     .remote

@@ -32,6 +32,8 @@ use crate::responder::ResponderCounters;
 
 pub use host::{HostMetrics, DEFAULT_IRQ_PATTERN};
 pub use service::{HttpRefusal, MeshFigures, ServiceState};
+/// The one value a peer that churns its release is exported and kept under.
+pub use steps::UNSTABLE as UNSTABLE_RELEASE;
 pub use store::{check_user_label, ProbeFailure, ProbeKey, ProbeOutcome, ResultStore, SeriesPlan};
 
 /// The Content-Type of [`render`]'s output, as `/metrics` and `/probe`

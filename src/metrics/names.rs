@@ -422,7 +422,7 @@ pub static PROBE_KERNEL_INFO: MetricDef = def(
     Gauge,
     "pathprobe_probe_kernel_info",
     &[SIDE, RELEASE],
-    "Always 1; the kernel release each side ran in the latest probe (side=\"remote\" is the peer's).",
+    "Always 1; the kernel release each side ran in the latest probe (side=\"remote\" is the peer's; `unstable` while the peer churns, see pathprobe_probe_remote_unstable_total).",
 );
 pub static PROBE_LIMITED_BY: MetricDef = def(
     Probe,
@@ -444,7 +444,14 @@ pub static PROBE_FINGERPRINT_INFO: MetricDef = def(
     Gauge,
     "pathprobe_probe_fingerprint_info",
     &[SIDE, HASH, KERNEL_RELEASE],
-    "Always 1; each side's host fingerprint in the latest probe that carried one (kernel release, TCP buffer sysctls, congestion control, qdisc, interface, CPU quota, pathprobe version): hash is 8 hex digits of the whole set, so the series changes exactly when a setting does; the settings themselves are on the status page and in the probe JSON. Absent for peers that do not send one.",
+    "Always 1; each side's host fingerprint in the latest probe that carried one (kernel release, TCP buffer sysctls, congestion control, qdisc, interface, CPU quota, pathprobe version): hash is 8 hex digits of the whole set, so the series changes exactly when a setting does; the settings themselves are on the status page and in the probe JSON. A peer whose fingerprint or release churns reads hash and kernel_release `unstable` (pathprobe_probe_remote_unstable_total). Absent for peers that do not send one.",
+);
+pub static PROBE_REMOTE_UNSTABLE: MetricDef = def(
+    Probe,
+    Counter,
+    "pathprobe_probe_remote_unstable_total",
+    &[],
+    "Successful probes whose responder had shown more than 2 distinct kernel releases or fingerprints within the hour before, at 0 from the start: while it churns, its release and fingerprint hash are exported as `unstable` (on pathprobe_probe_kernel_info, pathprobe_probe_fingerprint_info and the step series) rather than as a new series each probe, and the history keeps its buckets whole.",
 );
 pub static STEP_DETECTED: MetricDef = def(
     Probe,
@@ -458,7 +465,7 @@ pub static STEP_LAST_RATIO: MetricDef = def(
     Gauge,
     "pathprobe_step_last_ratio",
     &[FIGURE, FROM_RELEASE, TO_RELEASE, BEFORE, AFTER, VERDICT, ADVICE, CHANGES],
-    "The newest step of each figure of this path: median after over median before (0.55 is -45%). Its labels say what it was: the kernel release before and after (of the end whose kernel changed, the peer's when none did), both medians in their unit (bit/s for throughput), the verdict and advice most probes after it gave, and the settings that changed on either end between the last probe before it and the first after (at most 200 characters). One series per figure and path, replaced at the next step; absent before the first.",
+    "The newest step of each figure of this path: median after over median before (0.55 is -45%). Its labels say what it was: the kernel release before and after (of the end whose kernel changed, this host's when both did, the peer's when none did; `unstable` for a peer whose release churns, see pathprobe_probe_remote_unstable_total), both medians in their unit (bit/s for throughput), the verdict and advice most probes after it gave, and the settings that changed on either end between the last probe before it and the first after (at most 200 characters, each end its own share, this host's first; an end whose changes do not fit is summarised as \"remote: 21 settings changed\"). One series per figure and path, replaced at the next step; absent before the first.",
 );
 pub static STEP_LAST_TIME: MetricDef = def(
     Probe,
@@ -915,6 +922,7 @@ pub static ALL: &[&MetricDef] = &[
     &PROBE_LIMITED_BY,
     &PROBE_LIMIT_STRENGTH,
     &PROBE_FINGERPRINT_INFO,
+    &PROBE_REMOTE_UNSTABLE,
     &STEP_DETECTED,
     &STEP_LAST_RATIO,
     &STEP_LAST_TIME,
@@ -1113,7 +1121,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 102);
+        assert_eq!(ALL.len(), 103);
     }
 
     #[test]

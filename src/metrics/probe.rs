@@ -472,9 +472,15 @@ fn render_series(
         // An unknown release (an old responder, a failed uname) would
         // make a series with an empty label, which says nothing.
         if !s.kernel_release.is_empty() {
+            // A peer that makes up a release each probe is exported
+            // under one value, not a new series each time.
+            let release = match side {
+                "remote" => series.steps.remote_label(&s.kernel_release),
+                _ => s.kernel_release.as_str(),
+            };
             add(
                 &names::PROBE_KERNEL_INFO,
-                &[(SIDE, side), (RELEASE, &s.kernel_release)],
+                &[(SIDE, side), (RELEASE, release)],
                 1.0,
             );
         }
@@ -519,14 +525,23 @@ fn render_steps(
             let kernel = f
                 .get(crate::protocol::fingerprint::setting::KERNEL)
                 .unwrap_or("");
+            let (hash, kernel) = match side {
+                "remote" => (st.remote_label(&hash), st.remote_label(kernel)),
+                _ => (hash.as_str(), kernel),
+            };
             add(
                 &names::PROBE_FINGERPRINT_INFO,
-                &[(SIDE, side), (HASH, &hash), (KERNEL_RELEASE, kernel)],
+                &[(SIDE, side), (HASH, hash), (KERNEL_RELEASE, kernel)],
                 1.0,
             );
         }
     }
     if counters == Counters::Include {
+        add(
+            &names::PROBE_REMOTE_UNSTABLE,
+            &[],
+            st.remote_unstable_probes as f64,
+        );
         for (figure, n) in &st.detected {
             add(
                 &names::STEP_DETECTED,
@@ -538,13 +553,29 @@ fn render_steps(
     for (figure, step) in &st.last {
         let before = figure.format(step.before);
         let after = figure.format(step.after);
-        let changes = step.changes_text("local", "remote");
+        let changes = step.changes_text("local", "remote", MAX_TEXT_LABEL);
+        // The releases are this host's when its kernel changed, the
+        // peer's otherwise: a churning peer's are exported as one value.
+        let local_kernel = step.changes.iter().any(|(end, c)| {
+            *end == crate::analysis::step::End::Local
+                && c.setting == crate::protocol::fingerprint::setting::KERNEL
+        });
+        let release = |r: &Option<String>| -> String {
+            let r = r.as_deref().unwrap_or("");
+            if local_kernel || r.is_empty() {
+                r.to_string()
+            } else {
+                st.remote_label(r).to_string()
+            }
+        };
+        let (from_release, to_release) =
+            (release(&step.release_before), release(&step.release_after));
         add(
             &names::STEP_LAST_RATIO,
             &[
                 (FIGURE, figure.as_str()),
-                (FROM_RELEASE, step.release_before.as_deref().unwrap_or("")),
-                (TO_RELEASE, step.release_after.as_deref().unwrap_or("")),
+                (FROM_RELEASE, &from_release),
+                (TO_RELEASE, &to_release),
                 (BEFORE, &before),
                 (AFTER, &after),
                 (VERDICT, step.verdict.as_deref().unwrap_or("")),

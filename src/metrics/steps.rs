@@ -8,8 +8,16 @@
 //! it with its series. Memory is bounded per path: the detector keeps at
 //! most 17 probes, consecutive probes share one copy of an unchanged
 //! fingerprint, and one step is kept per figure.
+//!
+//! A peer's release and fingerprint are label values, and Prometheus keeps
+//! every value it scrapes: a peer that makes up a new release every probe
+//! would make a new series every probe. So the values each path's peer
+//! took over the last hour are kept ([`Churn`]); past
+//! [`MAX_REMOTE_VALUES`] distinct ones the peer is exported under the one
+//! value [`UNSTABLE`] (and counted) until an hour has passed with it
+//! steady.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::analysis::step::{Detector, Figure, Observation, Step};
@@ -31,6 +39,52 @@ pub(crate) struct PathSteps {
     /// Each end's fingerprint in the newest probe that carried one.
     pub local: Option<Arc<HostFingerprint>>,
     pub remote: Option<Arc<HostFingerprint>>,
+    /// The remote end's releases and fingerprint hashes of the last hour.
+    remote_releases: Churn,
+    remote_hashes: Churn,
+    /// Whether the remote end's release or fingerprint changed too often
+    /// in the hour before the newest probe to be exported as it is.
+    pub remote_unstable: bool,
+    /// Probes whose remote end was exported as [`UNSTABLE`].
+    pub remote_unstable_probes: u64,
+}
+
+/// The label value a peer whose release or fingerprint churns is exported
+/// under, in place of each value it makes up.
+pub const UNSTABLE: &str = "unstable";
+/// Distinct releases (or fingerprints) a peer may show within
+/// [`CHURN_WINDOW`] and still be exported as itself: an upgrade and a
+/// roll-back are two.
+pub(crate) const MAX_REMOTE_VALUES: usize = 2;
+/// How far back the distinct values are counted.
+pub(crate) const CHURN_WINDOW_SECONDS: f64 = 3600.0;
+
+/// The distinct values one of a peer's labels took within the window, each
+/// with when it was last seen; at most one more than
+/// [`MAX_REMOTE_VALUES`] are kept, so memory is bounded whatever the peer
+/// sends.
+#[derive(Debug, Clone, Default)]
+struct Churn {
+    seen: VecDeque<(Arc<str>, f64)>,
+}
+
+impl Churn {
+    /// Notes `value` seen at `now` (Unix seconds); whether the values of
+    /// the window are still few enough to export as they are.
+    fn observe(&mut self, value: &str, now: f64) -> bool {
+        // A clock stepped back leaves the entries "in the future": kept.
+        self.seen.retain(|(_, t)| now - t < CHURN_WINDOW_SECONDS);
+        match self.seen.iter_mut().find(|(v, _)| &**v == value) {
+            Some(e) => e.1 = now,
+            None => {
+                self.seen.push_back((Arc::from(value), now));
+                if self.seen.len() > MAX_REMOTE_VALUES + 1 {
+                    self.seen.pop_front();
+                }
+            }
+        }
+        self.seen.len() <= MAX_REMOTE_VALUES
+    }
 }
 
 impl PathSteps {
@@ -69,6 +123,18 @@ impl PathSteps {
         };
         let local = share(&mut self.local, &r.local.fingerprint);
         let remote = share(&mut self.remote, &r.remote.fingerprint);
+        let now = started
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let release_steady = r.remote.kernel_release.is_empty()
+            || self.remote_releases.observe(&r.remote.kernel_release, now);
+        let hash_steady = remote
+            .as_ref()
+            .is_none_or(|f| self.remote_hashes.observe(&f.hash(), now));
+        self.remote_unstable = !(release_steady && hash_steady);
+        if self.remote_unstable {
+            self.remote_unstable_probes += 1;
+        }
         let mut figures = [None; 4];
         for f in self.figures {
             let v = match f {
@@ -113,6 +179,16 @@ impl PathSteps {
     #[cfg(test)]
     pub fn margin(&self, figure: Figure) -> Option<crate::analysis::step::Margin> {
         self.detector.margin(figure)
+    }
+
+    /// A remote release or hash as exported: itself, or [`UNSTABLE`] while
+    /// the peer churns.
+    pub fn remote_label<'a>(&self, value: &'a str) -> &'a str {
+        if self.remote_unstable {
+            UNSTABLE
+        } else {
+            value
+        }
     }
 
     /// The verdict most of the path's recent probes gave, with its advice.

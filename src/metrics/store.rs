@@ -450,6 +450,16 @@ impl ResultStore {
         target.record(outcome)
     }
 
+    /// Whether `key`'s peer in `direction` churns its release or
+    /// fingerprint too fast to be shown as it is (see
+    /// [`super::steps::UNSTABLE`]).
+    pub fn remote_unstable(&self, key: &ProbeKey, direction: crate::probe::Direction) -> bool {
+        self.lock()
+            .get(key)
+            .and_then(|t| t.directions.get(direction.as_str()))
+            .is_some_and(|s| s.steps.remote_unstable)
+    }
+
     /// The stable verdict and its advice of `key`'s path in `direction`
     /// (the mode of its recent probes' verdicts), if any.
     pub fn stable_verdict(

@@ -2165,6 +2165,100 @@ fn a_step_is_found_within_five_probes_attributed_and_exported() {
     }
 }
 
+/// A peer that makes up its release and 20 other settings at every probe
+/// (the red team's), while this host lowers its own tcp_wmem max once and
+/// the throughput halves: the peer's labels stay bounded, and this host's
+/// change is what the step's label and log line show.
+#[test]
+fn a_churning_peer_is_exported_as_unstable_and_leaves_this_hosts_change_in_view() {
+    use std::collections::BTreeSet;
+    let store = ResultStore::new();
+    let key = ProbeKey::new("b", "tcp_send");
+    let churn = |m: u64| crate::protocol::fingerprint::HostFingerprint {
+        settings: std::iter::once(("kernel".to_string(), format!("9.{m}.0-made-up")))
+            .chain((0..20).map(|k| (format!("x.setting{k:02}"), format!("value {m} of {k}"))))
+            .collect(),
+    };
+    let (mut releases, mut hashes, mut fp_releases) =
+        (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let mut steps = Vec::new();
+    for m in 0..17u64 {
+        let bits = if m < 10 { 474e6 } else { 260e6 } + (m % 3) as f64 * 1e6;
+        let mut o = tcp_at(m, bits, &churn(m));
+        if let Ok(r) = &mut o.result {
+            r.remote.kernel_release = format!("9.{m}.0-made-up");
+            if m >= 10 {
+                r.local.fingerprint = Some(fingerprint("6.1.0", "4096 16384 196608"));
+            }
+        }
+        steps.extend(store.record(key.clone(), o));
+        let s = store_text(&store);
+        for x in find(&s, "pathprobe_probe_kernel_info", &[("side", "remote")]) {
+            releases.insert(x.labels["release"].clone());
+        }
+        for x in find(
+            &s,
+            "pathprobe_probe_fingerprint_info",
+            &[("side", "remote")],
+        ) {
+            hashes.insert(x.labels["hash"].clone());
+            fp_releases.insert(x.labels["kernel_release"].clone());
+        }
+    }
+    // Before: 17 releases and 17 hashes over 17 probes.
+    assert!(releases.len() <= 3, "{releases:?}");
+    assert!(releases.contains("unstable"), "{releases:?}");
+    assert!(hashes.len() <= 3, "{hashes:?}");
+    assert!(fp_releases.len() <= 3, "{fp_releases:?}");
+    let s = store_text(&store);
+    // Counted: every probe from the third distinct value on.
+    assert_eq!(
+        value(&s, "pathprobe_probe_remote_unstable_total", &TCP_KEY),
+        15.0
+    );
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let last = find(
+        &s,
+        "pathprobe_step_last_ratio",
+        &with(&TCP_KEY, &[("figure", "throughput")]),
+    );
+    assert_eq!(last.len(), 1, "{last:?}");
+    let l = &last[0].labels;
+    assert_eq!(
+        l["changes"],
+        "local: net.ipv4.tcp_wmem 4096 16384 4194304 → 4096 16384 196608; remote: 21 settings changed"
+    );
+    assert_eq!(l["from_release"], "unstable");
+    assert_eq!(l["to_release"], "unstable");
+    // The log line (cut at 1 KiB) names this host's change too.
+    let line = steps[0].describe("this host", "b");
+    assert!(line.len() < 1024, "{} bytes: {line}", line.len());
+    assert!(
+        line.contains("this host: net.ipv4.tcp_wmem 4096 16384 4194304 → 4096 16384 196608"),
+        "{line}"
+    );
+    // A peer that upgrades once is still itself.
+    let store = ResultStore::new();
+    for m in 0..17u64 {
+        let mut o = tcp_at(
+            m,
+            474e6,
+            &fingerprint(if m < 8 { "6.1.0" } else { "6.8.0" }, "a"),
+        );
+        if let Ok(r) = &mut o.result {
+            r.remote.kernel_release = if m < 8 { "6.1.0" } else { "6.8.0" }.into();
+        }
+        store.record(key.clone(), o);
+    }
+    let s = store_text(&store);
+    let k = find(&s, "pathprobe_probe_kernel_info", &[("side", "remote")]);
+    assert_eq!(k[0].labels["release"], "6.8.0");
+    assert_eq!(
+        value(&s, "pathprobe_probe_remote_unstable_total", &TCP_KEY),
+        0.0
+    );
+}
+
 #[test]
 fn a_fingerprint_change_without_a_move_is_no_step_but_a_new_hash() {
     let store = ResultStore::new();

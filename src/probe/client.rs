@@ -23,6 +23,7 @@ use crate::protocol::adaptive::{
     AdaptiveRequest, Progress, StopReason, TestEnd, PROGRESS_INTERVAL_US,
 };
 use crate::protocol::message::{now_us, software, span, ClockOffset, Hello, HelloAuth, Limits};
+use crate::protocol::text::{self, TextKind};
 use crate::protocol::{Direction, Message, RejectReason, DEFAULT_PORT};
 
 /// The longest a whole probe may take: its measured time and warm-up, the
@@ -142,6 +143,9 @@ async fn handshake(
         }
         Err(e) => return Err(e.into()),
     };
+    // The software name is shown in a version mismatch and in logs.
+    text::check(TextKind::Software, &welcome.software)
+        .map_err(|e| ProbeError::Protocol(format!("the responder's welcome: {e}")))?;
     // A responder that answers with a version this side does not speak
     // (a broken or much newer one) is refused here, naming both.
     if !(oldest..=newest).contains(&welcome.version) {
@@ -245,7 +249,19 @@ async fn run_test(
     // A responder of an older release drops the adaptive request it does
     // not know from its echo: the test then runs its whole maximum, and
     // says so, rather than fail.
-    let mut clamped: Vec<String> = clamped.into_iter().take(16).collect();
+    // The notes are printed and exported: a responder's are few and
+    // held to the rule for its strings.
+    if clamped.len() > MAX_NOTES {
+        return Err(ProbeError::Protocol(format!(
+            "the responder sent {} notes of what it cut down, more than {MAX_NOTES}",
+            clamped.len()
+        )));
+    }
+    for note in &clamped {
+        text::check(TextKind::Note, note)
+            .map_err(|e| ProbeError::Protocol(format!("the responder's accepted: {e}")))?;
+    }
+    let mut clamped = clamped;
     let mut compared = asked.clone();
     // A responder that does not know the progress reports drops the ask:
     // the probe then judges the receiver's figures at the end only.
@@ -470,7 +486,7 @@ async fn run_test(
         // broken stream only says that something did.
         Err(e) => {
             return Err(match remote {
-                Ok(Message::Error { message }) => ProbeError::Aborted(message),
+                Ok(msg @ Message::Error { .. }) => refusal(msg, "results"),
                 Err(ce) if ProbeError::aborted_by_peer(&ce) => ce.into(),
                 _ => ProbeError::io("local streams", std::io::Error::other(e)),
             })
@@ -478,7 +494,7 @@ async fn run_test(
     };
     let remote = match remote? {
         Message::Results(stats) => *stats,
-        Message::Error { message } => return Err(ProbeError::Aborted(message)),
+        msg @ Message::Error { .. } => return Err(refusal(msg, "results")),
         other => {
             return Err(ProbeError::Protocol(format!(
                 "expected results, got {}",
@@ -767,8 +783,22 @@ fn describe_str(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
-/// Turns an unexpected reply into the error it stands for.
+/// The most notes of what a responder cut down that one `Accepted` may
+/// carry: one per limit it has.
+const MAX_NOTES: usize = 16;
+
+/// Turns an unexpected reply into the error it stands for. The sentence
+/// of a refusal or an error is shown and logged, so it is held to the
+/// rule for a peer's strings: one that breaks it is a protocol error.
 fn refusal(msg: Message, expected: &str) -> ProbeError {
+    if let Message::Busy { message, .. }
+    | Message::Rejected { message, .. }
+    | Message::Error { message } = &msg
+    {
+        if let Err(e) = text::check(TextKind::Message, message) {
+            return ProbeError::Protocol(format!("the responder's refusal or error: {e}"));
+        }
+    }
     match msg {
         Message::Busy {
             retry_after_ms,

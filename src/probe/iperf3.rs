@@ -601,9 +601,9 @@ pub fn remote_side(
             // out over the streams, so that their sum is the process's.
             cpu_user_seconds: theirs.cpu_util_user / 100.0 * seconds / n,
             cpu_system_seconds: theirs.cpu_util_system / 100.0 * seconds / n,
-            congestion: theirs.congestion_used.clone().filter(|c| {
-                c.len() <= 15 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            }),
+            // Held to the rule for a peer's strings by the checks of
+            // the results: a server's name that breaks it refuses them.
+            congestion: theirs.congestion_used.clone(),
             ..StreamStats::default()
         };
         let omitted_packets = count("omitted_packets", r.omitted_packets.unwrap_or(0))?;

@@ -18,6 +18,7 @@ use super::spec::{stream_layout, FlowDirection};
 use crate::engine::datapath::{interval_plan, DRAIN_GRACE, MAX_CPUS_REPORTED};
 use crate::engine::stats::{Role, SideStats, StreamStats};
 use crate::kinds::side::MAX_CPUS;
+use crate::protocol::text::{self, TextKind};
 use crate::protocol::TestRequest;
 
 /// Slack on time figures: scheduling, the control round trip, the drain.
@@ -95,10 +96,11 @@ pub fn check_accepted(asked: &TestRequest, agreed: &TestRequest) -> Result<(), S
 /// length in bytes: they are shown to the user, so a hostile responder must
 /// not flood the terminal or the JSON with them.
 pub const MAX_WARNINGS: usize = 8;
-pub const MAX_WARNING_LEN: usize = 200;
+pub const MAX_WARNING_LEN: usize = TextKind::Warning.max_len();
 
-/// The responder's warnings must be few, short, and plain text: a control
-/// character (an ANSI escape, a newline) could forge other output lines.
+/// The responder's warnings must be few, and each held to the rule for a
+/// peer's strings: a control character (an ANSI escape, a newline) could
+/// forge other output lines.
 pub fn check_warnings(warnings: &[String]) -> Result<(), String> {
     if warnings.len() > MAX_WARNINGS {
         return Err(format!(
@@ -107,15 +109,33 @@ pub fn check_warnings(warnings: &[String]) -> Result<(), String> {
         ));
     }
     for w in warnings {
-        if w.len() > MAX_WARNING_LEN {
-            return Err(format!(
-                "the responder sent a warning of {} bytes, more than {MAX_WARNING_LEN}",
-                w.len()
-            ));
+        text::check(TextKind::Warning, w).map_err(|e| format!("the responder's warning: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Every string of the responder's `Results` held to the one rule for a
+/// peer's strings (see [`crate::protocol::text`]), each to its kind's
+/// length: the release, the interface, each stream's congestion control,
+/// the warnings, the fingerprint. They are shown on the terminal, in
+/// label values, on pages and in logs, so one that breaks the rule
+/// refuses the whole result.
+pub fn check_strings(remote: &SideStats) -> Result<(), String> {
+    check_warnings(&remote.warnings)?;
+    text::check(TextKind::Release, &remote.kernel_release)
+        .map_err(|e| format!("the responder's results: {e}"))?;
+    if let Some(i) = &remote.interface {
+        text::check(TextKind::Interface, i).map_err(|e| format!("the responder's results: {e}"))?;
+    }
+    for s in &remote.streams {
+        if let Some(c) = &s.congestion {
+            text::check(TextKind::Congestion, c)
+                .map_err(|e| format!("the responder's stream {}: {e}", s.id))?;
         }
-        if w.chars().any(char::is_control) {
-            return Err("the responder sent a warning with control characters".into());
-        }
+    }
+    if let Some(f) = &remote.fingerprint {
+        f.check()
+            .map_err(|e| format!("the responder's host fingerprint: {e}"))?;
     }
     Ok(())
 }
@@ -140,7 +160,7 @@ pub fn check_results_over(
     remote: &SideStats,
     span_start: f64,
 ) -> Result<(), String> {
-    check_warnings(&remote.warnings)?;
+    check_strings(remote)?;
     let layout = stream_layout(request.direction, request.streams);
     let max_seconds = (Duration::from_millis(request.omit_ms.saturating_add(request.duration_ms))
         + DRAIN_GRACE
@@ -249,13 +269,6 @@ pub fn check_results_over(
                 "the responder's CPU cgroup figures are impossible: {t:?}"
             ));
         }
-    }
-    if remote.kernel_release.len() > 256 {
-        return Err("the responder's kernel release is not a kernel release".into());
-    }
-    if let Some(f) = &remote.fingerprint {
-        f.check()
-            .map_err(|e| format!("the responder's host fingerprint: {e}"))?;
     }
     Ok(())
 }
@@ -1075,6 +1088,19 @@ mod tests {
         assert!(forge(&|r| r.fingerprint = fp("kernel", "6\x1b[2J")).is_err());
         assert!(forge(&|r| r.fingerprint = fp("kernel", &"9".repeat(10_000))).is_err());
         assert!(forge(&|r| r.host.cpus = vec![CpuLoad::default(); 1000]).is_err());
+        // Every string is held to one rule: printable ASCII of its kind's
+        // length. Whatever the responder's release, interface and
+        // congestion control, a terminal, a label and a log line are safe.
+        assert!(forge(&|r| r.kernel_release = "6.1.0-13-amd64".into()).is_ok());
+        assert!(forge(&|r| r.kernel_release = "6.1\x1b]0;owned\x07".into()).is_err());
+        assert!(forge(&|r| r.kernel_release = "9".repeat(129)).is_err());
+        assert!(forge(&|r| r.interface = Some("enp0s31f6".into())).is_ok());
+        assert!(forge(&|r| r.interface = Some("eth0\rlevel=error".into())).is_err());
+        assert!(forge(&|r| r.interface = Some("e".repeat(100_000))).is_err());
+        assert!(forge(&|r| r.streams[0].congestion = Some("bbr".into())).is_ok());
+        assert!(forge(&|r| r.streams[0].congestion = Some("cubic\x07".into())).is_err());
+        assert!(forge(&|r| r.streams[0].congestion = Some("c".repeat(16))).is_err());
+        assert!(forge(&|r| r.warnings = vec!["caf\u{e9}".into()]).is_err());
     }
 
     #[test]

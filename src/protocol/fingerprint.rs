@@ -19,7 +19,7 @@ pub const MAX_SETTINGS: usize = 32;
 /// The longest setting name.
 pub const MAX_NAME: usize = 64;
 /// The longest setting value.
-pub const MAX_VALUE: usize = 128;
+pub const MAX_VALUE: usize = super::text::TextKind::SettingValue.max_len();
 
 /// Setting names, so that the reader, the attribution and the docs spell
 /// them the same way.
@@ -86,7 +86,7 @@ impl HostFingerprint {
             if !name_ok {
                 return Err("the fingerprint has a setting name that is not one".into());
             }
-            if value.len() > MAX_VALUE || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            if super::text::check(super::text::TextKind::SettingValue, value).is_err() {
                 return Err(format!(
                     "the fingerprint's {name} is not printable text of at most {MAX_VALUE} bytes"
                 ));

@@ -13,6 +13,7 @@
 //! - [`udp`]: the fixed header of every UDP datagram.
 //! - [`udp_rr`]: isochronous UDP round trips' replies and limits.
 //! - [`iperf3`]: iperf3's wire protocol, spoken to stock iperf3 peers.
+//! - [`text`]: the one rule every string from a peer is held to.
 //!
 //! This is the bottom layer: it imports nothing else of the crate.
 //!
@@ -33,6 +34,7 @@ pub mod model;
 #[cfg(test)]
 mod proptests;
 pub mod rr;
+pub mod text;
 pub mod udp;
 pub mod udp_rr;
 

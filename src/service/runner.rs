@@ -158,6 +158,11 @@ pub(crate) fn record(
     let mut point = super::history::Point::from_outcome(&o);
     let (kind, direction) = (o.kind.clone(), o.direction);
     let steps = store.record(store_key.clone(), o);
+    // A peer that makes up a release each probe would split a bucket at
+    // every probe: its churn is kept as one value.
+    if point.remote_kernel.is_some() && store.remote_unstable(store_key, direction) {
+        point.remote_kernel = Some(Arc::from(crate::metrics::UNSTABLE_RELEASE));
+    }
     point.verdict = store
         .stable_verdict(store_key, direction)
         .map(|(verdict, advice)| Arc::new(super::history::Verdict { verdict, advice }));

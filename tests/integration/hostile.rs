@@ -16,6 +16,7 @@ mod iperf3;
 mod many;
 mod relay;
 mod round3;
+mod round4;
 mod util;
 
 use std::io::Read;

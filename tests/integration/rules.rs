@@ -1811,7 +1811,7 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
                 s.figure.format(s.before),
                 s.figure.format(s.after),
                 s.verdict.as_deref().unwrap_or(""),
-                s.changes_text("local", "remote"),
+                s.changes_text("local", "remote", 200), // the label's length
             );
             all.push((s.figure, p.minute, labels, s.ratio));
             at_seconds.entry(s.figure).or_insert_with(|| vec![None; i]);

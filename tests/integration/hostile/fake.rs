@@ -130,7 +130,7 @@ pub async fn write_frame(s: &mut TcpStream, v: &Value) -> Result<(), String> {
     s.write_all(&frame(v)).await.map_err(|e| e.to_string())
 }
 
-fn welcome() -> Value {
+pub fn welcome() -> Value {
     serde_json::to_value(Message::Welcome(Welcome {
         version: PROTOCOL_VERSION,
         software: "fake/0".into(),

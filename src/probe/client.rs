@@ -362,6 +362,8 @@ async fn run_test(
     // few more are read past the maximum (the end crossing them), then
     // the next one is a protocol error.
     let reports_allowed = request.duration_ms / (PROGRESS_INTERVAL_US / 1000) + 64;
+    // Before `Start` leaves: no responder's gate opens earlier.
+    let start_sent = Instant::now();
     control.send(&Message::Start, t).await?;
     let started = Instant::now();
     let timestamp = SystemTime::now()
@@ -440,7 +442,8 @@ async fn run_test(
         // Without the handshake's clock stamps (an older responder), the
         // round trip is not known: a quarter second of slack then.
         let rtt = clock.map_or(0.25, |c| 2.0 * c.uncertainty_seconds);
-        let mut control = AdaptiveControl::new(run, &asked, plan.duration, sends_datagrams, rtt);
+        let mut control =
+            AdaptiveControl::new(run, &asked, plan.duration, sends_datagrams, start_sent, rtt);
         let mut tick = tokio::time::interval(crate::engine::adaptive::SAMPLE_INTERVAL);
         let mut end_tx = Some(end_tx);
         // A slot's end (the mesh's): the test ends then, reported cut.
@@ -547,9 +550,12 @@ struct AdaptiveControl {
     /// This side sends datagrams: the receiver's figures over the span
     /// are the ones the estimate must agree with.
     check_receiver: bool,
-    /// How far ahead of this side's clock a receiver's report may be: the
-    /// handshake's round trip (the two start gates open that far apart at
-    /// most) and a little for scheduling.
+    /// When this side sent `Start`: the responder's start gate, the zero
+    /// of its reports' times, cannot have opened before.
+    start_sent: Instant,
+    /// How far ahead of this side's time since `start_sent` a receiver's
+    /// report may be: the handshake's round trip and a little for
+    /// scheduling, which no honest report needs (it is timed from later).
     report_slack: f64,
     /// Reports refused for a time ahead of that.
     refused_reports: u64,
@@ -565,6 +571,7 @@ impl AdaptiveControl {
         asked: &AdaptiveRequest,
         max: Duration,
         check_receiver: bool,
+        start_sent: Instant,
         handshake_rtt: f64,
     ) -> AdaptiveControl {
         AdaptiveControl {
@@ -576,6 +583,7 @@ impl AdaptiveControl {
             pending: None,
             sent: false,
             check_receiver,
+            start_sent,
             report_slack: handshake_rtt.clamp(0.0, 1.0) + REPORT_SLACK,
             refused_reports: 0,
         }
@@ -625,7 +633,7 @@ impl AdaptiveControl {
     /// before its minimum, and the end is recorded at this side's time.
     fn report(&mut self, p: Progress) {
         let t = p.at_us as f64 / 1e6;
-        let now = self.elapsed();
+        let now = self.start_sent.elapsed().as_secs_f64();
         tracing::trace!(t, now, bytes = p.bytes, "adaptive receiver report");
         if t > now + self.report_slack {
             self.refused_reports += 1;
@@ -638,8 +646,11 @@ impl AdaptiveControl {
             }
             return;
         }
-        if let Step::Stop(reason) = self.estimator.push(t, p.bytes, None) {
-            self.decide(reason, now);
+        // Within the slack, never past this side's own time: the minimum
+        // and maximum are judged by this clock.
+        if let Step::Stop(reason) = self.estimator.push(t.min(now), p.bytes, None) {
+            let at = self.elapsed();
+            self.decide(reason, at);
         }
     }
 

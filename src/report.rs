@@ -110,6 +110,14 @@ fn evidence_table(d: &DirectionSummary) -> String {
             }
         }
     }
+    if let (Some(softirqs), Some(irqs)) = (e.receiver_net_rx_softirqs, e.receiver_interrupts) {
+        // Host-wide: beside the receiving thread's wait and its CPU's
+        // interrupt share, what says its CPU was contended.
+        let _ = writeln!(
+            out,
+            "    receiver host    {softirqs} NET_RX softirqs, {irqs} interrupts over the window"
+        );
+    }
     if d.tcp.is_some() {
         let _ = writeln!(
             out,

@@ -198,6 +198,13 @@ pub struct Evidence {
     pub sender_quota_cpus: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver_quota_cpus: Option<f64>,
+    /// The receiving host's NET_RX softirqs and hardware interrupts over
+    /// the window (host-wide): with the receiving thread's wait and its
+    /// CPU's interrupt share, the evidence of contention on the receiver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_net_rx_softirqs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_interrupts: Option<u64>,
     /// Both ends on one host (loopback, or a probe of one's own address):
     /// there is no network between them to blame.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -275,6 +282,14 @@ pub const RATE_REACHED: f64 = 0.9;
 /// Interrupts that took this much of a data thread's CPU, and more of it
 /// than the thread itself, crowded the thread out.
 pub const INTERRUPTS_CROWD: f64 = 0.3;
+/// A receiving thread runnable without a CPU this much of the window ...
+pub const CONTENDED_WAIT: f64 = 0.25;
+/// ... on a CPU whose hard and soft interrupts took at least this much of
+/// it, while its run, wait and the interrupts together filled the CPU
+/// ([`CPU_SATURATED`]), was crowded off its CPU: the receiver's CPU was
+/// contended. A thread that waits on a host merely busy with other
+/// processes (a build) shows no interrupt share, and is not.
+pub const CONTENDED_IRQ: f64 = 0.15;
 /// UDP loss above this is the path's.
 pub const UDP_LOSS: f64 = 0.01;
 /// UDP loss this much of which the receiving host dropped at its socket
@@ -417,6 +432,8 @@ pub fn gather(
         receiver_throttled: receiver_host.cpu_throttle.map(|t| t.throttled_share()),
         sender_quota_cpus: sender_host.cpu_throttle.and_then(|t| t.quota_cpus),
         receiver_quota_cpus: receiver_host.cpu_throttle.and_then(|t| t.quota_cpus),
+        receiver_net_rx_softirqs: Some(receiver_host.softirq_net_rx),
+        receiver_interrupts: Some(receiver_host.interrupts),
         // Set by the caller, which knows the addresses.
         same_host: false,
     }
@@ -476,6 +493,15 @@ fn cpu_candidates(t: &ThreadEvidence) -> (f64, Option<f64>) {
     }
 }
 
+/// The receiving thread's CPU as contended (see [`CONTENDED_WAIT`]): its
+/// run, wait and interrupt share together, when it waited long enough on
+/// a CPU with enough interrupt work to be crowded off it.
+fn contention(t: &ThreadEvidence) -> Option<f64> {
+    let irq = t.cpu_interrupt_share.unwrap_or(0.0);
+    let held = clamp01(t.run + t.wait + irq);
+    (t.wait >= CONTENDED_WAIT && irq >= CONTENDED_IRQ && held >= CPU_SATURATED).then_some(held)
+}
+
 /// Whether a side's cgroup used its CPU quota up in nearly every period.
 fn capped(throttled: Option<f64>) -> bool {
     throttled.is_some_and(|t| t >= CPU_SATURATED)
@@ -502,8 +528,19 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
         e.receiver_throttled.unwrap_or(0.0),
     );
     let mut irq_crowd: f64 = 0.0;
+    // Contention on the receiver's CPU: its thread waited for the CPU
+    // while interrupts (a storm of another flow's softirqs) took it.
+    let receiver_contended = e.receiver.as_ref().and_then(contention);
     if let Some(t) = &e.sender {
-        let (sat, irq) = cpu_candidates(t);
+        let (mut sat, irq) = cpu_candidates(t);
+        if receiver_contended.is_some() && t.demand() < CPU_SATURATED {
+            // A sending thread well below a full CPU, while the receiver
+            // could not get its own: the sender was held by the receiver,
+            // and its CPU's interrupt work (on one host, the flow's own
+            // receive path) does not make it the limit. Staged: the
+            // sender at 69% with 26% interrupts read `sender_cpu` 0.95.
+            sat = clamp01(t.demand());
+        }
         sender_sat = sender_sat.max(sat);
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
     }
@@ -516,7 +553,7 @@ pub fn diagnose(e: &Evidence) -> Diagnosis {
     let receiver_drops = e.receiver_drop_share().filter(|_| udp_lossy);
     if let Some(t) = &e.receiver {
         let (sat, irq) = cpu_candidates(t);
-        receiver_sat = receiver_sat.max(sat);
+        receiver_sat = receiver_sat.max(sat).max(receiver_contended.unwrap_or(0.0));
         irq_crowd = irq_crowd.max(irq.unwrap_or(0.0));
     }
     if e.receiver.is_some() || e.receiver_throttled.is_some() || receiver_drops.is_some() {
@@ -884,6 +921,63 @@ mod tests {
         let d = diagnose(&tcp(thread(0.6, 0.0, 0.38), thread(0.5, 0.0, 0.0)));
         assert_eq!(d.limit, Limit::SenderCpu);
         assert!((d.strength - 0.98).abs() < 1e-9);
+    }
+
+    /// A loopback probe, the receiver pinned to the CPU of a softirq storm
+    /// (64-byte UDP floods over a veth pair), as staged: the receiver's
+    /// thread ran 24% and waited for its CPU 41% of the window, on a CPU
+    /// with 27% irq+softirq; the sender ran 69% with 26% interrupts on its
+    /// own CPU (the loopback receive path).
+    fn storm() -> Evidence {
+        let mut e = tcp(thread(0.69, 0.0, 0.26), thread(0.242, 0.408, 0.266));
+        e.same_host = true;
+        e.rtt_over_min = Some(21.0);
+        e.receiver_net_rx_softirqs = Some(676_000);
+        e
+    }
+
+    #[test]
+    fn a_softirq_storm_on_the_receiver_s_cpu_is_the_receiver_not_the_sender() {
+        let d = diagnose(&storm());
+        assert_eq!(d.limit, Limit::ReceiverCpu, "{d:?}");
+        assert!((d.strength - 0.916).abs() < 1e-9, "{}", d.strength);
+        // The sender is ranked at its own thread's share, below the verdict.
+        let sender = d.candidates.iter().find(|c| c.limit == Limit::SenderCpu);
+        assert!((sender.unwrap().strength - 0.69).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.candidates[0].limit, Limit::ReceiverCpu, "{d:?}");
+        // The evidence says why, in the JSON.
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["evidence"]["receiver"]["wait"], 0.408);
+        assert_eq!(json["evidence"]["receiver_net_rx_softirqs"], 676_000);
+        // Before the rule: the sender's CPU with its interrupts read full.
+        let mut quiet_receiver = storm();
+        quiet_receiver.receiver = Some(thread(0.6, 0.02, 0.0));
+        assert_eq!(diagnose(&quiet_receiver).limit, Limit::SenderCpu);
+    }
+
+    #[test]
+    fn a_quiet_loopback_sender_at_a_full_cpu_is_still_the_sender() {
+        let mut e = tcp(thread(0.99, 0.0, 0.0), thread(0.62, 0.02, 0.0));
+        e.same_host = true;
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert!((d.strength - 0.99).abs() < 1e-9);
+        // A sender at a full CPU stays the sender even beside a contended
+        // receiver: both are named when close.
+        e.receiver = Some(thread(0.3, 0.4, 0.25));
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::SenderCpu, "{d:?}");
+        assert_eq!(d.also.as_ref().map(|a| a.limit), Some(Limit::ReceiverCpu));
+    }
+
+    #[test]
+    fn threads_waiting_on_a_host_busy_with_other_work_are_no_contention() {
+        // Measured on the team's machine under parallel builds: both
+        // threads mostly waited, with almost no interrupt work.
+        let mut e = tcp(thread(0.08, 0.57, 0.024), thread(0.03, 0.39, 0.06));
+        e.same_host = true;
+        let d = diagnose(&e);
+        assert_eq!(d.limit, Limit::Unknown, "{d:?}");
     }
 
     #[test]

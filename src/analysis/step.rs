@@ -159,6 +159,11 @@ pub struct Observation {
     pub remote: Option<Arc<HostFingerprint>>,
     pub verdict: Option<Arc<str>>,
     pub advice: Option<Arc<str>>,
+    /// The fingerprints hold only some of the settings: a probe read back
+    /// from the history after a restart, which keeps each end's kernel
+    /// release and nothing else. A setting it does not hold is unknown,
+    /// not absent, so only settings both probes hold are compared.
+    pub partial: bool,
 }
 
 /// The bytes the changed settings may take in [`Step::describe`]'s
@@ -541,8 +546,14 @@ impl Detector {
                 End::Local => o.local.clone(),
                 End::Remote => o.remote.clone(),
             };
+            let partial = last_before.partial || first_after.partial;
             match (pick(last_before), pick(first_after)) {
-                (Some(x), Some(y)) => x.changes(&y).into_iter().map(|c| (end, c)).collect(),
+                (Some(x), Some(y)) => x
+                    .changes(&y)
+                    .into_iter()
+                    .filter(|c| !partial || (c.before.is_some() && c.after.is_some()))
+                    .map(|c| (end, c))
+                    .collect(),
                 _ => Vec::new(),
             }
         };
@@ -693,6 +704,7 @@ mod tests {
             verdict: Some(Arc::from(verdict)),
             advice: (verdict == "send_buffer")
                 .then(|| Arc::from("raise net.ipv4.tcp_wmem max on the sender")),
+            partial: false,
         }
     }
 

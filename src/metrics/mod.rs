@@ -110,7 +110,7 @@ pub fn gather(
 pub fn render_single(outcomes: &[ProbeOutcome]) -> Result<String, MetricsError> {
     let mut target = store::TargetState::default();
     for outcome in outcomes {
-        target.record(outcome.clone());
+        target.record(outcome.clone(), None);
     }
     let mut out = expo::Exposition::default();
     probe::render_target(&mut out, None, &target, probe::Counters::Omit);

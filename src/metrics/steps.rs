@@ -165,6 +165,7 @@ impl PathSteps {
             advice: diagnosis
                 .filter(|d| !d.advice.is_empty())
                 .map(|d| Arc::from(d.advice.join("; "))),
+            partial: false,
         };
         let steps = self.detector.observe(obs);
         for s in &steps {
@@ -172,6 +173,25 @@ impl PathSteps {
             self.last.insert(s.figure, s.clone());
         }
         steps
+    }
+
+    /// Replays probes read back from the history (oldest first) into the
+    /// detector, before any live probe: a restarted host then tests its
+    /// first probes against the ones it made before the restart, so a
+    /// reboot into a new kernel is found at the 5th probe after it. Steps
+    /// the replay finds were reported before the restart (they are in the
+    /// history) and are not reported again; the replay only restarts the
+    /// baseline at them, as it did then.
+    pub fn seed(&mut self, probes: Vec<Observation>) {
+        for mut o in probes {
+            // Only the figures the kind's live probes feed.
+            for f in Figure::ALL {
+                if !self.figures.contains(&f) {
+                    o.figures[f as usize] = None;
+                }
+            }
+            let _ = self.detector.observe(o);
+        }
     }
 
     /// How near the path's latest probes came to a step of `figure` (the

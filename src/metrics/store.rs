@@ -311,7 +311,13 @@ pub(crate) struct TargetState {
 
 impl TargetState {
     /// Records a finished probe; returns the steps it completes on its path.
-    pub fn record(&mut self, mut outcome: ProbeOutcome) -> Vec<crate::analysis::step::Step> {
+    /// `seed`: the path's probes from before a restart, fed to its step
+    /// detector first.
+    pub fn record(
+        &mut self,
+        mut outcome: ProbeOutcome,
+        seed: Option<Vec<crate::analysis::step::Observation>>,
+    ) -> Vec<crate::analysis::step::Step> {
         outcome.labels = usable_labels(&outcome.labels, true);
         let series = self
             .directions
@@ -331,6 +337,9 @@ impl TargetState {
             // Registered before its kind was known, or the module's kind
             // changed at a reload: the figures follow the kind.
             series.steps = super::steps::PathSteps::new(&series.kind);
+        }
+        if let Some(seed) = seed {
+            series.steps.seed(seed);
         }
         let steps = series
             .steps
@@ -426,6 +435,18 @@ pub struct ResultStore {
     targets: Mutex<BTreeMap<ProbeKey, TargetState>>,
     /// `metrics.detail`, read at each scrape.
     detail: Mutex<crate::config::Detail>,
+    /// Probes read back from the history at start, per path (key and
+    /// direction) with the module's kind then, waiting for the path's
+    /// first live probe to seed its step detector (see
+    /// [`ResultStore::seed_steps`]).
+    seeds: Mutex<BTreeMap<(ProbeKey, &'static str), StepSeed>>,
+}
+
+/// One path's probes from before a restart, oldest first.
+#[derive(Debug)]
+struct StepSeed {
+    kind: String,
+    probes: Vec<crate::analysis::step::Observation>,
 }
 
 impl ResultStore {
@@ -444,10 +465,42 @@ impl ResultStore {
     /// direction, and its figures are added to the counters. Returns the
     /// steps it completes on its path (see [`crate::analysis::step`]).
     pub fn record(&self, key: ProbeKey, outcome: ProbeOutcome) -> Vec<crate::analysis::step::Step> {
+        let seed = self
+            .seeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(key.clone(), outcome.direction.as_str()))
+            // A module whose kind changed since has other figures.
+            .filter(|s| s.kind == outcome.kind)
+            .map(|s| s.probes);
         let mut targets = self.lock();
         let target = targets.entry(key).or_default();
         target.touched = Some(tokio::time::Instant::now());
-        target.record(outcome)
+        target.record(outcome, seed)
+    }
+
+    /// Keeps the probes of `key`'s path in `direction` that the history
+    /// held at start (oldest first; module kind `kind`), to seed its step
+    /// detector just before its first live probe is fed: steps survive a
+    /// restart. A path never probed again keeps its seed: at most a
+    /// detector's window each, for the paths the history held.
+    pub fn seed_steps(
+        &self,
+        key: ProbeKey,
+        kind: &str,
+        direction: crate::probe::Direction,
+        probes: Vec<crate::analysis::step::Observation>,
+    ) {
+        if probes.is_empty() {
+            return;
+        }
+        self.seeds.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            (key, direction.as_str()),
+            StepSeed {
+                kind: kind.to_string(),
+                probes,
+            },
+        );
     }
 
     /// Whether `key`'s peer in `direction` churns its release or

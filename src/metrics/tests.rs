@@ -2657,6 +2657,7 @@ fn replay_day_with(
             remote: Some(fps[p.remote].clone()),
             verdict: Some(std::sync::Arc::from(p.verdict.as_str())),
             advice: None,
+            partial: false,
         });
         steps.extend(found.into_iter().map(|s| (i, s)));
     }

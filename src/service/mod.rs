@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod mesh;
 mod probe_access;
 pub mod runner;
+mod step_seed;
 pub mod tracer;
 pub mod web;
 
@@ -255,6 +256,14 @@ pub async fn run_with_web_config(
             }
         }
     });
+
+    let seeded = step_seed::seed_steps(&history, &store);
+    if seeded > 0 {
+        tracing::info!(
+            paths = seeded,
+            "step detectors seeded from the history: a step across the restart is found at the 5th probe after it"
+        );
+    }
 
     if history_path.is_none() && config.web.history_file.is_none() {
         tracing::info!("history kept in memory only: a restart blanks the status page (set web.history_file, or run with a state directory: $STATE_DIRECTORY, as systemd's StateDirectory= sets it)");

@@ -1800,6 +1800,7 @@ fn healthy_day_series(from: usize, factor: f64) -> (String, Vec<(u64, String)>) 
             remote: Some(fps[p.remote].clone()),
             verdict: Some(Arc::from(p.verdict.as_str())),
             advice: None,
+            partial: false,
         });
         for s in &steps {
             found.push((p.minute, s.describe("a", "b")));

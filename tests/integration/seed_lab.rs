@@ -9,6 +9,11 @@
 //! A window matters only with a round trip: a's UDP filler keeps r's tbf
 //! queue towards b full, so that b's data's ACKs wait in it (the lab has
 //! no netem; tests/integration/diagnosis.rs does the same the other way).
+//! The same seed on the prober's own host: a's `serve` on a faked old
+//! kernel, stopped, then started again on the real one behind a slower
+//! path (the reboot into a new kernel), with its history file: the step
+//! of its own outbound path is found within 5 probes of the restart.
+//!
 //! Needs root; without it the tests print why and pass.
 
 use std::process::{Child, Command, Stdio};
@@ -124,7 +129,11 @@ fn wait_probes(serve: &Serve, n: usize) {
 
 /// The history's steps and throughputs of the job, from a's API.
 fn history(serve: &Serve) -> serde_json::Value {
-    let (status, body) = serve.get("/api/v1/history?target=b&module=tcp_r");
+    history_of(serve, "tcp_r")
+}
+
+fn history_of(serve: &Serve, module: &str) -> serde_json::Value {
+    let (status, body) = serve.get(&format!("/api/v1/history?target=b&module={module}"));
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -241,4 +250,123 @@ fn a_healthy_run_of_the_same_length_finds_no_step() {
     eprintln!("healthy throughput (Mbit/s) {:?}", figures(&h));
     assert!(h["jobs"][0]["steps"].is_null(), "{h:#}");
     assert!(!a.log().contains("step detected"), "{}", a.log());
+}
+
+/// a's `serve` probing b's responder with a's data (`direction: send`),
+/// its history in `history`; under `setarch --uname-2.6` when `old`.
+fn serve_sending_to_b(lab: &Lab, history: &std::path::Path, old: bool) -> Serve {
+    let target = format!("{}:{PORT}", lab.addr_b());
+    let yaml = format!(
+        "responder: {{enabled: false}}\nscheduler: {{default_interval: {INTERVAL_S}s, jitter: 0}}\n\
+         web: {{history_file: \"{}\"}}\n\
+         modules:\n  \
+           tcp_s: {{kind: tcp, direction: send, duration: 1s, timeout: 8s, connect_timeout: 2s}}\n\
+         targets:\n  - {{name: b, address: \"{target}\", modules: [tcp_s]}}\n",
+        history.display()
+    );
+    let b = Serve::yaml(&yaml);
+    if old {
+        b.in_lab_on_old_kernel(lab, "a").start()
+    } else {
+        b.in_lab(lab, "a").start()
+    }
+}
+
+/// Stops `serve` as systemd would (SIGTERM), which saves its history.
+fn stop(mut serve: Serve) {
+    serve.signal(libc::SIGTERM);
+    let status = wait_bounded(&mut serve.child, Duration::from_secs(15))
+        .unwrap()
+        .unwrap_or_else(|| panic!("serve did not exit after SIGTERM:\n{}", serve.log()));
+    assert!(status.success(), "{status:?}\n{}", serve.log());
+}
+
+#[test]
+fn a_prober_rebooted_into_a_new_kernel_finds_its_own_step_after_the_restart() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("seedre").unwrap();
+    lab.shape(100).unwrap();
+    let _b = Responder::start(&lab, false);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history.json");
+
+    // Before: a on its old kernel, a fast path.
+    let old = serve_sending_to_b(&lab, &file, true);
+    wait_probes(&old, BEFORE);
+    let h = history_of(&old, "tcp_s");
+    assert!(
+        h["jobs"][0]["steps"].is_null(),
+        "a step before the reboot: {h}"
+    );
+    let before_figures = figures(&h);
+    stop(old);
+
+    // The reboot: the real kernel, and the path 88% slower.
+    lab.shape(12).unwrap();
+    let new = serve_sending_to_b(&lab, &file, false);
+    assert!(
+        new.log().contains("step detectors seeded from the history"),
+        "{}",
+        new.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(INTERVAL_S * (AFTER as u64 + 3) + 15);
+    let step = loop {
+        let h = history_of(&new, "tcp_s");
+        if let Some(s) = h["jobs"][0]["steps"].as_array().and_then(|s| s.first()) {
+            break s.clone();
+        }
+        assert!(
+            Instant::now() < deadline && successes(&new) <= AFTER,
+            "no step within {AFTER} probes of the restart; throughput (Mbit/s) before \
+             {before_figures:?}, all {:?}\n{}",
+            figures(&h),
+            new.log()
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    let probes_after = successes(&new);
+    eprintln!(
+        "step found at probe {probes_after} after the restart: {}; throughput (Mbit/s) {:?}",
+        step["summary"],
+        figures(&history_of(&new, "tcp_s"))
+    );
+    assert!(
+        probes_after <= AFTER,
+        "found {probes_after} probes after the restart"
+    );
+    assert_eq!(step["figure"], "throughput", "{step:#}");
+    assert!(step["ratio"].as_f64().unwrap() < 0.25, "{step:#}");
+    let before = step["release_before"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(before.starts_with("2.6."), "{step:#}");
+    let real = run_bounded(Command::new("uname").arg("-r"), Duration::from_secs(5))
+        .unwrap()
+        .stdout;
+    let real = real.trim();
+    assert_eq!(step["release_after"], real, "{step:#}");
+    let summary = step["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("kernel {before} → {real}")),
+        "{summary}"
+    );
+    // The log line and the metrics the alert reads name both releases.
+    let log = new.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("step detected"))
+        .unwrap_or_else(|| panic!("no step logged:\n{log}"));
+    assert!(line.contains(&before) && line.contains(real), "{line}");
+    let m = new.metrics();
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pathprobe_step_last_ratio{")
+                && l.contains(&format!("from_release=\"{before}\""))
+                && l.contains(&format!("to_release=\"{real}\""))),
+        "{m}"
+    );
+    stop(new);
 }

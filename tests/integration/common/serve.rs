@@ -131,6 +131,17 @@ impl Builder {
         self
     }
 
+    /// As [`Builder::in_lab`], under `setarch x86_64 --uname-2.6`: the
+    /// process sees a 2.6 kernel release, as on a host before its upgrade.
+    pub fn in_lab_on_old_kernel(self, lab: &Lab, end: &str) -> Builder {
+        let mut b = self.in_lab(lab, end);
+        let (_, ns, ip) = b.lab.take().expect("in_lab sets it");
+        let mut cmd = lab.exec(end, "setarch");
+        cmd.args(["x86_64", "--uname-2.6", env!("CARGO_BIN_EXE_pathprobe")]);
+        b.lab = Some((cmd, ns, ip));
+        b
+    }
+
     /// In network namespace `ns` (e.g. a [`super::lab::Star`] host), its
     /// web listener on `ip`, running `binary` (`None`: this build's), at
     /// nice -10: a lab that checks figures against the truth on a machine

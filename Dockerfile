@@ -42,10 +42,12 @@ RUN mkdir -p src benches \
 # The commit the image is built from, for `pathprobe --version` and the
 # startup log: the build context has no .git for build.rs to ask, so pass it
 #   docker build --build-arg PATHPROBE_COMMIT="$(git rev-parse --short=12 HEAD)" .
-# Left empty, the binary says "unknown". Declared here, after the dependency
-# layer, so that a new commit does not rebuild the dependencies.
-ARG PATHPROBE_COMMIT=
-ENV PATHPROBE_COMMIT=${PATHPROBE_COMMIT}
+# Not given, the binary says "unknown". An ARG is in the environment of the
+# RUN lines after it, where build.rs reads it; it has no default, so that
+# without it the variable is unset and build.rs, not an empty value, decides.
+# Declared after the dependency layer, so that a new commit does not rebuild
+# the dependencies.
+ARG PATHPROBE_COMMIT
 
 # The real sources. build.rs sets PATHPROBE_COMMIT for the compiler, which
 # src/build_info.rs reads; config/ is needed at compile time: the default

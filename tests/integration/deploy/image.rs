@@ -544,10 +544,19 @@ pub(super) fn replay_build_stage(
                 std::fs::create_dir_all(in_root(&workdir.to_string_lossy())).unwrap();
             }
             "ARG" => {
-                let (name, default) = args.split_once('=').unwrap_or((&args, ""));
+                // As Docker: the value given with --build-arg, else the
+                // default; either is in the environment of the RUN lines
+                // after it. One with neither is not set at all.
+                let (name, default) = match args.split_once('=') {
+                    Some((name, default)) => (name, Some(default)),
+                    None => (args.as_str(), None),
+                };
                 let given = build_args.iter().find(|(k, _)| *k == name);
-                let value = given.map_or(default, |(_, v)| *v);
-                vars.insert(name.to_string(), value.to_string());
+                if let Some(value) = given.map(|(_, v)| *v).or(default) {
+                    vars.insert(name.to_string(), value.to_string());
+                    env.retain(|(k, _)| k != name);
+                    env.push((name.to_string(), value.to_string()));
+                }
             }
             "ENV" => {
                 let (name, value) = args

@@ -1126,12 +1126,7 @@ fn a_hand_probe_against_an_idle_member_is_served_and_displaces_no_planned_test()
         },
     );
     assert_eq!(plan.members(), &m.names[..], "members sort as addresses");
-    assert_eq!(
-        (plan.slots(), plan.cycle()),
-        (6, interval),
-        "{}",
-        plan.describe()
-    );
+    assert_eq!(plan.slots(), 6, "{}", plan.describe());
     for i in 0..HOSTS {
         m.start(i);
     }

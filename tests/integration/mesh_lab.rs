@@ -1067,3 +1067,244 @@ fn a_host_joining_a_running_mesh_costs_no_other_pair_a_cycle() {
         m.samples
     );
 }
+
+// The hand-probe lab's mesh: TCP 1 s in slots of 1 + 1.5 s set-up + 0.5 s
+// guard, a 60 s cycle of 6 slots (one every 10 s): each slot leaves 7 s
+// after its test, where the plan has nobody in a test.
+const HAND_SLOT: Duration = Duration::from_millis(3000);
+const HAND_CYCLE: Duration = Duration::from_secs(60);
+
+/// The runbook in mesh mode: a probe by hand against a member is served
+/// when the plan leaves both ends idle, and displaces no planned test.
+/// Three hosts run `pathprobe serve` in mesh mode; for two cycles host 1
+/// runs `pathprobe probe -t 2` (the CLI, as an alert's description tells
+/// the operator to) against host 2 back to back, and in the third host 3
+/// is asked `/probe?target=host 2` once in a gap and once during a
+/// planned test of host 2. It checks:
+///
+/// - every directed pair still has exactly one success per cycle, in its
+///   slot; no host fails, skips or is refused (`busy`) a planned run;
+/// - hand probes are served: at least one per cycle, and each served one
+///   ran where the plan (computed here) leaves hosts 1 and 2 idle;
+/// - every hand probe refused was told `busy` with the next free gap,
+///   never "denied" or "is its clock right?"; `/probe` in a gap answers
+///   a success, during a planned test a 503 naming the next gap.
+///
+/// About three and a half minutes.
+#[test]
+#[ignore = "not yet seen passing on the CI machine: run by hand with --ignored"]
+fn a_hand_probe_against_an_idle_member_is_served_and_displaces_no_planned_test() {
+    if !require_root() {
+        return;
+    }
+    const HOSTS: usize = 3;
+    let guard = Duration::from_millis(500);
+    let interval = interval_aligned(HAND_CYCLE, unix_now() + Duration::from_secs(10));
+    let scheduler = format!(
+        "{{default_interval: {}ms, mesh: {{budget: 0.5, setup: {SETUP}, guard: {GUARD}}}}}",
+        interval.as_millis()
+    );
+    let mut m = Mesh::new(HOSTS, 100, |names| {
+        let mut y = format!(
+            "responder: {{listen: \"0.0.0.0:{PORT}\"}}\n\
+             modules:\n  tcp: {{kind: tcp, duration: 1s, congestion: cubic}}\n\
+             scheduler: {scheduler}\n\
+             discovery: {{mesh: true}}\n\
+             targets:\n"
+        );
+        for n in names {
+            y.push_str(&format!("  - {{address: {n}, modules: [tcp]}}\n"));
+        }
+        y
+    });
+    let plan = Plan::new(
+        m.names.clone(),
+        MeshParams {
+            slot: HAND_SLOT,
+            modules: 1,
+            budget: 0.5,
+            min_cycle: interval,
+        },
+    );
+    assert_eq!(plan.members(), &m.names[..], "members sort as addresses");
+    assert_eq!(plan.slots(), 6, "{}", plan.describe());
+    for i in 0..HOSTS {
+        m.start(i);
+    }
+    // Whether [from, to] (Unix seconds) overlaps a planned test of host i.
+    let overlaps = |i: usize, from: f64, to: f64| {
+        let c = plan.slot_at(Duration::from_secs_f64(from)).cycle;
+        (c.saturating_sub(1)..c + 2).any(|cycle| {
+            (0..plan.slots()).any(|k| {
+                let start = (plan.cycle_start(cycle) + plan.period() * k as u32).as_secs_f64();
+                plan.test_of(i, k).is_some()
+                    && start < to
+                    && start + plan.slot().as_secs_f64() > from
+            })
+        })
+    };
+    let c0 = plan.first_cycle_from(unix_now() + Duration::from_secs(2));
+    sleep_until(plan.cycle_start(c0));
+    // Host 1's operator, by hand, back to back for two cycles.
+    let hand_until = plan.cycle_start(c0 + 2);
+    let (ns1, b_addr) = (m.star.netns(1), m.names[1].clone());
+    let hand = std::thread::spawn(move || {
+        let mut runs = Vec::new();
+        while unix_now() + Duration::from_secs(3) < hand_until {
+            let from = unix_now().as_secs_f64();
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", &ns1, env!("CARGO_BIN_EXE_pathprobe")])
+                .args(["probe", "-t", "2", "-p", &PORT.to_string(), &b_addr])
+                .output()
+                .expect("pathprobe probe");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            runs.push((from, unix_now().as_secs_f64(), out.status.success(), text));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        runs
+    });
+    m.observe(hand_until + Duration::from_millis(200));
+    let runs = hand.join().unwrap();
+
+    // /probe on host 3 against host 2: in the next gap of both, then
+    // during a planned test of host 2.
+    let need = Duration::from_secs(2);
+    let probe_path = format!("/probe?target={}:{PORT}&module=tcp", m.names[1]);
+    let gap = {
+        let plan = pathprobe::mesh::MeshPlan::Full(plan.clone());
+        let mut t = unix_now() + Duration::from_secs(1);
+        loop {
+            let a = plan.next_free(1, t, need, guard).unwrap();
+            let b = plan.next_free(2, a, need, guard).unwrap();
+            if a == b {
+                break a;
+            }
+            t = b;
+        }
+    };
+    sleep_until(gap + Duration::from_millis(100));
+    let (status, body) = m.hosts[2].as_ref().unwrap().get(&probe_path);
+    assert_eq!(status, 200, "/probe in a gap: {body}");
+    let ok = samples(&body, "pathprobe_probe_success", &[]).all(|(_, v)| v == 1.0);
+    assert!(ok, "/probe in a gap failed:\n{body}");
+    let busy_at = {
+        let c = plan.slot_at(unix_now()).cycle;
+        (c..c + 2)
+            .flat_map(|c| (0..plan.slots()).map(move |k| (c, k)))
+            .map(|(c, k)| (plan.cycle_start(c) + plan.period() * k as u32, k))
+            .find(|&(start, k)| {
+                // Hosts 2 and 3 test each other: /probe on host 3 meets
+                // its own planned test first.
+                start > unix_now()
+                    && plan
+                        .tests(k)
+                        .iter()
+                        .any(|t| [t.prober, t.target] == [1, 2] || [t.prober, t.target] == [2, 1])
+            })
+            .unwrap()
+            .0
+    };
+    sleep_until(busy_at + guard + Duration::from_millis(500));
+    let (status, refused) = m.hosts[2].as_ref().unwrap().get(&probe_path);
+    assert_eq!(status, 503, "/probe during a planned test: {refused}");
+    assert!(refused.contains("next free gap"), "{refused}");
+    let end_cycle = plan.slot_at(unix_now()).cycle + 1;
+    m.observe(plan.cycle_start(end_cycle) + Duration::from_millis(500));
+    let logs = m.logs();
+
+    // The plan kept: one success per pair per cycle, in its slot.
+    let mut by_cycle: BTreeMap<(u64, usize, usize), Vec<&Res>> = BTreeMap::new();
+    for r in &m.results {
+        let at = plan.slot_at(Duration::from_secs_f64(r.end));
+        by_cycle
+            .entry((at.cycle, r.prober, r.target))
+            .or_default()
+            .push(r);
+    }
+    let mut checked = 0;
+    for c in c0..end_cycle {
+        for k in 0..plan.slots() {
+            for t in plan.tests(k) {
+                let got = by_cycle
+                    .get(&(c, t.prober, t.target))
+                    .cloned()
+                    .unwrap_or_default();
+                let slot_of = |r: &Res| plan.slot_at(Duration::from_secs_f64(r.end)).index;
+                assert!(
+                    got.len() == 1 && got[0].success && slot_of(got[0]) == k,
+                    "cycle {}, pair {}->{}, slot {k}: {got:?}\n{logs}",
+                    c - c0,
+                    t.prober,
+                    t.target
+                );
+                checked += 1;
+            }
+        }
+    }
+    let totals = m.totals();
+    let total = |key: &str| totals.get(key).copied().unwrap_or(0.0);
+    for key in [
+        "pathprobe_scheduler_runs_skipped_total",
+        "pathprobe_responder_rejections_total{reason=\"busy\"}",
+    ] {
+        let sum: f64 = totals
+            .iter()
+            .filter(|(k, _)| k.starts_with(key))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(sum, 0.0, "{key}: {totals:?}\n{logs}");
+    }
+    let failed: f64 = totals
+        .iter()
+        .filter(|(k, _)| k.starts_with("pathprobe_probes_total") && !k.contains("success"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(failed, 0.0, "{totals:?}\n{logs}");
+
+    // The hand probes: served in the gaps, told the gap otherwise.
+    let served: Vec<_> = runs.iter().filter(|r| r.2).collect();
+    for (from, to, _, text) in &served {
+        assert!(
+            !overlaps(0, *from, *to) && !overlaps(1, *from, *to),
+            "a hand probe ran over a planned test ({from:.1}-{to:.1}):\n{text}"
+        );
+    }
+    for (from, _, ok, text) in &runs {
+        if !ok {
+            assert!(
+                text.contains("busy") && text.contains("next free gap"),
+                "at {from:.1}: {text}"
+            );
+        }
+        assert!(
+            !text.contains("denied") && !text.contains("clock"),
+            "at {from:.1}: {text}"
+        );
+    }
+    let per_cycle = |c: u64| {
+        served
+            .iter()
+            .filter(|r| plan.slot_at(Duration::from_secs_f64(r.0)).cycle == c)
+            .count()
+    };
+    assert!(
+        per_cycle(c0) >= 1 && per_cycle(c0 + 1) >= 1,
+        "hand probes served per cycle: {} and {}; runs: {runs:?}",
+        per_cycle(c0),
+        per_cycle(c0 + 1)
+    );
+    eprintln!(
+        "hand-probe lab: {} of {} hand probes by the CLI served (told the next gap: the rest); \
+         {checked} planned results checked over {} cycles, every one a success in its slot; \
+         out_of_turn refusals {}; /probe refused with: {}",
+        served.len(),
+        runs.len(),
+        end_cycle - c0,
+        total("pathprobe_responder_rejections_total{reason=\"out_of_turn\"}"),
+        refused.trim()
+    );
+}

@@ -657,7 +657,7 @@ pub static HTTP_REFUSALS: MetricDef = def(
     Counter,
     "pathprobe_http_refusals_total",
     &[REASON],
-    "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, over one client's share of an eighth of it, or into the last eighth kept for clients holding none; closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403).",
+    "HTTP connections and /probe requests refused by the http: limits: connections (over max_connections, over one client's share of an eighth of it, or into the last eighth kept for clients holding none; closed at accept), probe_busy (over probe_max_concurrent, 503) and probe_forbidden (target outside probe_allow or the static targets, 403); and by `--web.config.file` (docs/SECURITY.md): unauthorized (no or wrong basic-auth credentials, 401), auth_busy (too many password checks waiting, 429) and tls_handshake (a TLS handshake that failed or timed out, plain HTTP to the TLS port, a client certificate missing or not verified).",
 );
 pub static HOST_SLOT_REFUSALS: MetricDef = def(
     Service,

@@ -56,7 +56,7 @@ fn lies() -> Vec<(&'static str, Lie)> {
         }),
         ("stream congestion with CR", |mut v| {
             for s in v["streams"].as_array_mut().unwrap() {
-                s["congestion"] = json!("cubic\rlevel=error msg=forged");
+                s["congestion"] = json!("bbr\r\u{1b}[2J");
             }
             v
         }),

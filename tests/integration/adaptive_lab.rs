@@ -478,7 +478,11 @@ fn every_output_of_an_adaptive_probe_is_within_1_percent_of_tbf_or_not_converged
          t: {kind: tcp, duration: auto}\n  \
          tr: {kind: tcp, direction: receive, duration: auto}\n",
     );
-    for (mbit, _) in SPAN_MATRIX {
+    let mut rates: Vec<u32> = SPAN_MATRIX.iter().map(|&(mbit, _)| mbit).collect();
+    rates.dedup();
+    rates.sort_unstable();
+    rates.dedup();
+    for mbit in rates {
         let b = udp_bitrate_mbit(mbit);
         yaml.push_str(&format!(
             "  u{mbit}: {{kind: udp, duration: auto, bitrate: {b}M, length: {length}}}\n  \

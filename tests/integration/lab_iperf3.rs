@@ -376,9 +376,12 @@ fn a_stock_client_bounded_by_bytes_or_blocks_prints_no_line_over_the_bottleneck(
     let lab = Lab::up("i3spans").unwrap();
     lab.shape(200).unwrap();
     let _server = Server::pathprobe(&lab);
-    // The payload rate tbf allows, and the 2 decimals iperf3 prints at
-    // most (three significant figures: 190 Mbits/sec is 189.5 to 190.5).
-    let bottleneck = 200e6 * MSS / (MSS + FRAME_OVERHEAD) * 1.01;
+    // The payload rate tbf allows (1% for iperf3's three significant
+    // figures), and its bucket, which a short test's first milliseconds
+    // pass at once (250 KB: 8 Mbit/s over a quarter of a second).
+    let bottleneck = |span: f64| {
+        200e6 * MSS / (MSS + FRAME_OVERHEAD) * 1.01 + tbf_burst_bytes(200e6) * 8.0 / span
+    };
     let b = lab.addr_b().to_string();
     let mut bad = Vec::new();
     for args in [
@@ -411,24 +414,28 @@ fn a_stock_client_bounded_by_bytes_or_blocks_prints_no_line_over_the_bottleneck(
         // with -R, the receiver without. The stock client's own line is
         // its own (without -R its sender's count is what it wrote).
         let ours = if args.contains(&"-R") {
-            ("sender", s_rate)
+            ("sender", s_rate, s_span)
         } else {
-            ("receiver", r_rate)
+            ("receiver", r_rate, r_span)
         };
-        if ours.1 > bottleneck {
+        if ours.1 > bottleneck(ours.2) {
             bad.push(format!(
                 "{args:?}: pathprobe's {} line {:.1} Mbit/s over the bottleneck's {:.1}:\n{}",
                 ours.0,
                 ours.1 / 1e6,
-                bottleneck / 1e6,
+                bottleneck(ours.2) / 1e6,
                 out.stdout
             ));
         }
         // -n: the client reads every byte, so both lines cover the same
-        // bytes, and their spans agree as a stock server's do (within a
-        // round trip and the client's own reporting, 5%).
+        // bytes. The sender's span ends when the last byte was
+        // acknowledged, the client's when it had read it, which a loaded
+        // host's client does later (0.97 s against 1.13 s once at a load
+        // average of 16): the spans agree within 25%, where ending at the
+        // last write gave the sender the shorter span and a rate over the
+        // bottleneck.
         let same_bytes = args.contains(&"-R") && args.contains(&"-n");
-        if same_bytes && (s_span / r_span - 1.0).abs() > 0.05 {
+        if same_bytes && (s_span / r_span - 1.0).abs() > 0.25 {
             bad.push(format!(
                 "{args:?}: sender over {s_span:.2} s, receiver over {r_span:.2} s:\n{}",
                 out.stdout

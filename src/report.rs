@@ -633,6 +633,18 @@ fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
     );
     if a.converged {
         format!("adaptive: converged: {figure}; {took}\n")
+    } else if let Some(best) = a
+        .best_half_width_at_max_bits_per_second
+        .filter(|_| a.stop_reason == crate::protocol::adaptive::StopReason::OutOfReach)
+    {
+        // Stopped early: say how far the precision was, so that nobody
+        // takes the early stop for a figure that would have come.
+        format!(
+            "adaptive: NOT converged (out_of_reach): last estimate {figure}; the {:.2} s maximum could have given ±{:.2}% at best, the asked ±{:.2}% out of reach: not precise; {took}\n",
+            a.max_duration_seconds,
+            best / e.bits_per_second * 100.0,
+            a.precision * 100.0
+        )
     } else if let Some(got) = a
         .receiver_bits_per_second
         .filter(|got| (got / e.bits_per_second - 1.0).abs() > a.precision)
@@ -651,18 +663,6 @@ fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
             "adaptive: NOT converged ({why}): last estimate {figure}, but the receiver got {:.4} Mbps over the span ({:+.2}%): not precise; {took}\n",
             got / 1e6,
             (got / e.bits_per_second - 1.0) * 100.0
-        )
-    } else if let Some(best) = a
-        .best_half_width_at_max_bits_per_second
-        .filter(|_| a.stop_reason == crate::protocol::adaptive::StopReason::OutOfReach)
-    {
-        // Stopped early: say how far the precision was, so that nobody
-        // takes the early stop for a figure that would have come.
-        format!(
-            "adaptive: NOT converged (out_of_reach): last estimate {figure}; the {:.2} s maximum could have given ±{:.2}% at best, the asked ±{:.2}% out of reach: not precise; {took}\n",
-            a.max_duration_seconds,
-            best / e.bits_per_second * 100.0,
-            a.precision * 100.0
         )
     } else {
         format!(

@@ -364,17 +364,30 @@ impl AdaptiveRun {
         }
     }
 
-    /// Cuts `side`'s stream figures to the span from `span_start_us` to
-    /// each stream's last byte: bytes and seconds, from its log. Streams
-    /// without a log keep theirs. Intervals and loss keep the whole test.
-    pub fn cut(&self, side: &mut SideStats, span_start_us: u64) {
+    /// Cuts `side`'s stream figures to the estimate's span, from
+    /// `span_start_us` to `span_end_us` (or each stream's last byte, when
+    /// no end is given or the stream ended before it): bytes and seconds,
+    /// from its log. Streams without a log keep theirs. Intervals and loss
+    /// keep the whole test.
+    ///
+    /// Why the span's end and not the last byte: once the end is decided
+    /// the senders stop, but what their sockets hold and what the
+    /// bottleneck queued still arrives, and a receiver's last read takes
+    /// whatever its socket had gathered. Those are a fixed amount of bytes
+    /// whose time is not the span's; over a span of half a second they
+    /// put the figure 4% above what the path carried.
+    pub fn cut(&self, side: &mut SideStats, span_start_us: u64, span_end_us: Option<u64>) {
         let logs = lock(&self.0.logs);
         for s in &mut side.streams {
             let Some((_, log)) = logs.iter().find(|(id, _)| *id == s.id) else {
                 continue;
             };
-            let Some(&(end_us, end_bytes)) = log.last() else {
+            let Some(&(last_us, last_bytes)) = log.last() else {
                 continue;
+            };
+            let (end_us, end_bytes) = match span_end_us {
+                Some(e) if e < last_us => (e, bytes_at(log, e)),
+                _ => (last_us, last_bytes),
             };
             let from = bytes_at(log, span_start_us);
             s.bytes = end_bytes.saturating_sub(from);
@@ -412,12 +425,19 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Whether a point at `now` would be kept: a loop whose count costs a
+    /// system call asks first.
+    pub fn due(&self, now: Instant) -> bool {
+        let t = now.saturating_duration_since(self.origin).as_micros() as u64;
+        t >= self.next_us && (self.points.len() as u64) < LOG_POINTS * 2
+    }
+
     /// Notes that `bytes` had moved by `now`.
     pub fn record(&mut self, now: Instant, bytes: u64) {
-        let t = now.saturating_duration_since(self.origin).as_micros() as u64;
-        if t < self.next_us || self.points.len() as u64 >= LOG_POINTS * 2 {
+        if !self.due(now) {
             return;
         }
+        let t = now.saturating_duration_since(self.origin).as_micros() as u64;
         self.points.push((t, bytes));
         self.next_us = t + self.run.0.spacing_us;
     }
@@ -731,9 +751,9 @@ pub struct AdaptiveOutcome {
     /// Whether the responder cut its figures to the same span (a
     /// responder of an older release runs the whole maximum).
     pub responder_agreed: bool,
-    /// What the receiver got over the span, when the prober sent
-    /// datagrams: a probe whose estimate it does not confirm to the
-    /// precision is not converged.
+    /// What the receivers got over the span (the probe's headline): a
+    /// probe whose estimate it does not confirm to the precision is not
+    /// converged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver_bits_per_second: Option<f64>,
     /// A probe stopped `out_of_reach`: the half-width of the 95% interval
@@ -750,6 +770,28 @@ pub struct AdaptiveOutcome {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+impl AdaptiveOutcome {
+    /// Holds the probe's headline, the receivers' bytes over the
+    /// estimate's span (both directions' for `--bidir`, as the rule
+    /// judged them summed), to the estimate: a gap wider than the
+    /// precision makes the probe not converged, whatever the rule said,
+    /// since the figure a user reads is not the one the rule proved. The
+    /// headline is kept as `receiver_bits_per_second`, which the text
+    /// line then names.
+    pub fn hold_to_headline(&mut self, headline: f64) {
+        if !(headline.is_finite() && headline > 0.0) {
+            return;
+        }
+        self.receiver_bits_per_second = Some(headline);
+        let agrees = self.estimate.is_some_and(|e| {
+            e.bits_per_second > 0.0 && (headline / e.bits_per_second - 1.0).abs() <= self.precision
+        });
+        if !agrees {
+            self.converged = false;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -988,10 +1030,54 @@ mod tests {
             seconds: 1.0,
             ..Default::default()
         });
-        run.cut(&mut side, 400_000);
+        run.cut(&mut side, 400_000, None);
         let s = &side.streams[0];
         assert!((s.seconds - 0.6).abs() < 1e-9, "{}", s.seconds);
         assert!((s.bytes as i64 - 600_000).abs() <= 1000, "{}", s.bytes);
+    }
+
+    /// The span's end, when given, ends the figure there: the bytes that
+    /// arrive after it (a receiver's last read gathering what its socket
+    /// held, the senders' sockets and the bottleneck's queue draining) are
+    /// not the estimate's. Here 100 KB arrive at once at the last byte,
+    /// 50 ms after the end: to the last byte the figure reads 6.6 Mbit/s
+    /// over 0.65 s, +10% on the flow's 6 Mbit/s; over the span it is the
+    /// flow's own. An end past the last byte is the last byte.
+    #[test]
+    fn the_cut_ends_at_the_spans_end_not_at_the_last_byte() {
+        let run = AdaptiveRun::new(Duration::from_secs(5));
+        let origin = Instant::now();
+        let mut rec = run.recorder(0, origin);
+        for ms in (0..=1000u64).step_by(10) {
+            rec.record(origin + Duration::from_millis(ms), ms * 750);
+        }
+        rec.finish(origin + Duration::from_millis(1050), 850_000);
+        let stream = |bytes, seconds| crate::engine::stats::StreamStats {
+            id: 0,
+            bytes,
+            seconds,
+            ..Default::default()
+        };
+        let rate = |s: &crate::engine::stats::StreamStats| s.bytes as f64 * 8.0 / s.seconds;
+        let mut to_last = SideStats::default();
+        to_last.streams.push(stream(850_000, 1.05));
+        run.cut(&mut to_last, 400_000, None);
+        assert!(
+            rate(&to_last.streams[0]) > 6.5e6,
+            "{:?}",
+            to_last.streams[0]
+        );
+        let mut to_end = SideStats::default();
+        to_end.streams.push(stream(850_000, 1.05));
+        run.cut(&mut to_end, 400_000, Some(1_000_000));
+        let s = &to_end.streams[0];
+        assert!((s.seconds - 0.6).abs() < 1e-9, "{}", s.seconds);
+        assert!((rate(s) / 6e6 - 1.0).abs() < 0.002, "{}", rate(s));
+        let mut past = SideStats::default();
+        past.streams.push(stream(850_000, 1.05));
+        run.cut(&mut past, 400_000, Some(2_000_000));
+        assert_eq!(past.streams[0].bytes, 850_000 - 300_000);
+        assert!((past.streams[0].seconds - 0.65).abs() < 1e-9);
     }
 
     /// A deterministic generator (splitmix64): every run of a test sees

@@ -528,7 +528,18 @@ async fn run_test(
     result.clamped = clamped;
     result.protocol_version = Some(version);
     result.peer_clock = clock;
-    result.adaptive = outcome;
+    result.adaptive = outcome.map(|mut a| {
+        // The figure printed, exported and stored is the receivers' over
+        // the span: it must confirm the estimate, or nothing is precise.
+        a.hold_to_headline(
+            result
+                .directions
+                .iter()
+                .map(|d| d.throughput_bits_per_second)
+                .sum(),
+        );
+        a
+    });
     result.data_source = data_source;
     Ok(result)
 }
@@ -668,7 +679,16 @@ impl AdaptiveControl {
         self.pending = Some(TestEnd {
             span_start_us: (self.span_start() * 1e6) as u64,
             reason,
+            span_end_us: self.span_end().map(|e| (e * 1e6) as u64),
         });
+    }
+
+    /// Where the estimate's span ends: both ends' figures stop there, so
+    /// that the bytes still crossing after the decision do not count.
+    fn span_end(&self) -> Option<f64> {
+        self.estimator
+            .estimate()
+            .map(|e| e.span_start_seconds + e.span_seconds)
     }
 
     /// Where the figures' span starts: the estimate's, or the whole test
@@ -710,7 +730,11 @@ impl AdaptiveControl {
     ) -> AdaptiveOutcome {
         let bytes = local.streams.iter().map(|s| s.bytes).sum();
         let (reason, elapsed) = self.decided.unwrap_or((StopReason::Cut, self.elapsed()));
-        self.run.cut(local, (self.span_start() * 1e6) as u64);
+        self.run.cut(
+            local,
+            (self.span_start() * 1e6) as u64,
+            self.span_end().map(|e| (e * 1e6) as u64),
+        );
         // What the receiver got over the span, when this side sent
         // datagrams: an estimate it does not confirm is not precise,
         // whatever the rule said (a sender judging its own steady rate

@@ -111,13 +111,23 @@ impl std::fmt::Display for StopReason {
 }
 
 /// The prober's word that an adaptive test ended: each end stops its
-/// senders, and cuts its figures to the span from `span_start_us` (after
-/// its start gate) to its stream's last byte, the span the estimate
-/// covers.
+/// senders, and cuts its figures to the span the estimate covers, from
+/// `span_start_us` (after its start gate) to `span_end_us`, or to its
+/// stream's last byte when the end is not given (no estimate, or a
+/// prober of an earlier release). The bytes that cross after the end was
+/// decided (what the senders' sockets held, what the bottleneck queued)
+/// are not the estimate's: over a span stretched to the last byte they
+/// are a fixed amount over a short time, and the figure read above the
+/// bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestEnd {
     pub span_start_us: u64,
     pub reason: StopReason,
+    /// Added after the first adaptive release: an older responder ignores
+    /// it and cuts to the last byte, and the prober's agreement check
+    /// then says whether its figure still confirms the estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_end_us: Option<u64>,
 }
 
 /// Fewest microseconds between two [`Progress`] messages a responder

@@ -460,6 +460,7 @@ mod tests {
         let frame = serde_json::to_string(&Message::End(TestEnd {
             span_start_us: 312_000,
             reason: StopReason::OutOfReach,
+            span_end_us: None,
         }))
         .unwrap();
         // The frame is the existing `end` message; only the value is new.
@@ -486,6 +487,7 @@ mod tests {
             Message::End(TestEnd {
                 span_start_us: 312_000,
                 reason: StopReason::OutOfReach,
+                span_end_us: None,
             })
         );
         assert_eq!(StopReason::OutOfReach.as_str(), "out_of_reach");

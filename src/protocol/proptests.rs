@@ -369,12 +369,14 @@ fn message() -> impl Strategy<Value = Message> {
         text().prop_map(|message| Message::Error { message }),
         (
             any::<u64>(),
-            0..crate::protocol::adaptive::StopReason::ALL.len()
+            0..crate::protocol::adaptive::StopReason::ALL.len(),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(|(span_start_us, r)| Message::End(
+            .prop_map(|(span_start_us, r, span_end_us)| Message::End(
                 crate::protocol::adaptive::TestEnd {
                     span_start_us,
                     reason: crate::protocol::adaptive::StopReason::ALL[r],
+                    span_end_us,
                 }
             )),
         any::<(u64, u64)>().prop_map(|(at_us, bytes)| Message::Progress(

@@ -670,7 +670,7 @@ async fn run_test(
             }
         }
         if let Some(end) = ended {
-            a.cut(&mut stats, end.span_start_us);
+            a.cut(&mut stats, end.span_start_us, end.span_end_us);
         }
     }
     Ok(stats)

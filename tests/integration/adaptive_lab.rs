@@ -421,3 +421,188 @@ fn adaptive_tcp_at_1000mbit_with_loss_stops_out_of_reach_and_200mbit_still_conve
         tries.join("\n  ")
     );
 }
+
+/// The one-span matrix: tbf rates in Mbit/s, and nft loss in percent.
+const SPAN_MATRIX: [(u32, f64); 5] = [(20, 0.0), (50, 0.0), (200, 0.0), (1000, 0.0), (200, 0.3)];
+
+/// UDP is sent a quarter over the bottleneck: what arrives is tbf's rate
+/// (the drop is on r's forwarding, before tbf, which stays full).
+fn udp_bitrate_mbit(mbit: u32) -> u32 {
+    mbit + mbit / 4
+}
+
+/// The figure a probe prints on its direction line (`... = 47.8200 Mbps`).
+fn printed_mbps(stdout: &str) -> f64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("send ") || l.starts_with("receive "))
+        .unwrap_or_else(|| panic!("no direction line: {stdout}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| *w == "Mbps")
+        .unwrap_or_else(|| panic!("no Mbps on: {line}"));
+    words[at - 1]
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// One value of a metric in a scrape (the first series of `name`).
+fn scraped(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// What an adaptive probe's evidence supports, on every output a user
+/// reads: through tbf at 20, 50, 200 and 1000 Mbit/s, and at 200 with
+/// 0.3% loss, TCP and UDP, both directions, the line `probe -t auto`
+/// prints, the `-J` document's `throughput_bits_per_second`, and the
+/// series a real `serve` exports for a `duration: auto` module (its
+/// `/probe`, scraped) are each within 1% of tbf's truth whenever that
+/// output calls the probe converged; otherwise it says not converged.
+/// Before, the figure covered the span to the last byte, not the
+/// estimate's: what the senders' sockets held and a receiver's last
+/// read gathered after the end was decided put it 4% over the truth
+/// while the probe said converged. One run of each output per case.
+#[test]
+fn every_output_of_an_adaptive_probe_is_within_1_percent_of_tbf_or_not_converged() {
+    if !require_root() {
+        return;
+    }
+    let lab = Lab::up("adspan").unwrap();
+    let _responder = Responder::start(&lab);
+    let length = UDP_LENGTH.to_string();
+    let mut yaml = String::from(
+        "responder: {enabled: false}\nhttp: {probe_restrict_to_targets: false}\nmodules:\n  \
+         t: {kind: tcp, duration: auto}\n  \
+         tr: {kind: tcp, direction: receive, duration: auto}\n",
+    );
+    let mut rates: Vec<u32> = SPAN_MATRIX.iter().map(|&(mbit, _)| mbit).collect();
+    rates.dedup();
+    rates.sort_unstable();
+    rates.dedup();
+    for mbit in rates {
+        let b = udp_bitrate_mbit(mbit);
+        yaml.push_str(&format!(
+            "  u{mbit}: {{kind: udp, duration: auto, bitrate: {b}M, length: {length}}}\n  \
+             u{mbit}r: {{kind: udp, direction: receive, duration: auto, bitrate: {b}M, length: {length}}}\n"
+        ));
+    }
+    yaml.push_str("targets: []\n");
+    let serve = crate::common::serve::Serve::in_lab(&lab, "a", &yaml);
+    let target = format!("{}:{PORT}", lab.addr_b());
+    let (mut lines, mut bad, mut converged, mut runs) = (Vec::new(), Vec::new(), 0, 0);
+    for (mbit, loss) in SPAN_MATRIX {
+        lab.shape(mbit).unwrap();
+        if loss > 0.0 {
+            lab.drop_percent(loss).unwrap();
+        } else {
+            lab.nodrop().unwrap();
+        }
+        let ubit = format!("{}m", udp_bitrate_mbit(mbit));
+        let cases: [(&str, Vec<&str>, String, f64); 4] = [
+            // Retransmissions take the loss's share of tbf's bytes.
+            (
+                "tcp",
+                vec![],
+                "t".into(),
+                truth(f64::from(mbit)) * (1.0 - loss / 100.0),
+            ),
+            (
+                "tcp -R",
+                vec!["-R"],
+                "tr".into(),
+                truth(f64::from(mbit)) * (1.0 - loss / 100.0),
+            ),
+            (
+                "udp",
+                vec!["-u", "-l", &length, "-b", &ubit],
+                format!("u{mbit}"),
+                udp_truth(f64::from(mbit), UDP_LENGTH),
+            ),
+            (
+                "udp -R",
+                vec!["-u", "-l", &length, "-b", &ubit, "-R"],
+                format!("u{mbit}r"),
+                udp_truth(f64::from(mbit), UDP_LENGTH),
+            ),
+        ];
+        for (what, flags, module, want) in cases {
+            let case = format!(
+                "{mbit} Mbit/s{} {what}",
+                if loss > 0.0 {
+                    format!(" {loss}% loss")
+                } else {
+                    String::new()
+                }
+            );
+            let mut args = flags.clone();
+            args.extend(["-t", "auto"]);
+            // -J: the document's figure and its verdict.
+            let (v, _) = probe(&lab, &args);
+            let json = v["throughput_bits_per_second"].as_f64().unwrap_or(0.0);
+            let json_ok = adaptive(&v)["converged"].as_bool() == Some(true);
+            // The printed line, and the adaptive line under it.
+            let mut cmd = lab.exec_a(env!("CARGO_BIN_EXE_pathprobe"));
+            cmd.args(["probe", "-p", &PORT.to_string()])
+                .args(&args)
+                .arg(lab.addr_b().to_string());
+            let out = run_bounded(&mut cmd, PROBE_TIMEOUT).unwrap();
+            assert!(out.status.success(), "{case}: {}{}", out.stdout, out.stderr);
+            let printed = printed_mbps(&out.stdout) * 1e6;
+            let printed_ok = out.stdout.contains("adaptive: converged:");
+            assert!(
+                printed_ok || out.stdout.contains("adaptive: NOT converged"),
+                "{case}: no adaptive line: {}",
+                out.stdout
+            );
+            // The series serve exports for a duration: auto module.
+            let (status, body) = serve.get(&format!("/probe?target={target}&module={module}"));
+            assert_eq!(status, 200, "{case}: {body}");
+            let exported = scraped(&body, "pathprobe_throughput_bytes_per_second")
+                .unwrap_or_else(|| panic!("{case}: no throughput series: {body}"))
+                * 8.0;
+            let exported_ok = scraped(&body, "pathprobe_adaptive_converged")
+                .unwrap_or_else(|| panic!("{case}: no converged series: {body}"))
+                == 1.0;
+            for (output, got, ok) in [
+                ("printed", printed, printed_ok),
+                ("json", json, json_ok),
+                ("exported", exported, exported_ok),
+            ] {
+                let err = got / want - 1.0;
+                let line = format!(
+                    "{case} {output}: {:.3} Mbit/s against {:.3} ({:+.2}%), {}",
+                    got / 1e6,
+                    want / 1e6,
+                    err * 100.0,
+                    if ok { "converged" } else { "NOT converged" }
+                );
+                eprintln!("{line}");
+                runs += 1;
+                if ok {
+                    converged += 1;
+                    if err.abs() > 0.01 {
+                        bad.push(line.clone());
+                    }
+                }
+                lines.push(line);
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "outputs called converged more than 1% off tbf's truth:\n  {}\nall:\n  {}",
+        bad.join("\n  "),
+        lines.join("\n  ")
+    );
+    // A matrix in which nothing converges proves nothing. On the loaded
+    // 2-vCPU machine (load 16) 40% of the outputs converged; a quarter is
+    // asked.
+    assert!(
+        converged * 4 >= runs,
+        "only {converged} of {runs} outputs converged:\n  {}",
+        lines.join("\n  ")
+    );
+}

@@ -497,6 +497,9 @@ pub(super) fn replay_build_stage(
     build_args: &[(&str, &str)],
 ) -> Result<Replay, String> {
     let one = REPLAY.lock().unwrap_or_else(|p| p.into_inner());
+    // A release build takes both cores for minutes: a measuring test must
+    // not run beside it.
+    let _turn = crate::common::turn::shared();
     let df = dockerfile::parse(dockerfile_text)?;
     let build = df
         .stages

@@ -87,7 +87,7 @@ pub trait App: Send + Sync + 'static {
     }
     /// HTTP connections one client address may hold at once; a further
     /// one from it is closed at accept. One client holding all
-    /// [`App::max_connections`] let through 1 scrape in 47 (issue 23).
+    /// [`App::max_connections`] let through 1 scrape in 47.
     fn max_connections_per_client(&self) -> usize {
         (self.max_connections() / 8).max(4)
     }

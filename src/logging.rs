@@ -1,7 +1,7 @@
 //! What every log line passes through on its way to stderr: control
 //! characters a peer put in a field (a newline in an iperf3 congestion
 //! name or a hello's `software` string) are escaped, whatever the format,
-//! so that no peer can start a log line of its own (issue 23).
+//! so that no peer can start a log line of its own.
 //!
 //! The fmt layer formats each event into one buffer and writes it with one
 //! call, ending in the line's own newline; [`EscapingWriter`] escapes every

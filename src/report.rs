@@ -609,7 +609,7 @@ fn udp_rr_lines(u: &crate::kinds::udp_rr::UdpRrSummary) -> String {
     out
 }
 
-/// An adaptive probe's account (issue 27), always printed: a figure
+/// An adaptive probe's account, always printed: a figure
 /// that did not converge must not pass for a precise one.
 fn adaptive_line(a: &crate::engine::adaptive::AdaptiveOutcome) -> String {
     let took = format!(
@@ -778,7 +778,7 @@ impl LiveIntervals {
 
     /// Where the prober reports the responder's clamps when it accepts the
     /// test: printed at once, as no interval has closed yet, so the note
-    /// stands above the lines it qualifies (issue 25).
+    /// stands above the lines it qualifies.
     pub fn clamp_notes(&self) -> crate::probe::spec::ClampNotes {
         let noted = self.noted.clone();
         crate::probe::spec::ClampNotes(std::sync::Arc::new(move |clamped: &[String]| {
@@ -996,7 +996,7 @@ mod tests {
     use crate::analysis::result::{ProbeContext, ProbeResult};
     use crate::probe::Kind;
 
-    /// Issue 25 point 7: the responder's one connection is not "1 connections".
+    /// The responder's one connection is not "1 connections".
     #[test]
     fn one_remote_connection_reads_in_the_singular() {
         let c = crate::kinds::tcp_crr::CrrSummary {
@@ -1132,7 +1132,7 @@ mod tests {
         assert!(json.contains(r#""offset_seconds": 30.0004"#), "{json}");
     }
 
-    /// Issue 25: the clamp note came after the figures it qualifies, and
+    /// The clamp note came after the figures it qualifies, and
     /// a side that reports no syscalls, kernel or buffers (a stock iperf3
     /// server) read "0 syscalls", "rcvbuf 0", `"kernel_release": ""`.
     #[test]
@@ -1334,7 +1334,7 @@ mod tests {
         assert_eq!(e["bytes"], 10 * mib);
     }
 
-    /// Issue 25 point 2: a stock iperf3 server reports no intervals. A
+    /// A stock iperf3 server reports no intervals. A
     /// forward test's lines read 0 MiB beside the sender's retransmits; they
     /// now carry the sender's count and say so, and a `-R` test's unknown
     /// sender figures are null, not 0.

@@ -683,7 +683,7 @@ mod tests {
         }
     }
 
-    /// Issue 25 point 4: our run, aimed at 10.0.0.2, is asked for a test
+    /// Our run, aimed at 10.0.0.2, is asked for a test
     /// by 10.0.0.2 before it moves data; this end (10.0.0.1) has the lower
     /// address, so it serves the peer and runs right after, at most
     /// YIELDS_PER_RUN times, and then holds firm.

@@ -20,7 +20,7 @@
 //! per process; a standalone `pathprobe respond` (or a loopback probe's
 //! in-process responder) has a slot of its own.
 //!
-//! Two hosts probing each other (issue 25) start their probes at the same
+//! Two hosts probing each other start their probes at the same
 //! instant whenever their schedules line up: each holds its own slot for
 //! its probe, so each responder tells the other `busy`, and both retry.
 //! One side gives way instead ([`gives_way`]): when a prober asks for a
@@ -247,7 +247,7 @@ impl Inner {
     /// Own probes waiting for their turn do not stop it: they wait for the
     /// holder anyway, and one of them is often this very run's other job
     /// (two modules for the same peer); refusing the peer then made both
-    /// ends tell each other busy (issue 25 point 4).
+    /// ends tell each other busy.
     fn yielder(&self, asker: Asker) -> Option<usize> {
         if self.count(Role::Serving) > 0 {
             return None;
@@ -565,7 +565,7 @@ impl HostSlot {
     /// way to `asker`, or to start moving data). Two hosts probing each
     /// other otherwise told each other busy in the instants between one's
     /// test ending at the other and its probe letting go of its own slot
-    /// (issue 25 point 4), and each such busy cost the other a retry.
+    ///, and each such busy cost the other a retry.
     /// Bounded: a prober waits at most `grace` more before its answer.
     /// Returns whether it waited.
     pub async fn settle(&self, asker: Option<Asker>, grace: Duration) -> bool {
@@ -854,7 +854,7 @@ mod tests {
         assert_eq!(slot.counters().yields(), 1);
     }
 
-    /// Issue 25 point 4: a host probing its peer with two modules has one
+    /// A host probing its peer with two modules has one
     /// run holding the slot and the other waiting for its turn. The peer
     /// asking then was refused (the waiting turn stopped the yield), and
     /// refused us in turn: both ends told each other busy.
@@ -901,7 +901,7 @@ mod tests {
         drop(waited);
     }
 
-    /// Issue 25 point 4: the peer's retry reached us while our probe was
+    /// The peer's retry reached us while our probe was
     /// reading its results (its data over) and was told busy, costing the
     /// peer a retry each time; now it waits for the slot, within a bound.
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,6 @@
 //! Cross traffic: what a test's interface moved beyond the test's own
 //! bytes, so that a figure taken while other traffic shared the NIC can be
-//! told apart (issue 11, point 4).
+//! told apart.
 //!
 //! The test's own traffic is allowed for, per direction, as its payload
 //! plus headers (Ethernet, IP, TCP with timestamps or UDP) on each of its
@@ -505,7 +505,7 @@ mod tests {
         }
     }
 
-    /// Issue 21: 53,000 tcp_rr transactions of 1 byte each way on a veth
+    /// 53,000 tcp_rr transactions of 1 byte each way on a veth
     /// are 53,000 frames of 67 bytes each way, the ACKs riding on the next
     /// request or response. Counted as throughput they left 3.5 MB each
     /// way "beyond the test's own"; now nothing, on both ends.

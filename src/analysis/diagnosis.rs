@@ -19,7 +19,7 @@ use crate::protocol::Kind;
 /// request/response probe moves a transaction at a time and waits for its
 /// answer, so its bytes are bounded by its own pacing and round trips,
 /// none of which is a cause in the set: judged as throughput it only ever
-/// read "unknown (0%)". It gets no verdict (issue 21); its latency figures
+/// read "unknown (0%)". It gets no verdict; its latency figures
 /// say what it measured.
 pub fn judges(kind: Kind) -> bool {
     crate::kinds::of(kind).has_bottleneck_verdict()
@@ -982,7 +982,7 @@ mod tests {
 
     #[test]
     fn interrupts_that_crowd_a_thread_out_are_softirq_contention() {
-        // Recorded from the story in issue 12: the netserver shared a CPU
+        // Recorded from the story of a netserver: the netserver shared a CPU
         // with the NIC's interrupts (71% of it), and ran only 27% itself.
         let mut receiver = thread(0.27, 0.02, 0.71);
         receiver.cpu_interface_interrupts = Some(180_000);

@@ -77,11 +77,11 @@ pub struct ProbeResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_clock: Option<crate::protocol::message::ClockOffset>,
     /// An adaptive probe's estimate, its uncertainty, time, bytes and why
-    /// it stopped (issue 27; docs/ADAPTIVE.md). Absent for a fixed one.
+    /// it stopped (docs/ADAPTIVE.md). Absent for a fixed one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<crate::engine::adaptive::AdaptiveOutcome>,
     /// This side's address of the first TCP data stream (native TCP
-    /// kinds): the flow a trace of the path follows (issue 28), so that
+    /// kinds): the flow a trace of the path follows, so that
     /// ECMP hashes the trace onto the member the data took. Not part of
     /// the JSON: it is an ephemeral port, of no use after the fact.
     #[serde(skip)]
@@ -429,7 +429,7 @@ pub struct SideSummary {
     /// bytes (cross traffic); absent on loopback and from older peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_traffic: Option<crate::protocol::model::InterfaceBytes>,
-    /// The side's settings (issue 24): kernel, TCP buffer sysctls,
+    /// The side's settings: kernel, TCP buffer sysctls,
     /// congestion control, qdisc, interface, CPU quota, version. Absent
     /// from older peers and stock iperf3 servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]

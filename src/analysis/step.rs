@@ -1,4 +1,4 @@
-//! Step detection on one path's own recent probes (issue 24): did the
+//! Step detection on one path's own recent probes: did the
 //! latest few probes move away from the ones before them, and what changed
 //! on either end when they did.
 //!

@@ -605,7 +605,7 @@ mod tests {
         );
     }
 
-    /// Issue 25 point 7: serde stops at a node's first bad key, so only the
+    /// Serde stops at a node's first bad key, so only the
     /// first error inside one module or one target was reported.
     #[test]
     fn every_error_within_one_module_and_one_target_is_reported() {

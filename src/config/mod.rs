@@ -665,8 +665,7 @@ pub fn check_config_file(path: &Path) -> Result<Summary, ConfigError> {
 #[cfg(test)]
 mod tests;
 
-/// Checks of a file against the schedule and this host (issue 10, points 4
-/// and 15); the whole-file fixtures are in `tests`.
+/// Checks of a file against the schedule and this host; the whole-file fixtures are in `tests`.
 #[cfg(test)]
 mod schedule_tests {
     use super::*;

@@ -115,7 +115,7 @@ pub const TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
 #[serde(deny_unknown_fields)]
 pub struct Module {
     pub kind: ModuleKind,
-    /// The measured time; `auto` (issue 27) reads as the module's
+    /// The measured time; `auto` reads as the module's
     /// maximum once resolved ([`Module::resolve_auto`]), with `adaptive`.
     #[serde(
         default = "default_duration",
@@ -196,7 +196,7 @@ pub struct Module {
     #[serde(default, deserialize_with = "quantity::opt_precision")]
     pub precision: Option<f64>,
     /// `duration: auto` only: what one run is expected to take, which the
-    /// mesh plan sizes its slot from (issue 27 point 4): a key of the
+    /// mesh plan sizes its slot from: a key of the
     /// shared config, so that every host computes the same plan. Between
     /// `min_duration` and `max_duration`; by default
     /// [`default_expected_duration`]. A run still going at its slot's end
@@ -322,7 +322,7 @@ impl Module {
     /// The longest one run of this module takes and, when its rate is
     /// known (`bitrate`, or `path_bits_per_second` for an unpaced one),
     /// the most bytes it moves: an adaptive module is bounded by its
-    /// maximum. For the byte budget and the mesh planner (issue 27).
+    /// maximum. For the byte budget and the mesh planner.
     pub fn run_bound(&self, path_bits_per_second: Option<u64>) -> (Duration, Option<u64>) {
         let runs = self.specs();
         let time = (self.omit + self.duration) * runs.len() as u32;
@@ -604,7 +604,7 @@ mod tests {
         pub const LoopbackUdp: ModuleKind = ModuleKind::of(Kind::Udp, Via::Loopback);
     }
 
-    /// The docs' lists of kinds drifted from the code once (issue 25):
+    /// The docs' lists of kinds drifted from the code once:
     /// README's module bullet and METRICS.md's `kind` label row must name
     /// every kind the config accepts.
     #[test]

@@ -475,7 +475,7 @@ fn http_section_reads_its_keys_and_rejects_unknown_ones() {
     assert!(e.contains("http.probe_max_concurrent"), "{e}");
 }
 
-/// Issue 27: `duration: auto` reads as the module's maximum (what every
+/// `duration: auto` reads as the module's maximum (what every
 /// slot and timeout is sized from) with its adaptive request; its keys
 /// without it, and on a kind that cannot stop early, are refused.
 #[test]
@@ -521,7 +521,7 @@ fn duration_auto_is_bounded_by_its_maximum_and_refused_where_it_cannot_run() {
     assert!(e.contains("precision"), "{e}");
 }
 
-/// Issue 27 point 4: the mesh slot holds an adaptive module's expected
+/// The mesh slot holds an adaptive module's expected
 /// run, not its maximum; the key is bounded by the module's minimum and
 /// maximum, and refused on a fixed module.
 #[test]

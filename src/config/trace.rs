@@ -178,7 +178,7 @@ mod tests {
         assert!(s.contains("60 traces an hour"), "{s}");
     }
 
-    /// Issue 25 point 7: a count of one takes the singular (a path traced
+    /// A count of one takes the singular (a path traced
     /// with one probe per hop, at most once an hour).
     #[test]
     fn cost_counts_of_one_read_in_the_singular() {

@@ -1,4 +1,4 @@
-//! Adaptive duration (issue 27): a throughput test that stops once its
+//! Adaptive duration: a throughput test that stops once its
 //! figure is known to the asked precision, instead of after a fixed time.
 //!
 //! The parts, none of which names a kind:

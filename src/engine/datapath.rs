@@ -54,7 +54,7 @@ pub struct Plan {
     /// TCP: move bytes without copying them where the kernel allows it
     /// (this end's own setting; see [`crate::engine::zerocopy`]).
     pub zerocopy: crate::engine::zerocopy::ZeroCopy,
-    /// An adaptive test's shared state (issue 27): senders also stop when
+    /// An adaptive test's shared state: senders also stop when
     /// it says the test ended, and streams log their bytes for the cut.
     pub adaptive: Option<crate::engine::adaptive::AdaptiveRun>,
 }

@@ -5,8 +5,9 @@
 //! and whether it had to copy them after all.
 //!
 //! This is a measurement part, not a product mode: benches/zerocopy_send.rs
-//! runs it beside plain `write` and sendfile from a memfd (issue 26 point
-//! 1). On loopback and veth it lost to `write` and was never ahead
+//! runs it beside plain `write` and sendfile from a memfd, to choose
+//! a TCP sender by measurement. On loopback and veth it lost to `write`
+//! and was never ahead
 //! (docs/PERFORMANCE.md, "MSG_ZEROCOPY, measured"), so no probe uses it;
 //! it lives in the library so that its
 //! accounting is tested like the rest of the data path.

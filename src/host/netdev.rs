@@ -1,6 +1,6 @@
 //! /proc/net/dev: bytes an interface received and sent, all traffic, for
 //! telling a probe's own traffic from other traffic on its interface
-//! (cross traffic, issue 11).
+//! (cross traffic).
 //!
 //! The file is per network namespace; the process reads its own.
 

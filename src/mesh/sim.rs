@@ -1,6 +1,6 @@
 //! A model of a fleet following a mesh plan through membership churn, for
 //! the simulator (`examples/mesh_sim.rs`) and the tests that hold the
-//! plans to their churn figures (docs/MESH.md, issue 22).
+//! plans to their churn figures (docs/MESH.md).
 //!
 //! Per host: a clock off by up to ±`skew`; a test occupies its two hosts
 //! for `occupancy` from a guard into its slot by the prober's clock; a test
@@ -332,7 +332,7 @@ mod tests {
         StablePlan::new(m, params()).into()
     }
 
-    /// Issue 22, point 3: with one host leaving and one joining per cycle,
+    /// With one host leaving and one joining per cycle,
     /// the circle plan's coverage period grows to about three cycles and
     /// several percent of tests are `busy`; the stable plan keeps coverage
     /// within 1.2 × the circle plan's cycle and `busy` under 1%.
@@ -385,7 +385,7 @@ mod tests {
         }
     }
 
-    /// Issue 22, point 3, for the grouped plan: groups of about √N (10 of
+    /// Groups of about √N (10 of
     /// 10, 32 of 31-32), one host leaving and one joining per cycle. By
     /// the circle method a change renumbers its group, and a change of
     /// the largest group's size changes the cycle: pairs go unmeasured for

@@ -6,7 +6,7 @@
 //! The circle method of [`super::Plan`] numbers the members by their sorted
 //! order: one host joining renumbers every host after it and reshuffles the
 //! whole cycle, so hosts that learn of the change on either side of a cycle
-//! boundary follow two unrelated plans for a cycle (issue 22: the coverage
+//! boundary follow two unrelated plans for a cycle (the coverage
 //! period grew from one cycle to three at 100 hosts, 5.8% of tests `busy`).
 //!
 //! Here the places form the group `Z_p × Z_16` (`p` *buckets* of 16

@@ -1,8 +1,8 @@
 //! The grouped plan ([`super::GroupPlan`]'s hosts grouped by a label, a
 //! full mesh inside every group, and between groups one representative
 //! per group per cycle, rotating) laid out so that a member joining or
-//! leaving moves only its own slots and a bounded few others (issue 22,
-//! point 3: churn costs a slot, not a cycle). The circle method of
+//! leaving moves only its own slots and a bounded few others
+//! (churn costs a slot, not a cycle). The circle method of
 //! [`super::GroupPlan`] numbers members by sorted order: one join
 //! renumbers its group's tournament and its representatives' rotation, and
 //! a change of the largest group's size changes the cycle, so hosts that
@@ -757,7 +757,7 @@ mod tests {
         assert_eq!(r.groups(), [vec!["a", "b"], vec!["c"]]);
     }
 
-    /// Issue 22, point 3: one host leaves and another joins, 40 times, in
+    /// One host leaves and another joins, 40 times, in
     /// 10 groups of 38. Every pair inside a group that neither the changed
     /// hosts nor a member whose place they moved is part of keeps its slot,
     /// and a moved one stays in its colour; a group's representative

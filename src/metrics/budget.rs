@@ -51,7 +51,7 @@ pub fn kept_at_fleet(def: &MetricDef) -> bool {
 /// JSON. `tests/integration/rules.rs` checks that every family the rules
 /// read is in this list.
 pub static FLEET_FAMILIES: &[&MetricDef] = &[
-    // Absent until a path steps (issue 24): the step alert reads them.
+    // Absent until a path steps: the step alert reads them.
     &names::STEP_LAST_RATIO,
     &names::STEP_LAST_TIME,
     &names::PROBE_SUCCESS,

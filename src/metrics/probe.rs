@@ -510,7 +510,7 @@ fn lasting(advice: Option<&str>) -> &str {
 /// The longest free-text label value (advice, changed settings).
 pub(crate) const MAX_TEXT_LABEL: usize = 200;
 
-/// The step detector's series of one path (issue 24): each side's
+/// The step detector's series of one path: each side's
 /// fingerprint, the steps found per figure (at 0 from the start), the
 /// newest step of each figure, and the stable verdict.
 fn render_steps(

@@ -1,4 +1,4 @@
-//! One path's step state (issue 24): the detector of
+//! One path's step state: the detector of
 //! [`crate::analysis::step`] fed with each successful probe of one
 //! (target, module, direction), the steps it found (counted per figure,
 //! the newest kept for the `pathprobe_step_last_*` series), each end's

@@ -180,10 +180,9 @@ pub(crate) struct SeriesState {
     /// tcp_crr: failed transactions by reason over every probe; every
     /// reason at 0 from the start.
     pub crr_failures: BTreeMap<CrrFailure, u64>,
-    /// The step detector on this path's probes and what it found
-    /// (issue 24).
+    /// The step detector on this path's probes and what it found.
     pub steps: super::steps::PathSteps,
-    /// Adaptive probes by why they stopped (issue 27); every reason at 0
+    /// Adaptive probes by why they stopped; every reason at 0
     /// from the start for an adaptive module.
     pub adaptive_stops: BTreeMap<&'static str, u64>,
 }

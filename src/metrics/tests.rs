@@ -1141,7 +1141,7 @@ fn rich_scrape() -> String {
                     offset_seconds: -30.25,
                     uncertainty_seconds: 0.0005,
                 }),
-                // An adaptive probe's figures (issue 27).
+                // An adaptive probe's figures.
                 adaptive: Some(crate::engine::adaptive::AdaptiveOutcome {
                     stop_reason: crate::protocol::adaptive::StopReason::Converged,
                     converged: true,
@@ -1940,7 +1940,7 @@ fn render_store_only(store: &ResultStore) -> String {
     out.encode().unwrap()
 }
 
-/// Issue 22: a key that is neither probed nor skipped for `expire_after`
+/// A key that is neither probed nor skipped for `expire_after`
 /// leaves /metrics; one probed within it stays. Paused tokio time.
 #[tokio::test(start_paused = true)]
 async fn series_of_targets_no_longer_probed_expire() {
@@ -2005,7 +2005,7 @@ fn fleet_detail_keeps_the_budget_per_path() {
     );
 }
 
-// ---- step detection (issue 24) ---------------------------------------------
+// ---- step detection ---------------------------------------------
 
 fn fingerprint(kernel: &str, wmem: &str) -> crate::protocol::fingerprint::HostFingerprint {
     crate::protocol::fingerprint::HostFingerprint {
@@ -2330,7 +2330,7 @@ fn the_stable_verdict_does_not_follow_one_outlier() {
     );
 }
 
-/// Issue 27: an adaptive module's stop reasons exist at 0 from its
+/// An adaptive module's stop reasons exist at 0 from its
 /// registration, and a probe's reason counts once; a fixed module has none.
 #[test]
 fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
@@ -2408,7 +2408,7 @@ fn adaptive_stop_reasons_start_at_zero_and_count_each_probe() {
     );
 }
 
-// ---- a recorded healthy day (issue 24) ---------------------------------------
+// ---- a recorded healthy day ---------------------------------------
 
 /// One probe of tests/fixtures/step/healthy_day.csv (recorded by
 /// tests/integration/step_replay.rs, `record_healthy_day`).
@@ -2550,7 +2550,7 @@ fn replay_day(from: usize, factor: f64) -> DayReplay {
     (steps, nearest)
 }
 
-/// Issue 24's "no false step on a healthy path over at least 24 hours of
+/// "no false step on a healthy path over at least 24 hours of
 /// real noisy probes": the recorded day, replayed through serve's step
 /// path, finds nothing. With the first rule's 12 probes of baseline it
 /// found 2 (docs/DIAGNOSIS.md, "A recorded healthy day";
@@ -2836,7 +2836,7 @@ fn failure_claims() -> FailureClaims {
     claims
 }
 
-/// Issue 25 point 10: what the page says a failure after a success sets
+/// What the page says a failure after a success sets
 /// and drops is what a scrape shows, for a TCP and a UDP path.
 #[test]
 fn the_metrics_page_says_what_a_failed_probe_sets_and_drops() {

@@ -30,7 +30,7 @@ use crate::protocol::{Direction, Message, RejectReason, DEFAULT_PORT};
 /// drain, and an allowance for set-up and tear-down of two control
 /// timeouts and two seconds. Each stage has its own timeout too, but a
 /// peer answering each one just in time (or dribbling) would otherwise
-/// stretch a 1 s test to tens of seconds (issue 23).
+/// stretch a 1 s test to tens of seconds.
 pub fn overall_deadline(spec: &ProbeSpec) -> Duration {
     spec.omit
         .saturating_add(spec.duration)

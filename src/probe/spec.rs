@@ -119,12 +119,12 @@ pub struct ProbeSpec {
     /// any data flows, so that `-i` prints the note above the intervals it
     /// qualifies rather than after them.
     pub clamp_notes: Option<ClampNotes>,
-    /// Adaptive duration (issue 27): `duration` is then the maximum, and
+    /// Adaptive duration: `duration` is then the maximum, and
     /// the probe stops once its figure is known to the precision.
     pub adaptive: Option<AdaptiveRequest>,
     /// An adaptive probe still running then is ended (`End`) and reported
     /// with stop reason `cut`, not converged: a mesh slot's end, less what
-    /// the end of a test takes (issue 27 point 4). Local; not on the wire.
+    /// the end of a test takes. Local; not on the wire.
     pub cut_at: Option<tokio::time::Instant>,
     /// Counts every payload byte this end's data sockets write and read,
     /// from the first to the last (warm-up, tail and a run that fails

@@ -945,7 +945,7 @@ mod tests {
         assert!(e.contains("dropped at the socket"), "{e}");
     }
 
-    /// Issue 23 defect 6: a sender's counts are held to the agreed rate and
+    /// A sender's counts are held to the agreed rate and
     /// to what arrived, so a claimed 10^9 datagrams for 1,760 received, or
     /// a 4 Tbit/s sender, is refused rather than reported as loss.
     #[test]

@@ -1,4 +1,4 @@
-//! Adaptive duration on the wire (issue 27): what a prober asks when a
+//! Adaptive duration on the wire: what a prober asks when a
 //! throughput test is to stop once its figure is known
 //! ([`AdaptiveRequest`], the last field of a `TestRequest`), and how it
 //! tells the responder that the test ended and which span the figures
@@ -65,7 +65,7 @@ pub enum StopReason {
     Converged,
     /// The maximum duration came first: the estimate is not precise.
     MaxDuration,
-    /// A byte budget ended it (the scheduler's, issue 27 point 3).
+    /// A byte budget ended it.
     Budget,
     /// Something else ended it first (the peer, a slot's end).
     Cut,

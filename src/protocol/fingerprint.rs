@@ -4,7 +4,7 @@
 //! pathprobe's version), as one map from setting name to value. Both ends
 //! send theirs (the prober in its `Hello`, the responder in its
 //! `Results`), so that every result knows both and a step in a path's
-//! figures can be put down to what changed on either end (issue 24).
+//! figures can be put down to what changed on either end.
 //!
 //! A peer's fingerprint is hostile input: [`HostFingerprint::check`]
 //! bounds its size and characters before anything keeps or shows it.

@@ -104,7 +104,7 @@ pub enum Message {
     Error {
         message: String,
     },
-    /// The prober ended an adaptive test (issue 27): sent once, during
+    /// The prober ended an adaptive test: sent once, during
     /// the test, only to a responder that echoed the test's `adaptive`.
     End(super::adaptive::TestEnd),
     /// The responder's received count during an adaptive test (issue
@@ -133,7 +133,7 @@ pub struct Hello {
     /// Present when the prober holds a secret: its method and challenge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<HelloAuth>,
-    /// The prober's settings (issue 24), so that the responder knows both
+    /// The prober's settings, so that the responder knows both
     /// ends too; older probers send none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<super::fingerprint::HostFingerprint>,
@@ -316,7 +316,7 @@ pub struct TestRequest {
     /// Request and response sizes and burst of a `tcp_rr` test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<super::rr::RrParams>,
-    /// Adaptive duration (issue 27): the test may end before
+    /// Adaptive duration: the test may end before
     /// `duration_ms`, when the prober says so with `End`. Older peers
     /// drop it, so a responder's echo without it says it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]

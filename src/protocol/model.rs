@@ -372,7 +372,7 @@ pub struct SideStats {
     /// the `-A` CPU), one sentence each; the prober shows the responder's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-    /// This side's settings (issue 24); absent from older peers and from
+    /// This side's settings; absent from older peers and from
     /// a stock iperf3 server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<super::fingerprint::HostFingerprint>,

@@ -451,7 +451,7 @@ mod tests {
         );
     }
 
-    /// Issue 25 point 7: a limit of one stream reads "1 stream", in the
+    /// A limit of one stream reads "1 stream", in the
     /// clamp note and in the refusal alike.
     #[test]
     fn a_limit_of_one_stream_is_said_in_the_singular() {

@@ -223,7 +223,7 @@ fn time_of_day(t: Duration) -> String {
 /// learnt: until then this host still runs the old plan's tests, and a
 /// prober that only the new plan sends (a host that just joined, starting
 /// on the new plan at once) would take the host slot from one of them and
-/// turn it `busy` (issue 22's join lab: a member's planned test in the
+/// turn it `busy` (the join lab: a member's planned test in the
 /// cycle of a join). It is refused out of turn instead, which costs only
 /// the newcomer's own pairs, for that one cycle.
 #[derive(Debug, Default)]
@@ -365,7 +365,7 @@ mod tests {
         })
     }
 
-    /// Issue 22's join: host d joins a, b and c. Host a learns of it
+    /// A join: host d joins a, b and c. Host a learns of it
     /// mid-cycle and keeps running the old plan to the cycle's end; d,
     /// starting fresh, follows the new plan at once. Until a switches, d's
     /// planned probes of a would take a's slot from an old-plan test and

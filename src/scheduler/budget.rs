@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(expected_bytes(&tcp, &|_| Some(200e6), 1), 6_000_000);
     }
 
-    /// Issue 27 gap (c): an adaptive module's stated bytes are its rate
+    /// An adaptive module's stated bytes are its rate
     /// over what a run is expected to take (`expected_duration`, 1 s at
     /// the defaults), while its admission still reserves its maximum.
     #[test]

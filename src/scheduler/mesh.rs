@@ -54,7 +54,7 @@ pub struct MeshSchedule<P> {
     /// Margin for clock skew at each end of a slot.
     pub guard: Duration,
     /// Time kept at the end of a slot for a run that is cut there (the
-    /// prober's `End`, the drain and the results, issue 27): a run is
+    /// prober's `End`, the drain and the results of an adaptive run): a run is
     /// told to stop this long before its slot ends ([`Runner::attempt_until`]).
     pub end_reserve: Duration,
     /// Jobs the plan does not pair: loopback modules.

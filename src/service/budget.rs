@@ -184,7 +184,7 @@ mod tests {
     }
 
     /// The shipped mesh example: 10 hosts, TCP both ways (1 s + 5 s each
-    /// way) and UDP at its rate; issue 27 puts its TCP at about 1.3 TB a
+    /// way) and UDP at its rate; adaptive TCP puts its TCP at about 1.3 TB a
     /// cycle over the mesh on 10 GbE.
     #[test]
     fn the_shipped_mesh_example_states_its_bytes() {
@@ -217,7 +217,7 @@ mod tests {
         );
     }
 
-    /// Issue 27 gap (c), outside a mesh: an adaptive module's stated
+    /// An adaptive module's stated
     /// bytes per hour are its runs' expected time (1 s at the defaults),
     /// not its 5 s maximum: 60 runs an hour of 125 MB at a 1 Gbit/s guess
     /// are 7.5 GB, where dividing by the maximum stated 37.5 GB.

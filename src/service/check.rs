@@ -115,7 +115,7 @@ fn schedule_notes(config: &Config) -> Vec<String> {
         && !(config.discovery.file_sd.is_empty() && config.discovery.dns.is_empty());
     if !discovery_only {
         let mut notes = super::mesh::notes(config, &[], local);
-        // The bytes beside the time shares (issue 27).
+        // The bytes beside the time shares.
         notes.push(super::budget::note(config, &[], local));
         return notes;
     }
@@ -270,7 +270,7 @@ mod tests {
 
     /// check-config states what tracing costs when it is on, and says
     /// nothing of it when it is off; a bad trace key is named.
-    /// Issue 25 point 7: one of each reads in the singular in the OK line.
+    /// One of each reads in the singular in the OK line.
     #[test]
     fn check_config_counts_one_static_target_in_the_singular() {
         let dir = tempfile::tempdir().unwrap();

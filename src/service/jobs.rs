@@ -355,7 +355,7 @@ mod fleet_tests {
             .collect()
     }
 
-    /// Issue 22: at `fleet`, a host of rack r1 exports its own rack's
+    /// At `fleet`, a host of rack r1 exports its own rack's
     /// members one by one and every other rack as one target, so its
     /// series are bounded by its group and the number of groups, not by
     /// the fleet; at `full` every member is a target of its own.

@@ -165,7 +165,7 @@ pub fn plan(
     // An adaptive module counts as the run it is expected to take (its
     // `expected_duration`, from the config every host shares), not its
     // maximum, with the end half of the set-up: a run still going half a
-    // set-up before the slot's end is cut there (issue 27, [`slot_need`]).
+    // set-up before the slot's end is cut there ([`slot_need`]).
     let longest = modules
         .iter()
         .filter_map(|name| config.module(name))
@@ -314,7 +314,7 @@ pub fn notes(
         if needed < plan.cycle() {
             // The interval, not the budget, sets the cycle: say what the
             // budget alone would allow, the figure two configs compare
-            // at the same budget (issue 27: adaptive modules' cycle).
+            // at the same budget (adaptive modules' cycle).
             out.push(format!(
                 "note: the interval sets the cycle; at scheduler.mesh.budget of {:.0}% the \
                  plan needs a cycle of only {} ({} of {} s)",
@@ -428,7 +428,7 @@ mod tests {
         assert!(s.jobs.keys().all(|(t, _)| *t != s.me));
     }
 
-    /// Issue 27 point 4: the shipped mesh example and its adaptive
+    /// The shipped mesh example and its adaptive
     /// variant, a file that differs only in its modules (the same hosts,
     /// interval, set-up, guard and budget), through check-config's own
     /// function: at the same budget the cycle the plan needs is at least 3
@@ -855,7 +855,7 @@ mod tests {
         assert!(matches!(small, MeshPlan::Full(_)));
     }
 
-    /// Issue 22, point 3, in process: 38 hosts run the service's schedules
+    /// 38 hosts run the service's schedules
     /// on paused time; a 39th joins, and half the hosts learn of it 10 s
     /// before a cycle boundary, the others 20 s after (so they follow the
     /// old list for one cycle more). Every directed pair of the 38 is still
@@ -1019,7 +1019,7 @@ mod tests {
         assert!(matches!(small, MeshPlan::Grouped(_)));
     }
 
-    /// Issue 22, point 3, for the grouped plan, in process: 38 hosts in 4
+    /// For the grouped plan, in process: 38 hosts in 4
     /// racks run the service's schedules on paused time; a 39th joins one
     /// rack, and half the hosts learn of it 10 s before a cycle boundary,
     /// the others 20 s after (so they follow the old list for one cycle
@@ -1177,7 +1177,7 @@ mod tests {
         );
     }
 
-    /// Issue 27 point 4: an adaptive probe still running at its slot's end
+    /// An adaptive probe still running at its slot's end
     /// is ended with `End` and reported cut, not converged, and the next
     /// slot's test against the same responder is not met busy. Real probes
     /// on loopback (TCP paced at 200 Mbit/s, a precision of 1 ppm that no

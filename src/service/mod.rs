@@ -424,7 +424,7 @@ pub async fn run_with_web_config(
         }
         // The cost of the schedule, said once per change of it.
         let mut notes = mesh::notes(cfg, &discovered, is_local_target);
-        // Its bytes beside its time shares (issue 27).
+        // Its bytes beside its time shares.
         notes.push(budget::note(cfg, &discovered, is_local_target));
         if notes != last_notes {
             for n in &notes {

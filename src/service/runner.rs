@@ -376,7 +376,7 @@ impl ProbeRunner {
                 // hint, and records a busy failure only when it gives up
                 // (`skipped` with Skip::Busy). Counting each busy try as a
                 // failure made two hosts probing each other look half
-                // broken (issue 25).
+                // broken.
                 if o.result.as_ref().is_err_and(|f| f.reason == "busy") && busy.is_some() {
                     tracing::debug!(target = %key.target, module = %key.module, direction = %o.direction, "responder busy; the scheduler will retry");
                     store.record_busy_retry(&store_key);
@@ -511,7 +511,7 @@ mod tests {
         crate::metrics::render(store, &Default::default(), None, state).unwrap()
     }
 
-    /// Issue 25 point 4: a run its responder first answers busy, and that
+    /// A run its responder first answers busy, and that
     /// the scheduler retries after the hint to success, is one busy retry
     /// and one success; no probe failed busy.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,7 +582,7 @@ mod tests {
         assert_eq!(skipped.unwrap_or(0.0), 0.0, "{s}");
     }
 
-    /// Issue 25 point 4: a run that gave way to the peer it probes, and
+    /// A run that gave way to the peer it probes, and
     /// then found the slot taken until its next run, was crowded out:
     /// missed, not busy (no responder said busy), and no failed probe.
     #[tokio::test(start_paused = true)]

@@ -23,7 +23,7 @@ impl ProbeKind for Tcp {
         true
     }
     /// A bulk flow settles on the path's rate, so its probe can stop
-    /// once that rate is known (issue 27).
+    /// once that rate is known.
     fn adaptive_duration(&self) -> bool {
         true
     }

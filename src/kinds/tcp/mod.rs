@@ -518,7 +518,7 @@ pub(crate) async fn connect(
     }
     .map_err(|e| ProbeError::io("socket", e))?;
     // So that a trace of the path can bind this connection's port once it
-    // is closed (TIME_WAIT) and follow its flow (issue 28): a bind to a
+    // is closed (TIME_WAIT) and follow its flow: a bind to a
     // port held by a TIME_WAIT socket needs SO_REUSEADDR on both, and the
     // connect after it takes over the 4-tuple when timestamps were on.
     // Connect's own choice of an ephemeral port is not changed by it.

@@ -466,7 +466,7 @@ pub(super) fn path(view: &View<'_>, ps: &[(String, String)]) -> Result<Reply, Re
     Ok(Reply::html(page(view, &k.target, body)))
 }
 
-/// The path's latest trace (issue 28, docs/TRACE.md): each hop's TTL,
+/// The path's latest trace (docs/TRACE.md): each hop's TTL,
 /// the address that answered or `*`, and each packet's RTT or `*`. A `*`
 /// is a router that did not answer, which routers owe nobody: not loss.
 /// When the latest trace did not reach the target, the hops /metrics

@@ -231,7 +231,7 @@ fn relative_times_read_as_words() {
     assert_eq!(fmt_bps(950e6), "950 Mbit/s");
 }
 
-/// Issue 23 defect 8: an answer holds at most `api::MAX_SAMPLES` entries,
+/// An answer holds at most `api::MAX_SAMPLES` entries,
 /// and following `next_cursor` walks every entry exactly once.
 #[test]
 fn api_pages_a_large_history_and_the_cursor_walks_all_of_it() {
@@ -346,7 +346,7 @@ fn outcome(
     }
 }
 
-/// Issue 21: every peer-controlled string (target name, the peer's
+/// Every peer-controlled string (target name, the peer's
 /// software and kernel release, a failure's text, a verdict) is escaped
 /// on every page that shows it, by the template engine rather than by a
 /// call a new line of code could forget.
@@ -468,7 +468,7 @@ fn rr_history(h: &History, key: &ProbeKey, kind: &str, n: usize, step: f64) {
     }
 }
 
-/// Issue 21: an RR kind's card leads with p50, p99 and transactions/s,
+/// An RR kind's card leads with p50, p99 and transactions/s,
 /// not throughput; its path page charts latency (p50 and p99) and
 /// transactions/s, with no retransmit, RTT or throughput chart. A
 /// throughput kind keeps its card and charts.
@@ -583,7 +583,7 @@ fn each_kind_has_its_headline_figures() {
     );
 }
 
-/// Issue 25.11: a new host's hour of history fills the chart, instead of
+/// A new host's hour of history fills the chart, instead of
 /// a tick at the right edge of a 24 h axis.
 #[test]
 fn charts_fit_the_axis_to_the_history_held() {
@@ -623,7 +623,7 @@ fn charts_fit_the_axis_to_the_history_held() {
     assert!(path.contains(">24 h ago</text>"), "{path}");
 }
 
-/// Issue 25.11: "−62 % vs 24 h median" after 26 seconds. The rule: the
+/// "−62 % vs 24 h median" after 26 seconds. The rule: the
 /// change is shown once the history holds more than
 /// `BASELINE_MIN_ENTRIES` entries with the figure spanning at least
 /// `BASELINE_MIN_SPAN` (1 h), and it names the span it compares with.
@@ -672,7 +672,7 @@ fn the_change_against_the_median_waits_for_enough_history() {
     );
 }
 
-/// Issue 25.11: durations as words, not "7200s, then 900s averages".
+/// Durations as words, not "7200s, then 900s averages".
 #[test]
 fn durations_read_as_words() {
     let d = |s: u64| duration_words(Duration::from_secs(s));
@@ -701,8 +701,8 @@ fn durations_read_as_words() {
     assert!(!path.contains("7200s") && !path.contains("900s"), "{path}");
 }
 
-/// Issue 25.11: "tcp · tcp" says the kind twice.
-/// Issue 25 point 7: "to 1 peer", "to 3 peers".
+/// "tcp · tcp" says the kind twice.
+/// "to 1 peer", "to 3 peers".
 #[test]
 fn the_fleet_counts_its_peers_in_the_right_number() {
     let mut f = fixture();
@@ -732,7 +732,7 @@ fn a_card_names_the_kind_once() {
     assert!(path.contains("<small>tcp · every"), "{path}");
 }
 
-/// Issue 24: probes fed as the runner records them (store, then history)
+/// Probes fed as the runner records them (store, then history)
 /// make a step that the API, both pages and a saved history show, and
 /// every entry carries the path's stable verdict and its advice.
 #[test]
@@ -823,7 +823,7 @@ fn a_step_shows_in_the_api_the_pages_and_a_saved_history() {
     assert_eq!(back.samples(&key, 0.0), f.history.samples(&key, 0.0));
 }
 
-/// Issue 28: the path page shows the path's latest trace, hop by hop:
+/// The path page shows the path's latest trace, hop by hop:
 /// each address or `*`, each packet's RTT or `*`, how it ended; a trace
 /// that did not reach says which hops /metrics still holds.
 #[test]

@@ -283,8 +283,6 @@ fn set_low_water_mark(stream: &TcpStream, bytes: usize) {
     }
 }
 
-/// Bytes that reached the socket and are not read yet (SIOCINQ, which is
-/// FIONREAD on Linux); `None` where the kernel does not say.
 /// When everything written to `stream` had been acknowledged: polls the
 /// bytes the socket still holds (unsent and unacknowledged) every
 /// [`DELIVERY_POLL`], until there are none, the test is stopped, or its
@@ -316,6 +314,8 @@ fn delivered(stream: &TcpStream, ctx: &StreamContext, end: Instant) -> (Instant,
 /// How often [`delivered`] looks: a millisecond is 0.1% of a 1 s span.
 const DELIVERY_POLL: Duration = Duration::from_millis(1);
 
+/// Bytes that reached the socket and are not read yet (SIOCINQ, which is
+/// FIONREAD on Linux); `None` where the kernel does not say.
 fn queued_bytes(stream: &TcpStream) -> Option<u64> {
     let mut queued: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int through the pointer, on an open socket.

@@ -1121,7 +1121,7 @@ pub(crate) mod tests {
                 assert!(is_snake(l), "{}: label {l}", d.name);
             }
         }
-        assert_eq!(ALL.len(), 103);
+        assert_eq!(ALL.len(), 104);
     }
 
     #[test]
